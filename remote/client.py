@@ -1,0 +1,85 @@
+"""The GPU-box client: one fixed ``hsx-runner`` verb per method, arguments validated,
+replies parsed into typed records. No text from chat ever becomes part of a command."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from runner.status import StatusRecord
+
+from .errors import BadReply, CommandFailed
+from .transport import Result, Transport
+
+# hsx-runner exits with these for answers that are not failures of the command itself.
+ANSWER_CODES = {
+    "status": (0,),
+    "start": (0, 3),  # 3: refused (already running), reply says why
+    "resume": (0, 3),
+    "stop": (0, 3),
+    "verify": (0, 1),  # 1: not every sample is sound, reply lists them
+    "logs": (0,),
+    "preflight": (0, 1),  # 1: some check failed, reply lists them
+}
+MAX_LOG_LINES = 500
+
+
+class GpuBox:
+    def __init__(self, transport: Transport, runner: str, runner_config: str, timeout_s: float = 60.0):
+        self.transport = transport
+        self.runner = runner
+        self.runner_config = runner_config
+        self.timeout_s = timeout_s
+
+    def _call(self, verb: str, *args: str, timeout_s: float | None = None) -> dict[str, Any]:
+        argv = [self.runner, verb, "--json"]
+        if self.runner_config:
+            argv += ["--config", self.runner_config]
+        argv += list(args)
+        res: Result = self.transport.run(argv, timeout_s or self.timeout_s)
+        if res.code not in ANSWER_CODES[verb]:
+            raise CommandFailed(argv, res.code, res.stderr or res.stdout)
+        try:
+            reply = json.loads(res.stdout)
+        except json.JSONDecodeError:
+            raise BadReply(f"`hsx-runner {verb}` did not answer JSON: {res.stdout[-300:]!r}") from None
+        if not isinstance(reply, dict):
+            raise BadReply(f"`hsx-runner {verb}` answered {type(reply).__name__}, not an object")
+        return reply
+
+    def status(self) -> StatusRecord:
+        from runner.errors import StatusError
+
+        reply = self._call("status")
+        try:
+            return StatusRecord.from_dict(reply)
+        except StatusError as e:
+            raise BadReply(str(e)) from None
+
+    def start(self) -> dict[str, Any]:
+        return self._call("start")
+
+    def resume(self) -> dict[str, Any]:
+        return self._call("resume")
+
+    def stop(self) -> dict[str, Any]:
+        return self._call("stop")
+
+    def verify(self, repair: bool = False, quick: bool = False) -> dict[str, Any]:
+        args = (["--repair"] if repair else []) + (["--quick"] if quick else [])
+        return self._call("verify", *args, timeout_s=max(self.timeout_s, 3600.0))
+
+    def logs(self, n: int = 20) -> list[str]:
+        if not isinstance(n, int) or isinstance(n, bool) or not 1 <= n <= MAX_LOG_LINES:
+            raise ValueError(f"logs: n must be an integer 1..{MAX_LOG_LINES}")
+        reply = self._call("logs", "-n", str(n))
+        lines = reply.get("lines")
+        if not isinstance(lines, list):
+            raise BadReply("`hsx-runner logs` reply has no 'lines' list")
+        return [str(x) for x in lines]
+
+    def preflight(self) -> dict[str, Any]:
+        return self._call("preflight")
+
+    def close(self) -> None:
+        self.transport.close()

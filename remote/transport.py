@@ -1,0 +1,42 @@
+"""Transports run an argv on the GPU box and return its exit code and output.
+
+They never take shell text: argv is a list; the SSH transport quotes each element."""
+
+from __future__ import annotations
+
+import subprocess
+from dataclasses import dataclass
+from typing import Protocol
+
+from .errors import CommandTimeout, Unreachable
+
+
+@dataclass
+class Result:
+    code: int
+    stdout: str
+    stderr: str
+
+
+class Transport(Protocol):
+    def run(self, argv: list[str], timeout_s: float) -> Result: ...
+
+    def close(self) -> None: ...
+
+
+class LocalTransport:
+    """The GPU box is this machine (hsx demo, tests)."""
+
+    def run(self, argv: list[str], timeout_s: float) -> Result:
+        try:
+            p = subprocess.run(
+                argv, capture_output=True, text=True, timeout=timeout_s, stdin=subprocess.DEVNULL
+            )
+        except subprocess.TimeoutExpired:
+            raise CommandTimeout(argv, timeout_s) from None
+        except FileNotFoundError as e:
+            raise Unreachable("local", f"cannot run {argv[0]}: {e}") from None
+        return Result(p.returncode, p.stdout, p.stderr)
+
+    def close(self) -> None:
+        pass

@@ -1,0 +1,177 @@
+"""``hsx-runner``: the GPU-box side. Every verb answers JSON with --json, so the ops side
+never parses free text. Exit codes: 0 ok, 1 not ok (verify/preflight/job failed),
+2 usage or config error, 3 refused (already running / not running)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+from . import lock, view
+from .config import Config, load, require_job
+from .errors import HsxError, LockedError, StatusError
+
+REFUSED = 3
+
+
+def _emit(args, obj: dict, text: str) -> None:
+    print(json.dumps(obj) if args.json else text)
+
+
+def cmd_run(args, cfg: Config) -> int:
+    from .job import run
+
+    try:
+        return run(cfg)
+    except LockedError as e:
+        print(f"hsx-runner: {e}", file=sys.stderr)
+        return REFUSED
+
+
+def _spawn(args, cfg: Config, resume: bool) -> int:
+    out = cfg.job.out
+    held, pid = lock.is_held(out)
+    verb = "resume" if resume else "start"
+    if held:
+        _emit(
+            args,
+            {"started": False, "pid": pid, "reason": f"already running (pid {pid})"},
+            f"already running (pid {pid})",
+        )
+        return REFUSED
+    if resume and not os.path.exists(os.path.join(out, "dataset.json")):
+        msg = f"nothing to resume in {out}; use start"
+        _emit(args, {"started": False, "reason": msg}, msg)
+        return REFUSED
+    os.makedirs(os.path.join(out, "logs"), exist_ok=True)
+    with open(os.path.join(out, "logs", "runner.out"), "ab") as log:
+        p = subprocess.Popen(
+            [sys.executable, "-m", "runner.cli", "run", "--config", cfg.path],
+            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+        )  # fmt: skip
+    # Report what happened: the child took the lock, or it exited (e.g. lost a race).
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        held, hpid = lock.is_held(out)
+        if held and hpid == p.pid:
+            _emit(args, {"started": True, "pid": p.pid, "verb": verb}, f"{verb}ed: runner pid {p.pid}")
+            return 0
+        code = p.poll()
+        if code is not None:
+            held, hpid = lock.is_held(out)
+            reason = f"already running (pid {hpid})" if held else f"runner exited with code {code}; see logs"
+            _emit(args, {"started": False, "pid": hpid, "reason": reason}, reason)
+            return REFUSED
+        time.sleep(0.05)
+    _emit(
+        args,
+        {"started": False, "pid": p.pid, "reason": "runner did not take the lock within 20s"},
+        "runner slow to start",
+    )
+    return REFUSED
+
+
+def cmd_stop(args, cfg: Config) -> int:
+    held, pid = lock.is_held(cfg.job.out)
+    if not held or not pid:
+        _emit(args, {"stopped": False, "reason": "not running"}, "not running")
+        return REFUSED
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + args.wait
+    while time.monotonic() < deadline and lock.is_held(cfg.job.out)[0]:
+        time.sleep(0.1)
+    gone = not lock.is_held(cfg.job.out)[0]
+    msg = f"runner pid {pid} stopped" if gone else f"SIGTERM sent to pid {pid}; still draining"
+    _emit(args, {"stopped": gone, "pid": pid, "signalled": True, "reason": None if gone else "draining"}, msg)
+    return 0
+
+
+def cmd_status(args, cfg: Config) -> int:
+    rec = view.current(cfg.job.out)
+    if args.json:
+        print(json.dumps(rec.to_dict()))
+    else:
+        from bot.summary import render_text
+
+        print(render_text(rec))
+    return 0
+
+
+def cmd_logs(args, cfg: Config) -> int:
+    path = os.path.join(cfg.job.out, "logs", "server.log" if args.server else "runner.log")
+    lines = view.tail(path, args.n)
+    _emit(args, {"path": path, "lines": lines}, "\n".join(lines))
+    return 0
+
+
+def cmd_verify(args, cfg: Config) -> int:
+    from .verify import verify
+
+    report = verify(cfg, repair=args.repair, quick=args.quick)
+    text = (f"{report['ok']}/{report['total']} sound; missing {len(report['missing'])}, "
+            f"corrupt {len(report['corrupt'])}, failed {len(report['failed'])}")  # fmt: skip
+    _emit(args, report, text)
+    return 0 if report["complete"] else 1
+
+
+def cmd_preflight(args, cfg: Config) -> int:
+    from .preflight import preflight
+
+    report = preflight(cfg, free_gpus=args.free_gpus)
+    text = "\n".join(f"{'ok ' if c['ok'] else 'BAD'} {c['name']}: {c['detail']}" for c in report["checks"])
+    _emit(args, report, text)
+    return 0 if report["ok"] else 1
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="hsx-runner", description="hsx on the GPU box")
+    sub = p.add_subparsers(dest="verb", required=True)
+
+    def verb(name, fn, help_):
+        s = sub.add_parser(name, help=help_)
+        s.add_argument("--config", default=None, help="hsx.toml (default: $HSX_CONFIG or ./hsx.toml)")
+        s.add_argument("--json", action="store_true", help="answer JSON")
+        s.set_defaults(fn=fn)
+        return s
+
+    verb("run", cmd_run, "run the job in the foreground (resumes what is there)")
+    verb("start", lambda a, c: _spawn(a, c, False), "run the job detached")
+    verb("resume", lambda a, c: _spawn(a, c, True), "resume a job detached")
+    s = verb("stop", cmd_stop, "stop the running job (SIGTERM, drains in-flight requests)")
+    s.add_argument("--wait", type=float, default=30.0)
+    verb("status", cmd_status, "the status record")
+    s = verb("logs", cmd_logs, "tail of the runner's log")
+    s.add_argument("-n", type=int, default=20)
+    s.add_argument("--server", action="store_true", help="the server's log instead")
+    s = verb("verify", cmd_verify, "check every sample")
+    s.add_argument("--repair", action="store_true", help="re-queue corrupt and missing samples")
+    s.add_argument("--quick", action="store_true", help="skip checksums and tensor values")
+    s = verb("preflight", cmd_preflight, "check GPUs, disk, paths, patch")
+    s.add_argument("--free-gpus", action="store_true", help="stop and disable units that hold GPUs")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    if getattr(args, "n", 1) is not None and not 1 <= getattr(args, "n", 1) <= 5000:
+        print("hsx-runner: -n must be 1..5000", file=sys.stderr)
+        return 2
+    try:
+        cfg = load(args.config)
+        require_job(cfg)
+        return args.fn(args, cfg)
+    except StatusError as e:
+        print(f"hsx-runner: {e}", file=sys.stderr)
+        return 2
+    except HsxError as e:
+        print(f"hsx-runner: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

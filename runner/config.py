@@ -1,0 +1,204 @@
+"""One TOML config for both sides: defaults live in the dataclasses, ``load()`` validates.
+
+Unknown keys and wrong types are refused with the file, section and key named, so a typo
+never silently falls back to a default. Relative paths resolve against the config's folder.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import sys
+from dataclasses import dataclass, field
+from typing import Any
+
+from .errors import ConfigError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+ENV_VAR = "HSX_CONFIG"
+DEFAULT_NAME = "hsx.toml"
+
+
+@dataclass
+class JobConfig:
+    name: str = "hsx"
+    model: str = ""  # model directory (config.json + weights)
+    tokenizer: str = ""  # defaults to the model directory
+    dataset: str = ""  # JSONL input
+    out: str = ""  # output directory = run directory (shards, manifest, status)
+    max_length: int = 8192
+    aux_layer_ids: list[int] = field(default_factory=list)  # empty: SpecForge default
+    concurrency: int = 8  # requests in flight
+    request_timeout_s: float = 600.0
+    retries: int = 4  # attempts per sample for transient errors
+    max_consecutive_failures: int = 20  # then the job stops itself with the reason
+    status_interval_s: float = 2.0
+    rate_window_s: float = 120.0
+    min_free_bytes: int = 0  # pause below this much free space on the output filesystem
+
+
+@dataclass
+class ServerConfig:
+    backend: str = "reference"  # "reference" (transformers) or "sglang"
+    host: str = "127.0.0.1"
+    port: int = 30000
+    python: str = ""  # interpreter that runs the server; default: this one
+    device: str = "cpu"  # reference backend: cpu or cuda
+    dtype: str = "bfloat16"
+    threads: int = 2  # reference backend on CPU: torch threads (fixed for determinism)
+    tp_size: int = 1
+    dp_size: int = 1
+    mem_fraction: float = 0.85
+    extra_args: list[str] = field(default_factory=list)
+    start_timeout_s: float = 1800.0
+    max_restarts: int = 3
+
+
+@dataclass
+class RemoteConfig:
+    transport: str = "local"  # "ssh" or "local" (the GPU box is this machine)
+    host: str = ""
+    port: int = 22
+    user: str = "root"
+    jump: str = ""  # user@host:port
+    identity_file: str = ""
+    known_hosts: str = "~/.ssh/known_hosts"
+    runner: str = "hsx-runner"
+    runner_config: str = ""  # the job's config on the GPU box
+    connect_timeout_s: float = 10.0
+    command_timeout_s: float = 60.0
+
+
+@dataclass
+class SlackConfig:
+    channels: list[str] = field(default_factory=list)
+    alert_channel: str = ""
+    operators: list[str] = field(default_factory=list)
+    operator_group: str = ""
+    audit_log: str = ""
+
+
+@dataclass
+class WatcherConfig:
+    interval_s: float = 30.0
+    milestone_pct: int = 10
+    heartbeat_stale_s: float = 120.0
+    unreachable_alert_s: float = 300.0
+    state_file: str = ""
+
+
+@dataclass
+class Config:
+    job: JobConfig = field(default_factory=JobConfig)
+    server: ServerConfig = field(default_factory=ServerConfig)
+    remote: RemoteConfig = field(default_factory=RemoteConfig)
+    slack: SlackConfig = field(default_factory=SlackConfig)
+    watcher: WatcherConfig = field(default_factory=WatcherConfig)
+    path: str = ""  # where it was loaded from
+
+    @property
+    def out(self) -> str:
+        return self.job.out
+
+
+_PATH_KEYS = {
+    "job": ("model", "tokenizer", "dataset", "out"),
+    "remote": ("identity_file", "known_hosts"),
+    "slack": ("audit_log",),
+    "watcher": ("state_file",),
+}
+
+
+def find_path(explicit: str | None = None) -> str:
+    path = explicit or os.environ.get(ENV_VAR) or DEFAULT_NAME
+    if not os.path.exists(path):
+        raise ConfigError(f"config file {path!r} not found (use --config, {ENV_VAR}, or ./{DEFAULT_NAME})")
+    return path
+
+
+def _check_type(where: str, default: Any, value: Any) -> Any:
+    if isinstance(default, bool):
+        ok = isinstance(value, bool)
+    elif isinstance(default, float):
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+        value = float(value) if ok else value
+    elif isinstance(default, int):
+        ok = isinstance(value, int) and not isinstance(value, bool)
+    elif isinstance(default, str):
+        ok = isinstance(value, str)
+    elif isinstance(default, list):
+        ok = isinstance(value, list)
+    else:
+        ok = True
+    if not ok:
+        raise ConfigError(f"{where} should be {type(default).__name__}, got {value!r}")
+    return value
+
+
+def from_dict(data: dict[str, Any], base_dir: str = ".", source: str = "<config>") -> Config:
+    cfg = Config(path=source)
+    for section, body in data.items():
+        if section not in _PATH_KEYS and section not in ("server",):
+            raise ConfigError(f"{source}: unknown section [{section}]")
+        if not isinstance(body, dict):
+            raise ConfigError(f"{source}: [{section}] must be a table")
+        target = getattr(cfg, section)
+        known = {f.name: f for f in dataclasses.fields(target)}
+        for key, value in body.items():
+            if key not in known:
+                raise ConfigError(f"{source}: unknown key {key!r} in [{section}] (known: {', '.join(known)})")
+            value = _check_type(f"{source}: [{section}] {key}", getattr(target, key), value)
+            if key in _PATH_KEYS.get(section, ()) and value:
+                value = os.path.expanduser(value)
+                if section == "job" or section in ("slack", "watcher"):
+                    value = os.path.normpath(os.path.join(base_dir, value))
+            setattr(target, key, value)
+    validate(cfg)
+    return cfg
+
+
+def load(path: str | None = None) -> Config:
+    path = find_path(path)
+    try:
+        with open(path, "rb") as f:
+            data = tomllib.load(f)
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"{path}: not valid TOML ({e})") from None
+    except OSError as e:
+        raise ConfigError(f"{path}: cannot read ({e})") from None
+    return from_dict(data, base_dir=os.path.dirname(os.path.abspath(path)), source=os.path.abspath(path))
+
+
+def validate(cfg: Config) -> None:
+    j, s, r = cfg.job, cfg.server, cfg.remote
+    if j.max_length < 2:
+        raise ConfigError("[job] max_length must be at least 2")
+    if j.concurrency < 1:
+        raise ConfigError("[job] concurrency must be at least 1")
+    if j.retries < 1:
+        raise ConfigError("[job] retries must be at least 1")
+    if not all(isinstance(x, int) and x >= 0 for x in j.aux_layer_ids):
+        raise ConfigError("[job] aux_layer_ids must be non-negative integers")
+    if j.aux_layer_ids and len(j.aux_layer_ids) != 3:
+        raise ConfigError("[job] aux_layer_ids must name exactly three layers (EAGLE-3)")
+    if s.backend not in ("reference", "sglang"):
+        raise ConfigError(f"[server] backend must be 'reference' or 'sglang', got {s.backend!r}")
+    if not (0 < s.port < 65536):
+        raise ConfigError(f"[server] port out of range: {s.port}")
+    if r.transport not in ("local", "ssh"):
+        raise ConfigError(f"[remote] transport must be 'local' or 'ssh', got {r.transport!r}")
+    if r.transport == "ssh" and not r.host:
+        raise ConfigError("[remote] host is required when transport = 'ssh'")
+    if not j.tokenizer:
+        j.tokenizer = j.model
+
+
+def require_job(cfg: Config) -> None:
+    """The keys a runner needs; the ops side may load a config without them."""
+    missing = [k for k in ("model", "dataset", "out") if not getattr(cfg.job, k)]
+    if missing:
+        raise ConfigError(f"{cfg.path}: [job] needs {', '.join(missing)}")

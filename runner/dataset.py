@@ -1,0 +1,148 @@
+"""The JSONL input: one sample per line, index = line number (0-based).
+
+A row is a conversation (``conversations`` with role/content, or ShareGPT's from/value),
+rendered with the tokenizer's chat template and masked to assistant tokens, or
+pre-tokenized (``input_ids`` and optional ``loss_mask``). Rows longer than ``max_length``
+are truncated; unusable rows raise ``RowError`` with a reason and never stop the job.
+"""
+
+from __future__ import annotations
+
+import json
+import mmap
+import os
+from array import array
+from dataclasses import dataclass
+
+ROLE_ALIASES = {
+    "user": "user",
+    "human": "user",
+    "assistant": "assistant",
+    "gpt": "assistant",
+    "system": "system",
+}
+
+
+class RowError(ValueError):
+    """This row cannot be used; the message is the reason recorded in failed.jsonl."""
+
+
+@dataclass
+class Sample:
+    idx: int
+    input_ids: list[int]
+    loss_mask: list[int]
+    truncated: bool = False
+
+
+def line_offsets(path: str) -> array:
+    """Byte offset of every line start (and the end), so rows are read on demand."""
+    offsets = array("q", [0])
+    size = os.path.getsize(path)
+    if size == 0:
+        return offsets
+    with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
+        pos = m.find(b"\n")
+        while pos != -1:
+            offsets.append(pos + 1)
+            pos = m.find(b"\n", pos + 1)
+    if offsets[-1] != size:  # last line without a newline
+        offsets.append(size)
+    return offsets
+
+
+class Dataset:
+    def __init__(self, path: str, tokenizer, max_length: int):
+        self.path = path
+        self.tokenizer = tokenizer
+        self.max_length = max_length
+        self.vocab_size = len(tokenizer)
+        self._offsets = line_offsets(path)
+        self._f = open(path, "rb")  # noqa: SIM115 - held for the dataset's life
+
+    def __len__(self) -> int:
+        return len(self._offsets) - 1
+
+    def raw(self, idx: int) -> bytes:
+        start, end = self._offsets[idx], self._offsets[idx + 1]
+        self._f.seek(start)
+        return self._f.read(end - start)
+
+    def get(self, idx: int) -> Sample:
+        line = self.raw(idx).strip()
+        if not line:
+            raise RowError("empty line")
+        try:
+            row = json.loads(line)
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise RowError(f"bad JSON: {e}") from None
+        if not isinstance(row, dict):
+            raise RowError("row is not a JSON object")
+        if "input_ids" in row:
+            ids, mask = self._pretokenized(row)
+        elif "conversations" in row:
+            ids, mask = self._conversation(row["conversations"])
+        else:
+            raise RowError("row has neither 'conversations' nor 'input_ids'")
+        if len(ids) < 1:
+            raise RowError("row has no tokens")
+        truncated = len(ids) > self.max_length
+        if truncated:
+            ids, mask = ids[: self.max_length], mask[: self.max_length]
+        return Sample(idx, ids, mask, truncated)
+
+    def _pretokenized(self, row: dict) -> tuple[list[int], list[int]]:
+        ids = row["input_ids"]
+        if not isinstance(ids, list) or not all(type(t) is int for t in ids):
+            raise RowError("input_ids must be a list of integers")
+        bad = next((t for t in ids if not 0 <= t < self.vocab_size), None)
+        if bad is not None:
+            raise RowError(f"token id {bad} outside the vocabulary (0..{self.vocab_size - 1})")
+        mask = row.get("loss_mask", [1] * len(ids))
+        if not isinstance(mask, list) or len(mask) != len(ids) or not all(m in (0, 1) for m in mask):
+            raise RowError("loss_mask must be a list of 0/1 as long as input_ids")
+        return ids, [int(m) for m in mask]
+
+    def _conversation(self, turns) -> tuple[list[int], list[int]]:
+        if not isinstance(turns, list) or not turns:
+            raise RowError("conversations must be a non-empty list")
+        messages = []
+        for t in turns:
+            if not isinstance(t, dict):
+                raise RowError("each conversation turn must be an object")
+            role = t.get("role", t.get("from"))
+            content = t.get("content", t.get("value"))
+            if role not in ROLE_ALIASES or not isinstance(content, str):
+                raise RowError(f"bad turn (role {role!r}); need role/content or from/value")
+            messages.append({"role": ROLE_ALIASES[role], "content": content})
+        try:
+            text = self.tokenizer.apply_chat_template(messages, tokenize=False)
+        except Exception as e:  # template errors are the row's fault (e.g. role order)
+            raise RowError(f"chat template failed: {e}") from None
+        spans, cursor = [], 0
+        for m in messages:  # assistant content, located in order in the rendered text
+            at = text.find(m["content"], cursor)
+            if at < 0:
+                raise RowError("message content not found in the rendered chat template")
+            cursor = at + len(m["content"])
+            if m["role"] == "assistant":
+                spans.append((at, cursor))
+        enc = self.tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+        ids = list(enc["input_ids"])
+        mask = [0] * len(ids)
+        j = 0
+        for i, (s, e) in enumerate(enc["offset_mapping"]):
+            while j < len(spans) and spans[j][1] <= s:
+                j += 1
+            if j < len(spans) and s < spans[j][1] and e > spans[j][0]:
+                mask[i] = 1
+        return ids, mask
+
+    def close(self) -> None:
+        self._f.close()
+
+
+def load_tokenizer(path: str):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(path, local_files_only=True)

@@ -1,0 +1,140 @@
+"""Everything ``hsx demo`` needs, built offline from a seed: a synthetic conversation
+dataset, a BPE tokenizer trained on it with a chat template, a tiny randomly initialised
+Llama (config in runner/assets), and the job's hsx.toml. Same seed, same bytes."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+from importlib import resources
+
+CHAT_TEMPLATE = "{% for m in messages %}<|{{ m['role'] }}|>\n{{ m['content'] }}<|end|>\n{% endfor %}"
+SPECIALS = ["<unk>", "<pad>", "<s>", "<|end|>", "<|system|>", "<|user|>", "<|assistant|>"]
+VOCAB_SIZE = 600
+
+
+def _words(rng: random.Random, n: int) -> list[str]:
+    syll = ["ka", "lo", "mi", "ne", "su", "ta", "ri", "po", "ve", "dan", "gel", "hor", "zu", "qi", "bar"]
+    return ["".join(rng.choice(syll) for _ in range(rng.randint(1, 3))) for _ in range(n)]
+
+
+def make_conversations(seed: int, n: int) -> list[dict]:
+    rng = random.Random(seed)
+    lex = _words(rng, 300)
+
+    def sentence() -> str:
+        return " ".join(rng.choice(lex) for _ in range(rng.randint(4, 40))) + rng.choice([".", "?", "!"])
+
+    rows = []
+    for _ in range(n):
+        turns = []
+        if rng.random() < 0.3:
+            turns.append({"role": "system", "content": sentence()})
+        for _ in range(rng.randint(1, 3)):
+            turns.append({"role": "user", "content": " ".join(sentence() for _ in range(rng.randint(1, 3)))})
+            turns.append(
+                {"role": "assistant", "content": " ".join(sentence() for _ in range(rng.randint(1, 6)))}
+            )
+        rows.append({"conversations": turns})
+    return rows
+
+
+def build_tokenizer(texts: list[str], out_dir: str):
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE(unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    trainer = trainers.BpeTrainer(vocab_size=VOCAB_SIZE, special_tokens=SPECIALS, show_progress=False)
+    tok.train_from_iterator(texts, trainer=trainer)
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok, unk_token="<unk>", pad_token="<pad>", bos_token="<s>", eos_token="<|end|>"
+    )
+    fast.chat_template = CHAT_TEMPLATE
+    fast.save_pretrained(out_dir)
+    return fast
+
+
+def build_model(seed: int, vocab_size: int, out_dir: str) -> None:
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    cfg = json.loads(resources.files("runner").joinpath("assets/tiny_llama.json").read_text())
+    cfg["vocab_size"] = vocab_size
+    config = LlamaConfig(**cfg)
+    torch.manual_seed(seed)
+    model = LlamaForCausalLM(config).to(torch.bfloat16)
+    model.save_pretrained(out_dir, safe_serialization=True)
+
+
+def toml_for(workdir: str, concurrency: int = 4) -> str:
+    return f"""# Written by `hsx demo`: the whole loop on this machine, reference backend, tiny model.
+[job]
+name = "demo"
+model = "model"
+dataset = "data.jsonl"
+out = "out"
+max_length = 512
+concurrency = {concurrency}
+status_interval_s = 1.0
+rate_window_s = 30.0
+
+[server]
+backend = "reference"
+device = "cpu"
+dtype = "bfloat16"
+threads = 1
+port = {_free_port()}
+start_timeout_s = 300.0
+
+[remote]
+transport = "local"
+runner = "hsx-runner"
+runner_config = "{os.path.join(os.path.abspath(workdir), "hsx.toml")}"
+
+[slack]
+operators = ["console"]
+audit_log = "audit.jsonl"
+
+[watcher]
+interval_s = 2.0
+state_file = "watcher.json"
+"""
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def build(workdir: str, samples: int, seed: int) -> str:
+    """Create the demo job in workdir unless it is already there; return the config path."""
+    os.makedirs(workdir, exist_ok=True)
+    conf = os.path.join(workdir, "hsx.toml")
+    stamp = os.path.join(workdir, "demo.json")
+    want = {"samples": samples, "seed": seed}
+    if os.path.exists(conf) and os.path.exists(stamp):
+        with open(stamp) as f:
+            have = json.load(f)
+        if have == want:
+            return conf
+        raise SystemExit(
+            f"{workdir} holds a demo built with {have}; use another --workdir or the same options"
+        )
+    rows = make_conversations(seed, samples)
+    with open(os.path.join(workdir, "data.jsonl"), "w") as f:
+        for r in rows:
+            f.write(json.dumps(r) + "\n")
+    texts = [t["content"] for r in rows for t in r["conversations"]]
+    model_dir = os.path.join(workdir, "model")
+    tok = build_tokenizer(texts, model_dir)
+    build_model(seed, len(tok), model_dir)
+    with open(conf, "w") as f:
+        f.write(toml_for(workdir))
+    with open(stamp, "w") as f:
+        json.dump(want, f)
+    return conf

@@ -1,0 +1,113 @@
+"""The dump contract shared by both server backends (reference, patched SGLang) and the
+extractor. Stdlib only.
+
+A request asks for a dump with ``sampling_params.custom_params``:
+``{"hsx_dump": true, "hsx_loss_mask": "<rle>"}`` and a ``rid`` matching ``RID_RE``.
+The server writes, on the output filesystem, in the dump directory it was started with:
+
+* ``<dump_dir>/<rid>.ckpt`` — the complete sample in the output format (torch.save dict:
+  input_ids, loss_mask, hidden_state [1,seq,H], aux_hidden_state [1,seq,3H]), fsynced;
+* then ``<dump_dir>/<rid>.json`` — a sidecar {rid, seq, bytes, checksum, hidden_size, dtype},
+  written atomically after the data file, so its presence means the data file is complete.
+
+Both exist before the HTTP response is sent. The response carries metadata only.
+The extractor renames the data file into its shard and deletes the sidecar.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+
+RID_RE = re.compile(r"^[A-Za-z0-9._-]{1,128}$")
+DUMP_DIR_ENV = "HSX_DUMP_DIR"
+DUMP_LAYERS_ENV = "HSX_AUX_LAYER_IDS"  # comma-separated layer ids, same convention as SpecForge
+CUSTOM_KEY = "hsx_dump"
+MASK_KEY = "hsx_loss_mask"
+CHECKSUM_ALGO = "xxh3_64"
+
+
+class DumpError(ValueError):
+    """A dump request or sidecar that breaks the contract."""
+
+
+def check_rid(rid: object) -> str:
+    if not isinstance(rid, str) or not RID_RE.match(rid):
+        raise DumpError(f"rid must match {RID_RE.pattern}, got {rid!r}")
+    return rid
+
+
+def encode_mask(mask: list[int]) -> str:
+    """Run-length encode a 0/1 mask as 'v:n,v:n' (assistant spans are a few runs long)."""
+    if not mask:
+        return ""
+    runs, cur, n = [], mask[0], 0
+    for v in mask:
+        if v == cur:
+            n += 1
+        else:
+            runs.append(f"{cur}:{n}")
+            cur, n = v, 1
+    runs.append(f"{cur}:{n}")
+    return ",".join(runs)
+
+
+def decode_mask(text: str, length: int) -> list[int]:
+    out: list[int] = []
+    if text:
+        for part in text.split(","):
+            v, _, n = part.partition(":")
+            if v not in ("0", "1") or not n.isdigit():
+                raise DumpError(f"bad loss-mask run {part!r}")
+            out.extend([int(v)] * int(n))
+    if len(out) != length:
+        raise DumpError(f"loss mask has {len(out)} entries for {length} tokens")
+    return out
+
+
+def data_path(dump_dir: str, rid: str) -> str:
+    return os.path.join(dump_dir, f"{check_rid(rid)}.ckpt")
+
+
+def sidecar_path(dump_dir: str, rid: str) -> str:
+    return os.path.join(dump_dir, f"{check_rid(rid)}.json")
+
+
+def write_sidecar(dump_dir: str, rid: str, meta: dict) -> None:
+    path = sidecar_path(dump_dir, rid)
+    tmp = path + ".part"
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump({"rid": rid, **meta}, f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def read_sidecar(dump_dir: str, rid: str) -> dict:
+    path = sidecar_path(dump_dir, rid)
+    try:
+        with open(path, encoding="utf-8") as f:
+            meta = json.load(f)
+    except FileNotFoundError:
+        raise DumpError(f"server wrote no dump for {rid} ({path} missing)") from None
+    except (OSError, json.JSONDecodeError) as e:
+        raise DumpError(f"unreadable dump sidecar {path}: {e}") from None
+    for k in ("seq", "bytes", "checksum"):
+        if k not in meta:
+            raise DumpError(f"dump sidecar {path} lacks {k!r}")
+    return meta
+
+
+def request_body(rid: str, input_ids: list[int], loss_mask: list[int]) -> dict:
+    """The /generate body both backends accept (SGLang's schema: see patches/)."""
+    return {
+        "rid": check_rid(rid),
+        "input_ids": input_ids,
+        "return_hidden_states": True,
+        "sampling_params": {
+            "max_new_tokens": 1,
+            "temperature": 0.0,
+            "custom_params": {CUSTOM_KEY: True, MASK_KEY: encode_mask(loss_mask)},
+        },
+    }

@@ -1,0 +1,30 @@
+"""One root for every error hsx raises on purpose; messages are meant for a person."""
+
+
+class HsxError(Exception):
+    """Base of all deliberate hsx errors."""
+
+
+class ConfigError(HsxError):
+    """The config file is missing, malformed or inconsistent."""
+
+
+class StatusError(HsxError):
+    """A status record could not be read or is malformed."""
+
+
+class LockedError(HsxError):
+    """Another runner holds the job's lock."""
+
+    def __init__(self, pid: int | None, path: str):
+        self.pid = pid
+        who = f"pid {pid}" if pid else "another process"
+        super().__init__(f"job is already running ({who} holds {path})")
+
+
+class ServerError(HsxError):
+    """The inference server failed to start, crashed, or failed its self-test."""
+
+
+class JobFailed(HsxError):
+    """The job stopped itself with a reason (consecutive failures, self-test, ...)."""

@@ -1,0 +1,214 @@
+"""The extractor: a bounded number of requests in flight so the server never idles, each
+sample retried through tenacity on transient errors, committed atomically, or failed with
+a reason. A server that dies is restarted (capped) and in-flight samples are retried."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+import uuid
+
+import aiohttp
+from tenacity import (
+    AsyncRetrying,
+    RetryError,
+    retry_if_exception_type,
+    stop_after_attempt,
+    wait_exponential_jitter,
+)
+
+from . import dump
+from .dataset import Dataset, RowError
+from .errors import JobFailed, ServerError
+from .record import Recorder
+from .server import Server
+from .store import Store
+
+log = logging.getLogger("hsx.extractor")
+MONITOR_S = 0.5
+BACKOFF_INITIAL_S = float(os.environ.get("HSX_BACKOFF_S", "1.0"))  # tests shrink it
+BACKOFF_MAX_S = 30.0
+
+
+class Transient(Exception):
+    """Worth retrying: connection trouble, timeouts, 5xx, a missing dump."""
+
+
+class Permanent(Exception):
+    """The server refused this sample; retrying would not help."""
+
+
+class ServerDown(Exception):
+    """The server process is gone; wait for the restart without spending an attempt."""
+
+
+class Extractor:
+    def __init__(self, cfg, dataset: Dataset, store: Store, rec: Recorder, server: Server, dump_dir: str):
+        self.cfg = cfg
+        self.ds = dataset
+        self.store = store
+        self.rec = rec
+        self.server = server
+        self.dump_dir = dump_dir
+        self.nonce = uuid.uuid4().hex[:8]
+        self.server_up = asyncio.Event()
+        self.server_up.set()
+        self.stopping = asyncio.Event()
+        self.abort_reason: str | None = None
+        self.consecutive = 0
+        self.transient_failed = 0
+        self._queue: list[int] = []
+
+    def stop(self) -> None:
+        self.stopping.set()
+
+    def abort(self, reason: str) -> None:
+        if self.abort_reason is None:
+            self.abort_reason = reason
+            log.error("stopping the job: %s", reason)
+        self.stopping.set()
+        self.server_up.set()  # release waiters so they see the abort
+
+    async def run(self, remaining: list[int]) -> None:
+        self._queue = list(reversed(remaining))
+        timeout = aiohttp.ClientTimeout(total=self.cfg.job.request_timeout_s)
+        conn = aiohttp.TCPConnector(limit=self.cfg.job.concurrency + 2)
+        async with aiohttp.ClientSession(timeout=timeout, connector=conn) as http:
+            self.http = http
+            monitor = asyncio.create_task(self._monitor())
+            workers = [asyncio.create_task(self._worker()) for _ in range(self.cfg.job.concurrency)]
+            try:
+                await asyncio.gather(*workers)
+            finally:
+                monitor.cancel()
+                for w in workers:
+                    w.cancel()
+                await asyncio.gather(monitor, *workers, return_exceptions=True)
+        if self.abort_reason:
+            raise JobFailed(self.abort_reason)
+
+    async def _worker(self) -> None:
+        while self._queue and not self.stopping.is_set():
+            idx = self._queue.pop()
+            try:
+                sample = self.ds.get(idx)
+            except RowError as e:
+                await asyncio.to_thread(self.store.fail, idx, f"bad row: {e}", 0, True)
+                self.rec.failed(idx, f"bad row: {e}", permanent=True)
+                continue
+            if sample.truncated:
+                self.rec.rec.truncated += 1
+            try:
+                await self._extract(sample)
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:  # noqa: BLE001 - any failure of one sample is recorded, not fatal
+                self._sample_failed(sample.idx, e)
+            else:
+                self.consecutive = 0
+
+    def _sample_failed(self, idx: int, e: Exception) -> None:
+        if self.stopping.is_set() and self.abort_reason:
+            self._queue.append(idx)  # not this sample's fault; stays remaining
+            return
+        permanent = isinstance(e, Permanent)
+        cause = e.last_attempt.exception() if isinstance(e, RetryError) else e
+        attempts = e.last_attempt.attempt_number if isinstance(e, RetryError) else 1
+        reason = f"{type(cause).__name__}: {cause}"
+        self.store.fail(idx, reason, attempts, permanent)
+        self.rec.failed(idx, reason, permanent)
+        if not permanent:
+            self.transient_failed += 1
+        self.consecutive += 1
+        limit = self.cfg.job.max_consecutive_failures
+        if self.consecutive >= limit:
+            self.abort(f"{self.consecutive} samples in a row failed; last: sample {idx}: {reason}")
+
+    async def _extract(self, sample) -> None:
+        body_ids, mask = sample.input_ids, sample.loss_mask
+        attempt_no = 0
+        while True:
+            try:
+                async for attempt in AsyncRetrying(
+                    stop=stop_after_attempt(self.cfg.job.retries),
+                    wait=wait_exponential_jitter(initial=BACKOFF_INITIAL_S, max=BACKOFF_MAX_S),
+                    retry=retry_if_exception_type(Transient),
+                    reraise=False,
+                ):
+                    with attempt:
+                        attempt_no += 1
+                        await self.server_up.wait()
+                        if self.abort_reason:
+                            raise JobFailed(self.abort_reason)
+                        rid = f"s{sample.idx}-{self.nonce}-{attempt_no}"
+                        meta = await self._request(rid, body_ids, mask)
+                        await asyncio.to_thread(self._commit, sample.idx, rid, meta)
+                return
+            except ServerDown:
+                await self.server_up.wait()
+                if self.abort_reason:
+                    raise JobFailed(self.abort_reason) from None
+
+    async def _request(self, rid: str, ids: list[int], mask: list[int]) -> dict:
+        url = self.server.url + "/generate"
+        try:
+            async with self.http.post(url, json=dump.request_body(rid, ids, mask)) as r:
+                if r.status >= 500:
+                    raise Transient(f"server answered {r.status}: {(await r.text())[:300]}")
+                if r.status >= 400:
+                    raise Permanent(f"server refused ({r.status}): {(await r.text())[:300]}")
+                await r.read()
+        except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError, OSError) as e:
+            if not self.server.alive():
+                raise ServerDown from None
+            raise Transient(f"connection to server failed: {e}") from None
+        except asyncio.TimeoutError:
+            raise Transient(f"no answer within {self.cfg.job.request_timeout_s:g}s") from None
+        try:
+            meta = dump.read_sidecar(self.dump_dir, rid)
+        except dump.DumpError as e:
+            raise Transient(str(e)) from None
+        if meta["seq"] != len(ids):
+            raise Transient(f"dump has {meta['seq']} rows for {len(ids)} tokens")
+        return meta
+
+    def _commit(self, idx: int, rid: str, meta: dict) -> None:
+        self.store.commit(
+            idx, dump.data_path(self.dump_dir, rid), meta["seq"], meta["bytes"], meta["checksum"]
+        )
+        try:
+            os.unlink(dump.sidecar_path(self.dump_dir, rid))
+        except FileNotFoundError:
+            pass
+        self.rec.extracted(meta["seq"], meta["bytes"])
+
+    async def _monitor(self) -> None:
+        cap = self.cfg.server.max_restarts
+        while not self.stopping.is_set():
+            await asyncio.sleep(MONITOR_S)
+            if self.server.alive():
+                continue
+            self.server_up.clear()
+            code = self.server.proc.returncode if self.server.proc else None
+            if self.server.restarts >= cap:
+                self.abort(f"server died (exit code {code}) and the restart cap ({cap}) is spent")
+                return
+            self.server.restarts += 1
+            self.rec.rec.server.restarts = self.server.restarts
+            self.rec.error(f"server died (exit code {code}); restart {self.server.restarts}/{cap}")
+            await asyncio.sleep(min(2 ** (self.server.restarts - 1), 30) * BACKOFF_INITIAL_S)
+            try:
+                await asyncio.to_thread(self.server.stop, 5.0)
+                self.server.start()
+                t0 = time.monotonic()
+                await self.server.wait_ready(self._server_progress)
+                log.info("server back after %.1fs", time.monotonic() - t0)
+                self.rec.rec.server.pid = self.server.proc.pid if self.server.proc else None
+                self.server_up.set()
+            except ServerError as e:
+                self.rec.error(str(e))  # next loop sees it dead and counts another restart
+
+    def _server_progress(self) -> None:
+        self.rec.rec.server.activity = self.server.activity

@@ -1,0 +1,290 @@
+"""One run of a job, phase by phase: preflight, starting_server, self_test, extracting,
+then done / failed / stopped. Holds the lock for its whole life and keeps the record true."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import signal
+import uuid
+
+from . import dump, layers
+from .config import Config, require_job
+from .dataset import Dataset, RowError, load_tokenizer
+from .errors import ConfigError, JobFailed, ServerError
+from .lock import JobLock
+from .record import Recorder
+from .server import Server
+from .status import Phase
+from .store import Store, sample_path
+
+log = logging.getLogger("hsx.job")
+DATASET_JSON = "dataset.json"
+LOG_DIR = "logs"
+SELF_TEST_TOKENS = 64
+FORMAT = "hsx-specforge-v1"
+STOP_GRACE_S = 60.0
+
+
+def setup_logging(out: str) -> str:
+    os.makedirs(os.path.join(out, LOG_DIR), exist_ok=True)
+    path = os.path.join(out, LOG_DIR, "runner.log")
+    handler = logging.FileHandler(path)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger("hsx")
+    root.handlers[:] = [handler]
+    root.setLevel(logging.INFO)
+    return path
+
+
+def describe(cfg: Config, info: dict, aux: list[int], total: int, tokenizer: str) -> dict:
+    return {
+        "format": FORMAT,
+        "model": os.path.abspath(cfg.job.model),
+        "tokenizer": os.path.abspath(tokenizer),
+        "dataset": os.path.abspath(cfg.job.dataset),
+        "total": total,
+        "max_length": cfg.job.max_length,
+        "hidden_size": info["hidden_size"],
+        "num_layers": info["num_layers"],
+        "dtype": info["dtype"] if cfg.server.backend == "sglang" else cfg.server.dtype,
+        "aux_layer_ids": aux,
+        "layer_convention": layers.CONVENTION,
+        "final_norm": layers.FINAL_NORM,
+        "checksum": dump.CHECKSUM_ALGO,
+        "shard_size": 2000,
+    }
+
+
+# Keys that must not change between runs writing into the same output.
+PINNED = ("model", "dataset", "total", "max_length", "hidden_size", "dtype", "aux_layer_ids")
+
+
+def check_or_write_dataset_json(out: str, desc: dict) -> None:
+    path = os.path.join(out, DATASET_JSON)
+    if os.path.exists(path):
+        try:
+            with open(path) as f:
+                have = json.load(f)
+        except (OSError, json.JSONDecodeError) as e:
+            raise ConfigError(
+                f"{path} is unreadable ({e}); move it away only if the output is disposable"
+            ) from None
+        diff = [k for k in PINNED if have.get(k) != desc.get(k)]
+        if diff:
+            detail = "; ".join(f"{k}: {have.get(k)!r} -> {desc.get(k)!r}" for k in diff)
+            raise ConfigError(f"{out} was written by a different job ({detail}); use a new [job] out")
+        return
+    from .status import write_atomic
+
+    write_atomic(path, json.dumps(desc, indent=1) + "\n")
+
+
+class Job:
+    def __init__(self, cfg: Config):
+        require_job(cfg)
+        self.cfg = cfg
+        self.out = cfg.job.out
+        self.store = Store(self.out)
+        self.server: Server | None = None
+        self.extractor = None
+        self._stop_requested = False
+        self._main: asyncio.Task | None = None
+
+    def request_stop(self) -> None:
+        """SIGTERM/SIGINT: drain while extracting; otherwise cancel what is in progress."""
+        if self._stop_requested:
+            return
+        self._stop_requested = True
+        log.info("stop requested")
+        if self.extractor is not None:
+            self.extractor.stop()
+        elif self._main is not None:
+            self._main.cancel()
+
+    async def main(self) -> int:
+        self._main = asyncio.current_task()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, self.request_stop)
+        cfg = self.cfg
+        removed = self.store.prepare()
+        tok = load_tokenizer(cfg.job.tokenizer)
+        ds = Dataset(cfg.job.dataset, tok, cfg.job.max_length)
+        info = layers.model_info(cfg.job.model)
+        aux = layers.resolve_aux_ids(cfg.job.aux_layer_ids, info["num_layers"])
+        total = len(ds)
+        check_or_write_dataset_json(self.out, describe(cfg, info, aux, total, cfg.job.tokenizer))
+        rec = Recorder(self.out, cfg.job.name, total, cfg.job.rate_window_s)
+        self.rec = rec
+        plan = self.store.plan(total)
+        if plan.orphans:
+            self._adopt(plan.orphans)
+            plan = self.store.plan(total)
+        rec.set_done(len(plan.committed), len(plan.failed), self._avg_bytes(plan.committed))
+        rec.rec.server.backend = cfg.server.backend
+        rec.phase(Phase.PREFLIGHT)
+        if removed:
+            rec.event("cleanup", removed_temp_files=removed)
+        log.info(
+            "plan: %d committed, %d failed, %d remaining",
+            len(plan.committed),
+            len(plan.failed),
+            len(plan.remaining),
+        )
+        ticker = asyncio.create_task(self._tick())
+        try:
+            if not plan.remaining:
+                rec.phase(Phase.DONE)
+                return 0
+            return await self._run(ds, plan.remaining, aux)
+        except asyncio.CancelledError:
+            rec.phase(Phase.STOPPED, "stopped on request")
+            return 0
+        except (JobFailed, ServerError, ConfigError) as e:
+            rec.rec.last_error = str(e)[:500]
+            rec.phase(Phase.FAILED, str(e)[:500])
+            log.error("job failed: %s", e)
+            return 1
+        except Exception as e:
+            log.exception("unexpected error")
+            rec.rec.last_error = f"{type(e).__name__}: {e}"[:500]
+            rec.phase(Phase.FAILED, f"internal error: {type(e).__name__}: {e}"[:500])
+            return 1
+        finally:
+            ticker.cancel()
+            if self.server is not None:
+                await asyncio.to_thread(self.server.stop)
+            ds.close()
+            rec.rec.alive = False
+            rec.write()
+
+    async def _run(self, ds: Dataset, remaining: list[int], aux: list[int]) -> int:
+        from .extractor import Extractor
+
+        cfg, rec = self.cfg, self.rec
+        dump_dir = self.store.tmp
+        self.server = Server(cfg, aux, dump_dir, os.path.join(self.out, LOG_DIR, "server.log"), self.out)
+        rec.phase(Phase.STARTING_SERVER)
+        self.server.start()
+        rec.rec.server.pid = self.server.proc.pid
+        rec.rec.server.url = self.server.url
+        rec.rec.server.started_at = rec.rec.phase_since
+        await self.server.wait_ready(lambda: setattr(rec.rec.server, "activity", self.server.activity))
+        rec.rec.server.activity = "ready"
+        rec.phase(Phase.SELF_TEST)
+        await self._self_test(ds, remaining, dump_dir)
+        rec.phase(Phase.EXTRACTING)
+        self.extractor = Extractor(cfg, ds, self.store, rec, self.server, dump_dir)
+        if self._stop_requested:
+            self.extractor.stop()
+        await self.extractor.run(remaining)
+        if self._stop_requested:
+            rec.phase(Phase.STOPPED, "stopped on request")
+            return 0
+        if self.extractor.transient_failed:
+            n = self.extractor.transient_failed
+            rec.phase(Phase.FAILED, f"{n} samples failed after retries; resume to retry them")
+            return 1
+        rec.phase(Phase.DONE)
+        return 0
+
+    async def _self_test(self, ds: Dataset, remaining: list[int], dump_dir: str) -> None:
+        """One real request through the dump path before any sample is written."""
+        import aiohttp
+        import torch
+
+        from .ckpt import load_sample
+
+        sample = None
+        for idx in remaining[:50]:
+            try:
+                sample = ds.get(idx)
+                break
+            except RowError:
+                continue
+        ids = sample.input_ids[:SELF_TEST_TOKENS] if sample else [1, 2, 3, 4]
+        mask = sample.loss_mask[:SELF_TEST_TOKENS] if sample else [0, 1, 1, 1]
+        rid = f"selftest-{uuid.uuid4().hex[:8]}"
+        try:
+            async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=300)) as http:
+                async with http.post(
+                    self.server.url + "/generate", json=dump.request_body(rid, ids, mask)
+                ) as r:
+                    if r.status != 200:
+                        raise JobFailed(
+                            f"self-test failed: server answered {r.status}: {(await r.text())[:300]}"
+                        )
+            meta = dump.read_sidecar(dump_dir, rid)
+            t = load_sample(dump.data_path(dump_dir, rid))
+            hs, aux = t["hidden_state"], t["aux_hidden_state"]
+            seq, h = len(ids), self.rec_hidden()
+            problems = []
+            if meta["seq"] != seq or tuple(hs.shape) != (1, seq, h):
+                problems.append(f"hidden_state shape {tuple(hs.shape)}, want (1, {seq}, {h})")
+            if tuple(aux.shape) != (1, seq, 3 * h):
+                problems.append(f"aux_hidden_state shape {tuple(aux.shape)}, want (1, {seq}, {3 * h})")
+            if t["input_ids"].tolist() != ids:
+                problems.append("input_ids differ from the request")
+            if not (torch.isfinite(hs.float()).all() and torch.isfinite(aux.float()).all()):
+                problems.append("non-finite values")
+            if problems:
+                raise JobFailed("self-test failed: " + "; ".join(problems))
+        except (aiohttp.ClientError, asyncio.TimeoutError, dump.DumpError, ValueError, KeyError) as e:
+            raise JobFailed(f"self-test failed: {type(e).__name__}: {e}") from None
+        finally:
+            for p in (dump.data_path(dump_dir, rid), dump.sidecar_path(dump_dir, rid)):
+                try:
+                    os.unlink(p)
+                except FileNotFoundError:
+                    pass
+        self.rec.event("self_test", ok=True, tokens=len(ids))
+
+    def rec_hidden(self) -> int:
+        return layers.model_info(self.cfg.job.model)["hidden_size"]
+
+    def _adopt(self, orphans: list[int]) -> None:
+        """Files committed just before a crash lost their manifest line: record them now."""
+        from .ckpt import CorruptSample, file_checksum, load_sample
+
+        for idx in orphans:
+            path = sample_path(self.out, idx)
+            try:
+                seq = int(load_sample(path)["input_ids"].shape[0])
+                self.store.append_manifest(
+                    idx,
+                    seq,
+                    os.path.getsize(path),
+                    file_checksum(path),
+                    os.path.basename(os.path.dirname(path)),
+                )
+            except (CorruptSample, KeyError, OSError) as e:
+                log.warning("orphan %s unusable (%s): removing it to redo the sample", path, e)
+                os.unlink(path)
+        log.info("adopted %d committed files that had no manifest line", len(orphans))
+
+    def _avg_bytes(self, committed: set[int]) -> float | None:
+        sizes = []
+        for idx in list(committed)[:20]:
+            try:
+                sizes.append(os.path.getsize(sample_path(self.out, idx)))
+            except OSError:
+                pass
+        return sum(sizes) / len(sizes) if sizes else None
+
+    async def _tick(self) -> None:
+        while True:
+            await asyncio.sleep(self.cfg.job.status_interval_s)
+            self.rec.write()
+
+
+def run(cfg: Config) -> int:
+    lock = JobLock(cfg.job.out)
+    lock.acquire()  # LockedError names the running pid
+    setup_logging(cfg.job.out)
+    try:
+        return asyncio.run(Job(cfg).main())
+    finally:
+        lock.release()

@@ -1,0 +1,48 @@
+"""EAGLE-3 aux-layer convention, shared by both backends and dataset.json.
+
+SpecForge/SGLang convention: aux id ``i`` is the output of decoder layer ``i`` (= the input
+of layer ``i+1``, transformers' ``hidden_states[i+1]``), before the final norm. Default ids
+``[1, N//2-1, N-4]``. ``hidden_state`` is the final-norm output (the input to lm_head)."""
+
+from __future__ import annotations
+
+import json
+import os
+
+CONVENTION = (
+    "aux[i] = output of decoder layer i = input of layer i+1 (transformers hidden_states[i+1]), pre-norm"
+)
+FINAL_NORM = "hidden_state = output of the model's final norm (input to lm_head)"
+
+
+def default_aux_ids(num_layers: int) -> list[int]:
+    return [1, num_layers // 2 - 1, num_layers - 4]
+
+
+def resolve_aux_ids(ids: list[int], num_layers: int) -> list[int]:
+    ids = list(ids) or default_aux_ids(num_layers)
+    if len(ids) != 3 or len(set(ids)) != 3:
+        raise ValueError(f"need three distinct aux layer ids, got {ids} for {num_layers} layers")
+    if not all(0 <= i <= num_layers - 2 for i in ids):
+        raise ValueError(f"aux layer ids {ids} must lie in 0..{num_layers - 2} ({num_layers} layers)")
+    return sorted(ids)
+
+
+def model_info(model_dir: str) -> dict:
+    """hidden size, layer count and dtype from the model's config.json (no weights loaded)."""
+    path = os.path.join(model_dir, "config.json")
+    try:
+        with open(path) as f:
+            cfg = json.load(f)
+    except (OSError, json.JSONDecodeError) as e:
+        raise ValueError(f"cannot read model config {path}: {e}") from None
+    cfg = cfg.get("text_config", cfg)
+    try:
+        return {
+            "hidden_size": int(cfg["hidden_size"]),
+            "num_layers": int(cfg["num_hidden_layers"]),
+            "dtype": str(cfg.get("torch_dtype") or cfg.get("dtype") or "bfloat16"),
+            "architecture": (cfg.get("architectures") or ["?"])[0],
+        }
+    except KeyError as e:
+        raise ValueError(f"model config {path} lacks {e}") from None

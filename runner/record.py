@@ -1,0 +1,139 @@
+"""The runner's side of the status record: counters, the rate window, disk, events.
+
+The writer owns ``status.json`` and ``events.jsonl``; it is the only place their numbers
+are computed. Rate counts only samples extracted this run (skips never inflate it)."""
+
+from __future__ import annotations
+
+import collections
+import os
+import shutil
+import socket
+import time
+
+import orjson
+
+from .status import Disk, Phase, StatusRecord, now_iso, write_record
+
+STATUS = "status.json"
+EVENTS = "events.jsonl"
+PROGRESS_EVENT_S = 60.0  # a progress point for charts at most this often
+
+
+class Recorder:
+    def __init__(self, out: str, job: str, total: int, window_s: float):
+        self.out = out
+        self.path = os.path.join(out, STATUS)
+        self.events_path = os.path.join(out, EVENTS)
+        self.window_s = window_s
+        self._win: collections.deque[tuple[float, int]] = collections.deque()
+        self._bytes = 0
+        self._bytes_n = 0
+        self._last_progress_event = 0.0
+        self._last_milestone = -1
+        self.rec = StatusRecord(
+            job=job, host=socket.gethostname(), pid=os.getpid(), alive=True, total=total, started_at=now_iso()
+        )
+        self.rec.disk.path = out
+
+    # --- counters --------------------------------------------------------------------------
+    def set_done(self, committed: int, failed: int, avg_bytes: float | None = None) -> None:
+        self.rec.done, self.rec.failed = committed, failed
+        if avg_bytes:
+            self._bytes, self._bytes_n = avg_bytes * committed, committed
+        self._last_milestone = self._milestone(committed)
+
+    def extracted(self, tokens: int, nbytes: int) -> None:
+        self.rec.done += 1
+        self.rec.done_this_run += 1
+        self._bytes += nbytes
+        self._bytes_n += 1
+        self._win.append((time.monotonic(), tokens))
+        m = self._milestone(self.rec.done)
+        if m > self._last_milestone:
+            self._last_milestone = m
+            self.event("milestone", pct=m * 10, done=self.rec.done, total=self.rec.total)
+
+    def failed(self, idx: int, reason: str, permanent: bool) -> None:
+        self.rec.errors_this_run += 1
+        if permanent:
+            self.rec.failed += 1
+        self.rec.last_error = f"sample {idx}: {reason}"[:500]
+        self.event("sample_failed", idx=idx, reason=reason[:500], permanent=permanent)
+
+    def error(self, msg: str) -> None:
+        self.rec.errors_this_run += 1
+        self.rec.last_error = msg[:500]
+        self.event("error", message=msg[:500])
+
+    def _milestone(self, done: int) -> int:
+        return (done * 10 // self.rec.total) if self.rec.total else 0
+
+    # --- phases and events ---------------------------------------------------------------
+    def phase(self, phase: Phase, reason: str | None = None) -> None:
+        if phase != self.rec.phase or reason != self.rec.reason:
+            self.rec.phase = phase
+            self.rec.reason = reason
+            self.rec.phase_since = now_iso()
+            self.event("phase", phase=phase.value, reason=reason)
+        self.write()
+
+    def event(self, kind: str, **fields) -> None:
+        line = orjson.dumps({"t": now_iso(), "event": kind, **fields})
+        with open(self.events_path, "ab") as f:
+            f.write(line + b"\n")
+
+    # --- the record ----------------------------------------------------------------------
+    def _rates(self, now: float) -> None:
+        while self._win and now - self._win[0][0] > self.window_s:
+            self._win.popleft()
+        r = self.rec
+        if len(self._win) < 2:
+            r.rate = r.tokens_per_s = r.eta_s = r.rate_trend = None
+            return
+        span = now - self._win[0][0]
+        if span <= 0:
+            return
+        n = len(self._win) - 1  # intervals between extracted samples in the window
+        r.rate = n / span
+        r.tokens_per_s = sum(t for _, t in list(self._win)[1:]) / span
+        remaining = max(0, r.total - r.done - r.failed)
+        r.eta_s = remaining / r.rate if r.rate > 0 else None
+        # trend: the newest third of the window against the whole
+        cut = now - span / 3
+        recent = [t for t, _ in self._win if t >= cut]
+        if len(recent) >= 3 and now - recent[0] > 0:
+            rr = (len(recent) - 1) / (now - recent[0])
+            r.rate_trend = (
+                "steady" if abs(rr - r.rate) <= 0.15 * r.rate else ("rising" if rr > r.rate else "falling")
+            )
+        else:
+            r.rate_trend = None
+
+    def _disk(self) -> None:
+        d = self.rec.disk
+        try:
+            u = shutil.disk_usage(self.out)
+        except OSError:
+            return
+        d.used, d.free = u.used, u.free
+        remaining = max(0, self.rec.total - self.rec.done - self.rec.failed)
+        d.need = int(self._bytes / self._bytes_n * remaining) if self._bytes_n else None
+
+    @property
+    def bytes_per_sample(self) -> float | None:
+        return self._bytes / self._bytes_n if self._bytes_n else None
+
+    def write(self) -> None:
+        now = time.monotonic()
+        self._rates(now)
+        self._disk()
+        self.rec.heartbeat_at = now_iso()
+        write_record(self.path, self.rec)
+        if self.rec.phase == Phase.EXTRACTING and now - self._last_progress_event >= PROGRESS_EVENT_S:
+            self._last_progress_event = now
+            self.event("progress", done=self.rec.done, rate=self.rec.rate)
+
+    def final_disk(self) -> Disk:
+        self._disk()
+        return self.rec.disk

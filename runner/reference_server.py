@@ -1,0 +1,194 @@
+"""The reference backend: a transformers model behind the same HTTP endpoints and dump
+behaviour as the patched SGLang server (see runner/dump.py).
+
+One forward at a time on one thread (deterministic for a seed on CPU: no batching, no
+padding); dumps are written on a second thread so the next forward overlaps the write.
+Run: ``python -m runner.reference_server --model DIR --port P --dump-dir D``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import concurrent.futures
+import logging
+import os
+import sys
+
+from aiohttp import web
+
+from . import dump, layers
+
+log = logging.getLogger("hsx.reference")
+READY_LINE = "The server is fired up and ready to roll!"  # same line SGLang prints
+
+
+class Model:
+    def __init__(self, model_dir: str, device: str, dtype: str, threads: int, aux_ids: list[int]):
+        import torch
+        from transformers import AutoModelForCausalLM
+
+        torch.set_num_threads(threads)
+        torch.use_deterministic_algorithms(True, warn_only=True)
+        info = layers.model_info(model_dir)
+        self.aux_ids = layers.resolve_aux_ids(aux_ids, info["num_layers"])
+        log.info("Load weight begin. model=%s device=%s dtype=%s", model_dir, device, dtype)
+        self.torch = torch
+        self.model = AutoModelForCausalLM.from_pretrained(
+            model_dir, dtype=getattr(torch, dtype), local_files_only=True
+        ).to(device)
+        self.model.eval()
+        self.device = device
+        self.hidden_size = info["hidden_size"]
+        self.vocab_size = self.model.config.vocab_size
+        self.dtype = dtype
+        self._captured: dict[str, object] = {}
+        base = self.model.model
+        for i in self.aux_ids:  # input of layer i+1 == output of layer i
+            base.layers[i + 1].register_forward_pre_hook(self._pre_hook(i), with_kwargs=True)
+        base.norm.register_forward_hook(self._norm_hook)
+        log.info(
+            "Load weight end. type=%s layers=%d aux=%s",
+            info["architecture"],
+            info["num_layers"],
+            self.aux_ids,
+        )
+
+    def _pre_hook(self, i: int):
+        def hook(_mod, args, kwargs):
+            hs = args[0] if args else kwargs["hidden_states"]
+            self._captured[f"aux{i}"] = hs.detach()
+
+        return hook
+
+    def _norm_hook(self, _mod, _args, out):
+        self._captured["final"] = out.detach()
+
+    def forward(self, input_ids: list[int]):
+        torch = self.torch
+        self._captured.clear()
+        with torch.inference_mode():
+            ids = torch.tensor([input_ids], dtype=torch.long, device=self.device)
+            out = self.model.model(input_ids=ids, use_cache=False)
+            last = out.last_hidden_state[:, -1]
+            next_id = int(self.model.lm_head(last).argmax(-1).item())
+        aux = torch.cat([self._captured[f"aux{i}"] for i in self.aux_ids], dim=-1)
+        return self._captured["final"].cpu(), aux.cpu(), next_id
+
+
+def _bad(msg: str, status: int = 400) -> web.Response:
+    return web.json_response({"error": {"message": msg}}, status=status)
+
+
+def make_app(model: Model, dump_dir: str) -> web.Application:
+    import torch
+
+    from .ckpt import write_sample
+
+    fwd_pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="forward")
+    io_pool = concurrent.futures.ThreadPoolExecutor(2, thread_name_prefix="dump")
+
+    def write(rid: str, ids: list[int], mask: list[int], final, aux) -> dict:
+        nbytes, checksum = write_sample(
+            dump.data_path(dump_dir, rid),
+            input_ids=torch.tensor(ids, dtype=torch.int64),
+            loss_mask=torch.tensor(mask, dtype=torch.int64),
+            hidden_state=final,
+            aux_hidden_state=aux,
+        )
+        meta = {
+            "seq": len(ids),
+            "bytes": nbytes,
+            "checksum": checksum,
+            "hidden_size": model.hidden_size,
+            "dtype": model.dtype,
+        }
+        dump.write_sidecar(dump_dir, rid, meta)
+        return meta
+
+    async def generate(request: web.Request) -> web.Response:
+        try:
+            body = await request.json()
+        except ValueError:
+            return _bad("body is not JSON")
+        if not isinstance(body, dict):
+            return _bad("body must be an object")
+        ids = body.get("input_ids")
+        if not isinstance(ids, list) or not ids or not all(type(t) is int for t in ids):
+            return _bad("input_ids must be a non-empty list of integers")
+        if not all(0 <= t < model.vocab_size for t in ids):
+            return _bad("input_ids outside the vocabulary")
+        params = body.get("sampling_params") or {}
+        custom = params.get("custom_params") or {}
+        rid = body.get("rid") or "anon"
+        want_dump = bool(custom.get(dump.CUSTOM_KEY))
+        try:
+            dump.check_rid(rid)
+            mask = dump.decode_mask(custom.get(dump.MASK_KEY, ""), len(ids)) if want_dump else None
+        except dump.DumpError as e:
+            return _bad(str(e))
+        loop = asyncio.get_running_loop()
+        final, aux, next_id = await loop.run_in_executor(fwd_pool, model.forward, ids)
+        meta = {"id": rid, "prompt_tokens": len(ids), "cached_tokens": 0, "finish_reason": {"type": "length"}}
+        if want_dump:
+            meta["hsx_dump"] = await loop.run_in_executor(
+                io_pool, write, rid, ids, mask, final[0:1], aux[0:1]
+            )
+        return web.json_response({"output_ids": [next_id], "meta_info": meta})
+
+    async def health(_request: web.Request) -> web.Response:
+        return web.Response(text="ok")
+
+    async def server_info(_request: web.Request) -> web.Response:
+        return web.json_response(
+            {
+                "backend": "reference",
+                "version": "hsx-reference",
+                "hidden_size": model.hidden_size,
+                "aux_layer_ids": model.aux_ids,
+                "dtype": model.dtype,
+                "dump_dir": dump_dir,
+            }
+        )
+
+    app = web.Application(client_max_size=64 * 1024 * 1024)
+    app.add_routes(
+        [
+            web.post("/generate", generate),
+            web.get("/health", health),
+            web.get("/health_generate", health),
+            web.get("/ready", health),
+            web.get("/server_info", server_info),
+        ]
+    )
+    return app
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(prog="python -m runner.reference_server")
+    p.add_argument("--model", required=True)
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=30000)
+    p.add_argument("--dump-dir", default=os.environ.get(dump.DUMP_DIR_ENV, ""))
+    p.add_argument("--aux-layer-ids", default=os.environ.get(dump.DUMP_LAYERS_ENV, ""))
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--dtype", default="bfloat16")
+    p.add_argument("--threads", type=int, default=1)
+    a = p.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, stream=sys.stdout, format="[%(asctime)s] %(message)s")
+    if not a.dump_dir:
+        p.error(f"--dump-dir or {dump.DUMP_DIR_ENV} is required")
+    os.makedirs(a.dump_dir, exist_ok=True)
+    aux = [int(x) for x in a.aux_layer_ids.split(",") if x.strip()]
+    model = Model(a.model, a.device, a.dtype, a.threads, aux)
+    app = make_app(model, a.dump_dir)
+
+    async def on_startup(_app):
+        log.info(READY_LINE)
+
+    app.on_startup.append(on_startup)
+    web.run_app(app, host=a.host, port=a.port, print=None, access_log=None, handle_signals=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,195 @@
+"""Server lifecycle, the same for both backends: build the command, start it in its own
+process group, wait for readiness on three signals together (ready line in its log,
+HTTP health, process exit code), restart with a cap, stop with SIGTERM then SIGKILL."""
+
+from __future__ import annotations
+
+import asyncio
+import ctypes
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+
+import aiohttp
+
+from . import dump
+from .config import Config
+from .errors import ServerError
+
+READY_LINE = "The server is fired up and ready to roll!"
+# What a starting server is doing, from its log: weight loading and its progress bars.
+ACTIVITY_RE = re.compile(
+    r"(Load weight begin.*|Load weight end.*|(?:Multi-thread loading shards|Loading safetensors checkpoint shards):\s*\d+% Completed \| \d+/\d+|Capture cuda graph.*|Init torch distributed.*)"
+)
+POLL_S = 0.5
+PID_FILE = "server.pid"
+
+
+def _die_with_parent() -> None:
+    # A runner killed with SIGKILL must not leave a server holding the GPUs.
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass
+
+
+def build_argv(cfg: Config, aux_ids: list[int]) -> list[str]:
+    s, j = cfg.server, cfg.job
+    python = s.python or sys.executable
+    if s.backend == "reference":
+        return [
+            python, "-m", "runner.reference_server", "--model", j.model, "--host", s.host,
+            "--port", str(s.port), "--device", s.device, "--dtype", s.dtype, "--threads", str(s.threads),
+            "--aux-layer-ids", ",".join(map(str, aux_ids)), *s.extra_args,
+        ]  # fmt: skip
+    from patches.sglang_dump import server_argv
+
+    return server_argv(
+        python=python, model=j.model, host=s.host, port=s.port, tp_size=s.tp_size, dp_size=s.dp_size,
+        mem_fraction=s.mem_fraction, aux_layer_ids=aux_ids, extra_args=list(s.extra_args),
+    )  # fmt: skip
+
+
+class Server:
+    def __init__(self, cfg: Config, aux_ids: list[int], dump_dir: str, log_path: str, run_dir: str):
+        self.cfg = cfg
+        self.argv = build_argv(cfg, aux_ids)
+        self.url = f"http://{cfg.server.host}:{cfg.server.port}"
+        self.env = {
+            **os.environ,
+            dump.DUMP_DIR_ENV: dump_dir,
+            dump.DUMP_LAYERS_ENV: ",".join(map(str, aux_ids)),
+        }
+        self.log_path = log_path
+        self.pid_file = os.path.join(run_dir, PID_FILE)
+        self.proc: subprocess.Popen | None = None
+        self.restarts = 0
+        self.started_at: float | None = None
+        self.activity = ""
+
+    def kill_stale(self) -> int | None:
+        """A server left by a runner that died (its process group) is killed before a new start."""
+        try:
+            with open(self.pid_file) as f:
+                pgid = int(f.read().strip())
+        except (OSError, ValueError):
+            return None
+        try:
+            os.killpg(pgid, signal.SIGKILL)
+        except ProcessLookupError:
+            return None
+        except PermissionError:
+            return None
+        return pgid
+
+    def start(self) -> None:
+        self.kill_stale()
+        os.makedirs(os.path.dirname(self.log_path), exist_ok=True)
+        log = open(self.log_path, "ab")  # noqa: SIM115 - the child owns it
+        log.write(f"\n=== hsx: starting server: {' '.join(self.argv)}\n".encode())
+        log.flush()
+        self._log_pos = log.tell()
+        self.proc = subprocess.Popen(
+            self.argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=self.env,
+            start_new_session=True, preexec_fn=_die_with_parent,
+        )  # fmt: skip
+        log.close()
+        with open(self.pid_file, "w") as f:
+            f.write(str(self.proc.pid))
+        self.started_at = time.monotonic()
+        self.activity = "launching"
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def _scan_log(self) -> bool:
+        """Read new log text; update activity; True once the ready line has appeared."""
+        ready = False
+        try:
+            with open(self.log_path, "rb") as f:
+                f.seek(self._log_pos)
+                chunk = f.read()
+        except OSError:
+            return False
+        if not chunk:
+            return False
+        # keep a partial last line for the next scan
+        cut = max(chunk.rfind(b"\n"), chunk.rfind(b"\r"))
+        if cut < 0:
+            return False
+        self._log_pos += cut + 1
+        text = chunk[: cut + 1].decode("utf-8", "replace")
+        for m in ACTIVITY_RE.finditer(text):
+            self.activity = m.group(1).strip()[:160]
+        if READY_LINE in text:
+            ready = True
+        return ready
+
+    def log_tail(self, n: int = 15) -> str:
+        try:
+            with open(self.log_path, "rb") as f:
+                f.seek(max(0, os.path.getsize(self.log_path) - 8192))
+                lines = f.read().decode("utf-8", "replace").replace("\r", "\n").splitlines()
+        except OSError:
+            return ""
+        return "\n".join(lines[-n:])
+
+    async def wait_ready(self, on_progress: Callable[[], None] | None = None) -> None:
+        """Ready = ready line seen AND health answers 200; a dead process ends the wait at once."""
+        timeout = self.cfg.server.start_timeout_s
+        seen_line = False
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5)) as http:
+            while True:
+                if self.proc is None or self.proc.poll() is not None:
+                    code = None if self.proc is None else self.proc.returncode
+                    raise ServerError(
+                        f"server exited with code {code} during start-up; log tail:\n{self.log_tail()}"
+                    )
+                seen_line = self._scan_log() or seen_line
+                if seen_line:
+                    try:
+                        async with http.get(self.url + "/health") as r:
+                            if r.status == 200:
+                                self.activity = "ready"
+                                return
+                    except (aiohttp.ClientError, asyncio.TimeoutError, OSError):
+                        pass
+                elapsed = time.monotonic() - (self.started_at or time.monotonic())
+                if elapsed > timeout:
+                    await asyncio.to_thread(self.stop)
+                    raise ServerError(
+                        f"server not ready after {timeout:g}s (last: {self.activity or 'nothing logged'})"
+                    )
+                if on_progress:
+                    on_progress()
+                await asyncio.sleep(POLL_S)
+
+    def stop(self, grace_s: float = 30.0) -> None:
+        p = self.proc
+        if p is None:
+            return
+        if p.poll() is None:
+            try:
+                os.killpg(p.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+            try:
+                p.wait(grace_s)
+            except subprocess.TimeoutExpired:
+                pass
+        try:  # the group may hold children that outlived the leader
+            os.killpg(p.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        try:
+            p.wait(5)
+        except subprocess.TimeoutExpired:
+            pass
+        try:
+            os.unlink(self.pid_file)
+        except FileNotFoundError:
+            pass

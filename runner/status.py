@@ -1,0 +1,168 @@
+"""The status record: one owner for its fields, parsing and validation.
+
+Written by the runner (``status.json``, atomically), read by ``hsx-runner status`` and, as
+JSON over SSH, by the ops side. Stdlib only: the ops side imports this without torch.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import enum
+import json
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+from .errors import StatusError
+
+SCHEMA = 1
+
+
+class Phase(str, enum.Enum):
+    PREFLIGHT = "preflight"  # checking paths, disk, GPUs, lock
+    STARTING_SERVER = "starting_server"  # server launched, waiting for readiness
+    SELF_TEST = "self_test"  # one request through the dump path
+    EXTRACTING = "extracting"  # samples flowing
+    PAUSED = "paused"  # waiting on a condition (disk) with a reason
+    DONE = "done"  # every sample committed or failed with a reason
+    FAILED = "failed"  # the job stopped itself with a reason
+    STOPPED = "stopped"  # stopped on request (SIGTERM / hsx stop)
+    CRASHED = "crashed"  # the record says running but the runner is gone
+
+    def is_terminal(self) -> bool:
+        return self in (Phase.DONE, Phase.FAILED, Phase.STOPPED, Phase.CRASHED)
+
+    def is_failed(self) -> bool:
+        return self in (Phase.FAILED, Phase.CRASHED)
+
+    def is_active(self) -> bool:
+        return not self.is_terminal()
+
+
+@dataclass
+class Disk:
+    path: str = ""
+    used: int = 0
+    free: int = 0
+    need: int | None = None  # bytes still needed, projected from bytes per sample
+
+
+@dataclass
+class ServerInfo:
+    backend: str = ""
+    url: str = ""
+    pid: int | None = None
+    restarts: int = 0
+    started_at: str | None = None
+    activity: str = ""  # what the log says it is doing (weight loading, ...)
+
+
+@dataclass
+class StatusRecord:
+    schema: int = SCHEMA
+    job: str = ""
+    phase: Phase = Phase.PREFLIGHT
+    host: str = ""
+    pid: int | None = None
+    alive: bool = False
+    heartbeat_at: str | None = None
+    started_at: str | None = None  # this run
+    phase_since: str | None = None
+    total: int = 0
+    done: int = 0
+    done_this_run: int = 0
+    failed: int = 0
+    errors_this_run: int = 0
+    truncated: int = 0
+    rate: float | None = None  # samples/s over a recent window of extracted samples
+    rate_trend: str | None = None  # steady | rising | falling
+    tokens_per_s: float | None = None
+    eta_s: float | None = None
+    disk: Disk = field(default_factory=Disk)
+    server: ServerInfo = field(default_factory=ServerInfo)
+    last_error: str | None = None
+    reason: str | None = None  # why paused / failed / stopped
+    heartbeat_age_s: float | None = None  # filled by readers, not by the writer
+
+    def to_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d["phase"] = self.phase.value
+        return d
+
+    @classmethod
+    def from_dict(cls, d: Any) -> StatusRecord:
+        if not isinstance(d, dict):
+            raise StatusError("status record is not a JSON object")
+        try:
+            phase = Phase(d.get("phase"))
+        except ValueError:
+            raise StatusError(f"status record has unknown phase {d.get('phase')!r}") from None
+        names = {f.name for f in dataclasses.fields(cls)}
+        kw = {k: v for k, v in d.items() if k in names}
+        kw["phase"] = phase
+        kw["disk"] = Disk(
+            **{k: v for k, v in (d.get("disk") or {}).items() if k in Disk.__dataclass_fields__}
+        )
+        kw["server"] = ServerInfo(
+            **{k: v for k, v in (d.get("server") or {}).items() if k in ServerInfo.__dataclass_fields__}
+        )
+        for k in ("total", "done", "done_this_run", "failed", "errors_this_run"):
+            if not isinstance(kw.get(k, 0), int):
+                raise StatusError(f"status record field {k!r} is not an integer")
+        return cls(**kw)
+
+    @property
+    def fraction(self) -> float:
+        return (self.done / self.total) if self.total else 0.0
+
+
+def now_iso() -> str:
+    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+def parse_iso(s: str | None) -> dt.datetime | None:
+    if not s:
+        return None
+    try:
+        t = dt.datetime.fromisoformat(s.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return t if t.tzinfo else t.replace(tzinfo=dt.timezone.utc)
+
+
+def age_s(s: str | None, now: dt.datetime | None = None) -> float | None:
+    t = parse_iso(s)
+    if t is None:
+        return None
+    now = now or dt.datetime.now(dt.timezone.utc)
+    return (now - t).total_seconds()
+
+
+def write_atomic(path: str, text: str) -> None:
+    """Write text so readers see the old or the new file, never a torn one."""
+    tmp = f"{path}.{os.getpid()}.tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def write_record(path: str, rec: StatusRecord) -> None:
+    write_atomic(path, json.dumps(rec.to_dict(), indent=1) + "\n")
+
+
+def read_record(path: str) -> StatusRecord:
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except FileNotFoundError:
+        raise StatusError(f"no status record at {path} (has the job ever run?)") from None
+    except OSError as e:
+        raise StatusError(f"cannot read status record {path}: {e}") from None
+    try:
+        d = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise StatusError(f"status record {path} is not valid JSON ({e})") from None
+    return StatusRecord.from_dict(d)

@@ -1,0 +1,213 @@
+"""The output directory: shard layout, manifest, failures, and resume planning.
+
+A sample is committed when its file has been renamed to ``rows_{g}-{g+2000}/data_{idx}.ckpt``
+(the writer fsynced it first); the manifest line follows. Planning trusts the shard listing
+(files appear only complete), reconciles it with the manifest, and never stats each file.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import re
+import shutil
+from dataclasses import dataclass, field
+
+import orjson
+
+SHARD = 2000
+SHARD_RE = re.compile(r"^rows_(\d+)-(\d+)$")
+FILE_RE = re.compile(r"^data_(\d+)\.ckpt$")
+MANIFEST = "manifest.jsonl"
+FAILED = "failed.jsonl"
+TMP_DIR = ".tmp"
+
+
+def shard_name(idx: int) -> str:
+    g = idx // SHARD * SHARD
+    return f"rows_{g}-{g + SHARD}"
+
+
+def sample_path(out: str, idx: int) -> str:
+    return os.path.join(out, shard_name(idx), f"data_{idx}.ckpt")
+
+
+def _now() -> str:
+    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def fsync_dir(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+@dataclass
+class Plan:
+    committed: set[int]
+    failed: dict[int, dict]  # permanent failures, by idx
+    remaining: list[int]
+    orphans: list[int] = field(default_factory=list)  # files committed without a manifest line
+    manifest: dict[int, dict] = field(default_factory=dict)  # only filled when asked
+
+
+class Store:
+    def __init__(self, out: str):
+        self.out = out
+        self.tmp = os.path.join(out, TMP_DIR)
+        self.manifest_path = os.path.join(out, MANIFEST)
+        self.failed_path = os.path.join(out, FAILED)
+        self._made: set[str] = set()
+
+    def prepare(self) -> int:
+        """Create the layout and remove temp files left by a crash; returns how many."""
+        os.makedirs(self.out, exist_ok=True)
+        removed = 0
+        if os.path.isdir(self.tmp):
+            removed = len(os.listdir(self.tmp))
+            shutil.rmtree(self.tmp)
+        os.makedirs(self.tmp)
+        self._repair_tail(self.manifest_path)
+        self._repair_tail(self.failed_path)
+        return removed
+
+    @staticmethod
+    def _repair_tail(path: str) -> None:
+        """A crash mid-append can leave a torn last line: cut it so appends stay parseable."""
+        try:
+            with open(path, "rb+") as f:
+                size = f.seek(0, os.SEEK_END)
+                if size == 0:
+                    return
+                f.seek(max(0, size - 1))
+                if f.read(1) == b"\n":
+                    return
+                f.seek(max(0, size - 65536))
+                tail = f.read()
+                cut = tail.rfind(b"\n")
+                f.truncate(size - len(tail) + cut + 1 if cut >= 0 else 0)
+        except FileNotFoundError:
+            pass
+
+    # --- reading -------------------------------------------------------------------------
+    def listing(self) -> set[int]:
+        """Indices with a committed file: one listdir per shard directory."""
+        found: set[int] = set()
+        try:
+            shards = [e.name for e in os.scandir(self.out) if e.is_dir() and SHARD_RE.match(e.name)]
+        except FileNotFoundError:
+            return found
+        for s in shards:
+            for name in os.listdir(os.path.join(self.out, s)):
+                if name.startswith("data_") and name.endswith(".ckpt"):
+                    try:
+                        found.add(int(name[5:-5]))
+                    except ValueError:
+                        pass
+        return found
+
+    def manifest_indices(self) -> set[int]:
+        """Fast path: lines are written as {"idx":N,...} so the index is parsed by slicing."""
+        out: set[int] = set()
+        try:
+            with open(self.manifest_path, "rb") as f:
+                for line in f:
+                    try:
+                        out.add(int(line[7 : line.index(b",", 7)]))
+                    except ValueError:
+                        continue
+        except FileNotFoundError:
+            pass
+        return out
+
+    def manifest(self) -> dict[int, dict]:
+        """Full manifest, last line per index wins (verify uses it)."""
+        out: dict[int, dict] = {}
+        for rec in _read_jsonl(self.manifest_path):
+            if isinstance(rec.get("idx"), int):
+                out[rec["idx"]] = rec
+        return out
+
+    def failures(self) -> dict[int, dict]:
+        out: dict[int, dict] = {}
+        for rec in _read_jsonl(self.failed_path):
+            if isinstance(rec.get("idx"), int):
+                if rec.get("requeued"):
+                    out.pop(rec["idx"], None)
+                else:
+                    out[rec["idx"]] = rec
+        return out
+
+    def plan(self, total: int) -> Plan:
+        committed = {i for i in self.listing() if i < total}
+        in_manifest = self.manifest_indices()
+        orphans = sorted(committed - in_manifest)
+        failed = {i: r for i, r in self.failures().items() if i not in committed and i < total}
+        permanent = {i for i, r in failed.items() if r.get("permanent", True)}
+        remaining = [i for i in range(total) if i not in committed and i not in permanent]
+        return Plan(committed, {i: failed[i] for i in permanent}, remaining, orphans)
+
+    # --- writing -------------------------------------------------------------------------
+    def commit(self, idx: int, src: str, seq: int, nbytes: int, checksum: str) -> str:
+        """Rename a complete, fsynced dump into its shard, then record it in the manifest."""
+        shard = shard_name(idx)
+        d = os.path.join(self.out, shard)
+        if shard not in self._made:
+            os.makedirs(d, exist_ok=True)
+            self._made.add(shard)
+        dst = os.path.join(d, f"data_{idx}.ckpt")
+        os.replace(src, dst)
+        fsync_dir(d)
+        self.append_manifest(idx, seq, nbytes, checksum, shard)
+        return dst
+
+    def append_manifest(self, idx: int, seq: int, nbytes: int, checksum: str, shard: str) -> None:
+        line = orjson.dumps(
+            {
+                "idx": idx,
+                "seq": seq,
+                "bytes": nbytes,
+                "checksum": checksum,
+                "shard": shard,
+                "written_at": _now(),
+            }
+        )
+        _append(self.manifest_path, line)
+
+    def fail(self, idx: int, reason: str, attempts: int, permanent: bool = True) -> None:
+        rec = {
+            "idx": idx,
+            "reason": reason[:2000],
+            "attempts": attempts,
+            "permanent": permanent,
+            "at": _now(),
+        }
+        _append(self.failed_path, orjson.dumps(rec))
+
+    def requeue(self, idx: int, why: str) -> None:
+        _append(self.failed_path, orjson.dumps({"idx": idx, "requeued": True, "reason": why, "at": _now()}))
+
+
+def _append(path: str, line: bytes) -> None:
+    # One write() of a whole line on an O_APPEND fd: a crash leaves at most a torn last line.
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        os.write(fd, line + b"\n")
+    finally:
+        os.close(fd)
+
+
+def _read_jsonl(path: str):
+    try:
+        with open(path, "rb") as f:
+            for line in f:
+                try:
+                    rec = orjson.loads(line)
+                except orjson.JSONDecodeError:
+                    continue
+                if isinstance(rec, dict):
+                    yield rec
+    except FileNotFoundError:
+        return

@@ -1,0 +1,140 @@
+"""``hsx-runner verify``: every sample present exactly once, loadable, shaped and typed by
+the contract, equal to the dataset's tokens, finite, and matching its manifest checksum.
+``--repair`` moves corrupt files to ``.quarantine/`` (nothing is deleted) and re-queues them."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from collections import defaultdict
+
+from . import layers
+from .config import Config
+from .dataset import Dataset, RowError, load_tokenizer
+from .store import FILE_RE, SHARD_RE, Store, shard_name
+
+QUARANTINE = ".quarantine"
+
+
+def _scan(out: str) -> dict[int, list[str]]:
+    """idx -> every path holding it (more than one, or the wrong shard, is a defect)."""
+    found: dict[int, list[str]] = defaultdict(list)
+    if not os.path.isdir(out):
+        return found
+    for e in os.scandir(out):
+        if e.is_dir() and SHARD_RE.match(e.name):
+            for name in os.listdir(e.path):
+                m = FILE_RE.match(name)
+                if m:
+                    found[int(m.group(1))].append(os.path.join(e.path, name))
+    return found
+
+
+def check_sample(
+    path: str, idx: int, want_ids: list[int] | None, entry: dict | None, desc: dict, quick: bool
+) -> str | None:
+    """The reason this file is unsound, or None."""
+    import torch
+
+    from .ckpt import CorruptSample, file_checksum, load_sample
+
+    if os.path.basename(os.path.dirname(path)) != shard_name(idx):
+        return f"in the wrong shard ({path})"
+    if entry is None:
+        return "no manifest line"
+    size = os.path.getsize(path)
+    if size != entry.get("bytes"):
+        return f"size {size} != manifest {entry.get('bytes')}"
+    if not quick and file_checksum(path) != entry.get("checksum"):
+        return "checksum differs from the manifest"
+    try:
+        t = load_sample(path)
+    except CorruptSample as e:
+        return f"does not load: {e}"
+    missing = {"input_ids", "loss_mask", "hidden_state", "aux_hidden_state"} - set(t)
+    if missing:
+        return f"missing keys {sorted(missing)}"
+    ids, mask, hs, aux = t["input_ids"], t["loss_mask"], t["hidden_state"], t["aux_hidden_state"]
+    seq, h = ids.shape[0] if ids.dim() == 1 else -1, desc["hidden_size"]
+    dtype = getattr(torch, desc["dtype"], None)
+    if ids.dtype != torch.int64 or ids.dim() != 1:
+        return f"input_ids {ids.dtype} {tuple(ids.shape)}"
+    if tuple(mask.shape) != (seq,):
+        return f"loss_mask shape {tuple(mask.shape)}"
+    if tuple(hs.shape) != (1, seq, h) or tuple(aux.shape) != (1, seq, 3 * h):
+        return f"shapes hidden {tuple(hs.shape)} aux {tuple(aux.shape)} for seq {seq}, H {h}"
+    if dtype is not None and (hs.dtype != dtype or aux.dtype != dtype):
+        return f"dtype {hs.dtype}/{aux.dtype}, want {dtype}"
+    if seq != entry.get("seq"):
+        return f"seq {seq} != manifest {entry.get('seq')}"
+    if want_ids is not None and ids.tolist() != want_ids:
+        return "input_ids differ from the dataset's tokens"
+    if not quick and not (torch.isfinite(hs).all() and torch.isfinite(aux).all()):
+        return "non-finite values"
+    return None
+
+
+def verify(cfg: Config, repair: bool = False, quick: bool = False) -> dict:
+    out = cfg.job.out
+    store = Store(out)
+    try:
+        with open(os.path.join(out, "dataset.json")) as f:
+            desc = json.load(f)
+    except (OSError, json.JSONDecodeError):
+        info = layers.model_info(cfg.job.model)
+        desc = {"hidden_size": info["hidden_size"], "dtype": cfg.server.dtype}
+    ds = Dataset(cfg.job.dataset, load_tokenizer(cfg.job.tokenizer), cfg.job.max_length)
+    total = len(ds)
+    manifest = store.manifest()
+    failures = store.failures()
+    found = _scan(out)
+    ok, missing, failed = 0, [], []
+    corrupt: dict[int, str] = {}
+    for idx in range(total):
+        paths = found.get(idx, [])
+        if not paths:
+            (failed if idx in failures and failures[idx].get("permanent", True) else missing).append(idx)
+            continue
+        if len(paths) > 1:
+            corrupt[idx] = f"present {len(paths)} times: {paths}"
+            continue
+        try:
+            want = ds.get(idx).input_ids
+        except RowError as e:
+            corrupt[idx] = f"committed, but the dataset row is unusable now ({e})"
+            continue
+        reason = check_sample(paths[0], idx, want, manifest.get(idx), desc, quick)
+        if reason:
+            corrupt[idx] = reason
+        else:
+            ok += 1
+    stray = sorted(i for i in found if i >= total)
+    ds.close()
+    repaired = []
+    if repair:
+        qdir = os.path.join(out, QUARANTINE)
+        for idx in list(corrupt) + stray:
+            for p in found.get(idx, []):
+                os.makedirs(qdir, exist_ok=True)
+                shutil.move(
+                    p, os.path.join(qdir, f"{os.path.basename(os.path.dirname(p))}_{os.path.basename(p)}")
+                )
+            store.requeue(idx, f"verify --repair: {corrupt.get(idx, 'stray')}")
+            repaired.append(idx)
+        for idx in missing:
+            if idx in failures:
+                store.requeue(idx, "verify --repair: missing")
+    return {
+        "total": total,
+        "ok": ok,
+        "missing": missing,
+        "corrupt": sorted(corrupt),
+        "failed": failed,
+        "reasons": {str(k): v for k, v in sorted(corrupt.items())},
+        "failed_reasons": {str(i): failures[i].get("reason") for i in failed},
+        "stray": stray,
+        "repaired": repaired,
+        "quick": quick,
+        "complete": ok == total and not stray,
+    }

@@ -1,0 +1,52 @@
+"""Read-only views of a job for ``hsx-runner status|logs``: never touch the running process.
+
+The record on disk says what the runner last wrote; the lock says whether it still lives.
+An active phase with no live runner is reported as ``crashed``."""
+
+from __future__ import annotations
+
+import json
+import os
+
+from . import lock
+from .record import STATUS
+from .status import Phase, StatusRecord, age_s, read_record
+
+NOT_STARTED = "not started yet"
+
+
+def current(out: str) -> StatusRecord:
+    path = os.path.join(out, STATUS)
+    held, pid = lock.is_held(out)
+    if not os.path.exists(path):
+        rec = StatusRecord(phase=Phase.STOPPED, reason=NOT_STARTED, alive=held, pid=pid)
+        rec.disk.path = out
+        try:
+            with open(os.path.join(out, "dataset.json")) as f:
+                rec.total = int(json.load(f).get("total", 0))
+        except (OSError, ValueError, AttributeError):
+            pass
+        if held:
+            rec.phase, rec.reason = Phase.PREFLIGHT, None
+        return rec
+    rec = read_record(path)  # StatusError on a corrupt file: the caller reports it
+    rec.alive = held and (pid is None or pid == rec.pid)
+    rec.heartbeat_age_s = age_s(rec.heartbeat_at)
+    if rec.phase.is_active() and not held:
+        rec.reason = f"runner (pid {rec.pid}) is gone; it was {rec.phase.value} at its last heartbeat {rec.heartbeat_at}"
+        rec.phase = Phase.CRASHED
+        rec.phase_since = rec.heartbeat_at
+    if not held:
+        rec.rate = rec.tokens_per_s = rec.eta_s = None
+    return rec
+
+
+def tail(path: str, n: int) -> list[str]:
+    try:
+        with open(path, "rb") as f:
+            size = f.seek(0, os.SEEK_END)
+            f.seek(max(0, size - max(65536, n * 400)))
+            text = f.read().decode("utf-8", "replace")
+    except FileNotFoundError:
+        return []
+    return text.replace("\r", "\n").splitlines()[-n:]
