@@ -59,6 +59,9 @@ def build_tokenizer(texts: list[str], out_dir: str):
 def build_model(seed: int, vocab_size: int, out_dir: str) -> None:
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
 
     cfg = json.loads(resources.files("runner").joinpath("assets/tiny_llama.json").read_text())
     cfg["vocab_size"] = vocab_size
@@ -90,7 +93,7 @@ start_timeout_s = 300.0
 
 [remote]
 transport = "local"
-runner = "hsx-runner"
+runner = "{_runner_path()}"
 runner_config = "{os.path.join(os.path.abspath(workdir), "hsx.toml")}"
 
 [slack]
@@ -101,6 +104,15 @@ audit_log = "audit.jsonl"
 interval_s = 2.0
 state_file = "watcher.json"
 """
+
+
+def _runner_path() -> str:
+    """The hsx-runner beside this interpreter (a venv's bin is often not on PATH)."""
+    import shutil
+    import sys
+
+    here = os.path.join(os.path.dirname(sys.executable), "hsx-runner")
+    return here if os.path.exists(here) else (shutil.which("hsx-runner") or "hsx-runner")
 
 
 def _free_port() -> int:

@@ -1,0 +1,158 @@
+"""``hsx``: the ops side. Verbs go through remote/ (local or SSH) to ``hsx-runner``;
+``hsx demo`` builds a tiny job here and runs the whole loop with a chat console."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+from runner.config import Config, load
+from runner.errors import HsxError
+
+VERBS = ("status", "start", "resume", "stop", "verify", "logs", "preflight")
+HEADLESS_POLL_S = 2.0
+
+
+def _box(cfg: Config):
+    from .wiring import open_box
+
+    return open_box(cfg)
+
+
+def cmd_verb(args) -> int:
+    from remote.errors import RemoteError
+
+    cfg = load(args.config)
+    box = _box(cfg)
+    try:
+        if args.json:
+            if args.verb == "status":
+                reply = box.status().to_dict()
+            elif args.verb == "logs":
+                reply = {"lines": box.logs(args.n)}
+            elif args.verb == "verify":
+                reply = box.verify(repair=args.repair, quick=args.quick)
+            else:
+                reply = getattr(box, args.verb)()
+            print(json.dumps(reply))
+            ok = reply.get("complete", reply.get("ok", True)) if args.verb in ("verify", "preflight") else True
+            return 0 if ok else 1
+        from .wiring import make_handlers
+
+        text = "/extract " + args.verb
+        if args.verb == "logs":
+            text += f" {args.n}"
+        if args.verb == "verify" and args.repair:
+            text += " --repair"
+        if args.verb == "stop":
+            text += " --yes"
+        if args.verb == "preflight":
+            print(json.dumps(box.preflight(), indent=1))
+            return 0
+        reply = make_handlers(cfg, box).ask(text, user="terminal", operator=True)
+        print(reply.text)
+        return 1 if reply.error else 0
+    except RemoteError as e:
+        print(f"hsx: {e}", file=sys.stderr)
+        return 2
+    finally:
+        box.close()
+
+
+def cmd_bot(args) -> int:
+    from .app import run_bot
+
+    run_bot(load(args.config), http_port=args.http)
+    return 0
+
+
+def cmd_demo(args) -> int:
+    from runner import demo_assets
+
+    workdir = os.path.abspath(args.workdir)
+    print(f"hsx demo: building a tiny model, tokenizer and {args.samples} conversations in {workdir} ...")
+    conf = demo_assets.build(workdir, args.samples, args.seed)
+    cfg = load(conf)
+    box = _box(cfg)
+    started = box.start()
+    if started.get("started"):
+        print(f"hsx demo: extraction started (runner pid {started['pid']}), output in {cfg.job.out}")
+    else:
+        print(f"hsx demo: {started.get('reason')}")
+    try:
+        if args.headless:
+            return _headless(box, cfg)
+        from .console import run_console
+
+        run_console(box, cfg)
+        return 0
+    except KeyboardInterrupt:
+        return 130
+    finally:
+        rec = box.status()
+        if rec.phase.is_active():
+            print("hsx demo: stopping the job; run the same command again to resume")
+            box.stop()
+        print(f"inspect: hsx-runner status --config {conf} --json; hsx-runner verify --config {conf} --json")
+        box.close()
+
+
+def _headless(box, cfg: Config) -> int:
+    from .summary import render_text
+
+    last = ""
+    while True:
+        rec = box.status()
+        text = render_text(rec)
+        if text != last:
+            print(text, flush=True)
+            print("", flush=True)
+            last = text
+        if rec.phase.is_terminal():
+            return 0 if rec.phase.value == "done" else 1
+        time.sleep(HEADLESS_POLL_S)
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="hsx", description="run and watch hidden-state extraction")
+    sub = p.add_subparsers(dest="verb", required=True)
+    for v in VERBS:
+        s = sub.add_parser(v, help=f"{v} the job on the GPU box")
+        s.add_argument("--config", default=None)
+        s.add_argument("--json", action="store_true")
+        if v == "logs":
+            s.add_argument("-n", type=int, default=20)
+        if v == "verify":
+            s.add_argument("--repair", action="store_true")
+            s.add_argument("--quick", action="store_true")
+        s.set_defaults(fn=cmd_verb)
+    s = sub.add_parser("bot", help="run the Slack bot (Socket Mode, or HTTP with --http PORT)")
+    s.add_argument("--config", default=None)
+    s.add_argument("--http", type=int, default=None, metavar="PORT")
+    s.set_defaults(fn=cmd_bot)
+    s = sub.add_parser("demo", help="the whole loop on this machine: no GPU, Slack or SSH")
+    s.add_argument("--workdir", default="hsx-demo")
+    s.add_argument("--samples", type=int, default=500)
+    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--headless", action="store_true", help="no console; end with the job")
+    s.set_defaults(fn=cmd_demo)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    if getattr(args, "samples", 1) < 1:
+        print("hsx: --samples must be at least 1", file=sys.stderr)
+        return 2
+    try:
+        return args.fn(args)
+    except HsxError as e:
+        print(f"hsx: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
