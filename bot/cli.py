@@ -38,7 +38,9 @@ def cmd_verb(args) -> int:
             else:
                 reply = getattr(box, args.verb)()
             print(json.dumps(reply))
-            ok = reply.get("complete", reply.get("ok", True)) if args.verb in ("verify", "preflight") else True
+            ok = (
+                reply.get("complete", reply.get("ok", True)) if args.verb in ("verify", "preflight") else True
+            )
             return 0 if ok else 1
         from .wiring import make_handlers
 

@@ -19,6 +19,7 @@ ANSWER_CODES = {
     "stop": (0, 3),
     "verify": (0, 1),  # 1: not every sample is sound, reply lists them
     "logs": (0,),
+    "events": (0,),
     "preflight": (0, 1),  # 1: some check failed, reply lists them
 }
 MAX_LOG_LINES = 500
@@ -77,6 +78,15 @@ class GpuBox:
         if not isinstance(lines, list):
             raise BadReply("`hsx-runner logs` reply has no 'lines' list")
         return [str(x) for x in lines]
+
+    def events(self, n: int = 2000) -> list[dict]:
+        """Recent runner events (phases, milestones, progress points) for charts."""
+        if not isinstance(n, int) or isinstance(n, bool) or not 1 <= n <= 5000:
+            raise ValueError("events: n must be an integer 1..5000")
+        events = self._call("events", "-n", str(n)).get("events")
+        if not isinstance(events, list):
+            raise BadReply("`hsx-runner events` reply has no 'events' list")
+        return [e for e in events if isinstance(e, dict)]
 
     def preflight(self) -> dict[str, Any]:
         return self._call("preflight")

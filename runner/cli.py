@@ -20,6 +20,8 @@ REFUSED = 3
 
 
 def _emit(args, obj: dict, text: str) -> None:
+    if "started" in obj or "stopped" in obj:  # one shape for every action's reply
+        obj = {"ok": bool(obj.get("started", obj.get("stopped"))), "message": text, **obj}
     print(json.dumps(obj) if args.json else text)
 
 
@@ -109,6 +111,20 @@ def cmd_logs(args, cfg: Config) -> int:
     return 0
 
 
+def cmd_events(args, cfg: Config) -> int:
+    import orjson
+
+    lines = view.tail(os.path.join(cfg.job.out, "events.jsonl"), args.n)
+    events = []
+    for line in lines:
+        try:
+            events.append(orjson.loads(line))
+        except orjson.JSONDecodeError:
+            continue
+    _emit(args, {"events": events}, "\n".join(lines))
+    return 0
+
+
 def cmd_verify(args, cfg: Config) -> int:
     from .verify import verify
 
@@ -148,6 +164,8 @@ def parser() -> argparse.ArgumentParser:
     s = verb("logs", cmd_logs, "tail of the runner's log")
     s.add_argument("-n", type=int, default=20)
     s.add_argument("--server", action="store_true", help="the server's log instead")
+    s = verb("events", cmd_events, "recent events (phases, milestones, errors, progress points)")
+    s.add_argument("-n", type=int, default=2000)
     s = verb("verify", cmd_verify, "check every sample")
     s.add_argument("--repair", action="store_true", help="re-queue corrupt and missing samples")
     s.add_argument("--quick", action="store_true", help="skip checksums and tensor values")

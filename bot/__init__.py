@@ -1,0 +1,1 @@
+"""Ops side: the Slack bot, the terminal console and the watcher, all over one renderer."""

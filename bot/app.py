@@ -1,0 +1,107 @@
+"""Wiring only: secrets from the environment, the bolt app, listeners, watcher, server."""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Mapping
+
+from slack_bolt import App, BoltResponse
+from slack_sdk import WebClient
+
+from runner.config import Config
+from runner.errors import ConfigError
+
+from . import listeners
+from .runtime import Runtime
+from .seen import SeenIds
+from .wiring import make_handlers, open_box
+
+log = logging.getLogger("hsx.bot")
+GROUP_CACHE_S = 300.0
+
+
+def require_env(env: Mapping[str, str], name: str, why: str) -> str:
+    value = env.get(name, "").strip()
+    if not value:
+        raise ConfigError(f"{name} is not set in the environment ({why}); secrets never go in hsx.toml")
+    return value
+
+
+def state_path(cfg: Config, suffix: str) -> str:
+    base = cfg.watcher.state_file or os.path.join(
+        os.path.dirname(os.path.abspath(cfg.path or ".")), "hsx-watch.json"
+    )
+    return os.path.splitext(base)[0] + suffix
+
+
+def _group_checker(client: WebClient, group: str):
+    cache: dict[str, object] = {"at": 0.0, "members": set()}
+
+    def in_group(user: str) -> bool:
+        if time.monotonic() - float(cache["at"]) > GROUP_CACHE_S:
+            cache["members"] = set(client.usergroups_users_list(usergroup=group).get("users") or [])
+            cache["at"] = time.monotonic()
+        return user in cache["members"]
+
+    return in_group
+
+
+def build_app(
+    cfg: Config, box=None, env: Mapping[str, str] = os.environ, http: bool = False
+) -> tuple[App, Runtime]:
+    token = require_env(env, "SLACK_BOT_TOKEN", "the bot's xoxb- token")
+    secret = (
+        require_env(env, "SLACK_SIGNING_SECRET", "HTTP mode verifies request signatures") if http else None
+    )
+    client = WebClient(token=token, base_url=env.get("SLACK_API_URL") or WebClient.BASE_URL)
+    app = App(
+        client=client, signing_secret=secret, request_verification_enabled=http, process_before_response=False
+    )
+    in_group = _group_checker(client, cfg.slack.operator_group) if cfg.slack.operator_group else None
+    rt = Runtime(
+        cfg=cfg,
+        handlers=make_handlers(cfg, box if box is not None else open_box(cfg), in_group=in_group),
+        events=SeenIds(state_path(cfg, ".events.json")),
+        buttons=SeenIds(state_path(cfg, ".buttons.json")),
+    )
+
+    @app.middleware
+    def once_per_event(body, next):
+        # A retried delivery (X-Slack-Retry-Num) carries the same event_id: act on it once.
+        event_id = body.get("event_id") if isinstance(body, dict) else None
+        if event_id and not rt.events.claim(str(event_id)):
+            return BoltResponse(status=200, body="")
+        return next()
+
+    @app.error
+    def on_error(error, body):
+        log.exception("listener failed (%s)", (body or {}).get("type", "?"), exc_info=error)
+
+    listeners.register(app, rt)
+    return app, rt
+
+
+def run_bot(cfg: Config, http_port: int | None = None, env: Mapping[str, str] = os.environ) -> None:
+    """`hsx bot`: Socket Mode by default, HTTP on http_port. Blocks until interrupted."""
+    from .watcher import start_watcher
+
+    app_token = (
+        None if http_port else require_env(env, "SLACK_APP_TOKEN", "Socket Mode needs the xapp- token")
+    )
+    app, rt = build_app(cfg, env=env, http=http_port is not None)
+    scheduler = start_watcher(rt.handlers.box, cfg, app.client)
+    try:
+        if http_port is not None:
+            from .http import make_http_server
+
+            server = make_http_server(app, http_port)
+            log.info("hsx bot listening on :%d%s", server.server_port, "/slack/events")
+            server.serve_forever()
+        else:
+            from slack_bolt.adapter.socket_mode import SocketModeHandler
+
+            SocketModeHandler(app, app_token).start()
+    finally:
+        scheduler.shutdown(wait=False)

@@ -1,0 +1,298 @@
+"""One parser and one set of handlers for every chat surface (Slack, the terminal console).
+
+Input becomes a fixed ``Command`` or a help reply; nothing a user types ever reaches a shell.
+Handlers call the GPU box through ``remote.client.GpuBox`` and answer with ``summary`` text.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from remote.errors import RemoteError
+from runner.config import Config
+
+from . import summary
+from .audit import AuditLog, mention
+
+VERBS = ("start", "resume", "stop", "status", "verify", "logs", "chart", "help")
+MUTATING = ("start", "resume", "stop")
+MAX_INPUT_CHARS = 200
+MAX_LOG_LINES = 500
+DEFAULT_LOG_LINES = 20
+_WORD_RE = re.compile(r"^[a-z0-9-]{1,24}$")
+_QUESTION_RE = re.compile(r"^(progress|status)\s*\?*$")
+_MENTION_RE = re.compile(r"^<@[A-Z0-9]+>\s*")
+_CONFIRM_WORDS = ("--yes", "confirm")
+
+HELP = """\
+`/extract status` (or just "progress?") — where the extraction is, rate, ETA, disk
+`/extract start` — start the job on the GPU box (operators)
+`/extract resume` — continue after a crash or stop; finished samples are kept (operators)
+`/extract stop` — stop the job, asks to confirm (operators)
+`/extract verify [--quick] [--repair]` — check every sample; --repair re-queues bad ones (operators)
+`/extract logs [N]` — last N runner log lines (default 20, at most 500)
+`/extract chart` — samples done over time, with the rate
+`/extract help` — this text"""
+
+
+@dataclass(frozen=True)
+class Command:
+    verb: str
+    n: int = DEFAULT_LOG_LINES  # logs
+    repair: bool = False  # verify
+    quick: bool = False  # verify
+    confirmed: bool = False  # stop
+    problem: str = ""  # why the input was not understood; the reply is help
+
+    @property
+    def mutating(self) -> bool:
+        return self.verb in MUTATING or (self.verb == "verify" and self.repair)
+
+    @property
+    def action(self) -> str:
+        """The action as the audit log names it."""
+        if self.verb == "verify":
+            return "verify --repair" if self.repair else "verify"
+        return self.verb
+
+
+@dataclass
+class Reply:
+    text: str
+    blocks: list[dict] | None = None
+    ephemeral: bool = False  # only the asker sees it (errors, refusals, help)
+    audit: str | None = None  # audit line for the channel, after a mutating action
+    confirm: str | None = None  # the verb that waits for a confirmation (stop)
+    image: bytes | None = None  # PNG for `chart`
+    error: bool = False
+    extra: dict = field(default_factory=dict)
+
+
+def _help(problem: str) -> Command:
+    return Command("help", problem=problem)
+
+
+def parse(text: object) -> Command:
+    """Turn chat text into a fixed Command; anything else is help with the reason."""
+    if not isinstance(text, str):
+        return _help("input is not text")
+    if len(text) > MAX_INPUT_CHARS:
+        return _help(f"input refused: {len(text):,} characters; commands are a few words")
+    if any(ord(c) < 32 and c not in " \t" or ord(c) == 127 for c in text):
+        return _help("input refused: it contains newlines or control characters")
+    s = _MENTION_RE.sub("", text.strip()).strip().lower()
+    if _QUESTION_RE.match(s):
+        return Command("status")
+    if s.startswith("/extract"):
+        s = s[len("/extract") :]
+        if s and not s[0].isspace():
+            return _help("unknown command")
+    words = s.split()
+    if not words:
+        return Command("help")
+    if not all(_WORD_RE.match(w) for w in words):
+        return _help("input refused: only plain words are accepted (letters, digits, '-')")
+    verb, args = words[0], words[1:]
+    if verb not in VERBS:
+        return _help(f"unknown command `{verb}`")
+    if verb == "logs":
+        return _parse_logs(args)
+    if verb == "verify":
+        bad = [a for a in args if a not in ("--repair", "--quick")]
+        if bad:
+            return _help(f"`verify` takes --quick and --repair, not `{bad[0]}`")
+        return Command("verify", repair="--repair" in args, quick="--quick" in args)
+    if verb == "stop":
+        if any(a not in _CONFIRM_WORDS for a in args):
+            return _help("`stop` takes no arguments (it asks to confirm)")
+        return Command("stop", confirmed=bool(args))
+    if args:
+        return _help(f"`{verb}` takes no arguments")
+    return Command(verb)
+
+
+def _parse_logs(args: list[str]) -> Command:
+    if args and args[0] == "-n":
+        args = args[1:]
+    if not args:
+        return Command("logs")
+    if len(args) == 1 and args[0].isdigit() and 1 <= int(args[0]) <= MAX_LOG_LINES:
+        return Command("logs", n=int(args[0]))
+    return _help(f"`logs` takes a number of lines, 1..{MAX_LOG_LINES}")
+
+
+def help_reply(problem: str = "") -> Reply:
+    text = (f"{problem}\n\n" if problem else "") + HELP
+    return Reply(text=text, ephemeral=True, error=bool(problem))
+
+
+class Handlers:
+    """Runs parsed commands against one GPU box. Shared by Slack and the console."""
+
+    def __init__(
+        self,
+        box,
+        cfg: Config,
+        audit: AuditLog,
+        history: Callable[[], list[dict]] | None = None,
+        in_group: Callable[[str], bool] | None = None,
+    ):
+        self.box = box
+        self.cfg = cfg
+        self.audit = audit
+        self.history = history
+        self.in_group = in_group  # operator user-group membership, when Slack can tell
+
+    def is_operator(self, user: str) -> bool:
+        if user in self.cfg.slack.operators:
+            return True
+        if self.cfg.slack.operator_group and self.in_group is not None:
+            try:
+                return bool(self.in_group(user))
+            except Exception:  # a Slack lookup failure must not grant rights
+                return False
+        return False
+
+    def handle(self, cmd: Command, user: str, operator: bool | None = None) -> Reply:
+        if cmd.verb == "help":
+            return help_reply(cmd.problem)
+        if cmd.mutating:
+            allowed = self.is_operator(user) if operator is None else operator
+            if not allowed:
+                line = self.audit.record(user, cmd.action, "refused: not an operator")
+                return Reply(
+                    text=f"refused: only operators may `{cmd.action}`; ask one of "
+                    f"{', '.join(mention(u) for u in self.cfg.slack.operators) or 'the operators'}\n{line}",
+                    ephemeral=True,
+                    error=True,
+                    audit=line,
+                )
+        if cmd.verb == "stop" and not cmd.confirmed:
+            return Reply(
+                text="Stop the extraction? Finished samples are kept; `/extract resume` continues.",
+                ephemeral=True,
+                confirm="stop",
+            )
+        handler = getattr(self, f"_{cmd.verb}")
+        return handler(cmd, user)
+
+    def ask(self, text: str, user: str, operator: bool | None = None) -> Reply:
+        return self.handle(parse(text), user, operator)
+
+    # --- read-only -------------------------------------------------------------------
+
+    def _status(self, cmd: Command, user: str) -> Reply:
+        try:
+            rec = self.box.status()
+        except RemoteError as e:
+            return Reply(
+                text=summary.render_error(e),
+                blocks=summary.render_error_blocks(e),
+                ephemeral=True,
+                error=True,
+            )
+        stale = self.cfg.watcher.heartbeat_stale_s
+        return Reply(
+            text=summary.render_text(rec, stale_s=stale),
+            blocks=summary.render_blocks(rec, stale_s=stale),
+            extra={"record": rec},
+        )
+
+    def _logs(self, cmd: Command, user: str) -> Reply:
+        try:
+            lines = self.box.logs(cmd.n)
+        except RemoteError as e:
+            return Reply(text=summary.render_error(e), ephemeral=True, error=True)
+        body = "\n".join(lines).replace("```", "'''") or "(no log lines)"
+        if len(body) > 3500:
+            body = "…" + body[-3500:]
+        return Reply(text=f"last {len(lines)} log lines:\n```\n{body}\n```")
+
+    def _chart(self, cmd: Command, user: str) -> Reply:
+        from . import chart
+
+        try:
+            events = self.history() if self.history else []
+        except RemoteError as e:
+            return Reply(text=summary.render_error(e), ephemeral=True, error=True)
+        points = chart.points_from_events(events)
+        if len(points) < 2:
+            return Reply(text="chart: not enough history yet (need two progress points)", ephemeral=True)
+        return Reply(text=chart.caption(points), image=chart.render_png(points))
+
+    # --- mutating (already authorized) -------------------------------------------------
+
+    def _act(self, cmd: Command, user: str, call: Callable[[], dict]) -> Reply:
+        try:
+            reply = call()
+        except RemoteError as e:
+            line = self.audit.record(user, cmd.action, f"error: {type(e).__name__}", str(e))
+            return Reply(text=summary.render_error(e) + "\n" + line, ephemeral=True, error=True, audit=line)
+        refused = reply.get("ok") is False or bool(reply.get("refused"))
+        message = str(reply.get("message") or reply.get("reason") or reply.get("error") or "")
+        result = "refused" if refused else "ok"
+        line = self.audit.record(user, cmd.action, result, message)
+        return Reply(
+            text=_action_text(cmd, reply, refused, message), audit=line, error=refused, extra={"reply": reply}
+        )
+
+    def _start(self, cmd: Command, user: str) -> Reply:
+        return self._act(cmd, user, self.box.start)
+
+    def _resume(self, cmd: Command, user: str) -> Reply:
+        return self._act(cmd, user, self.box.resume)
+
+    def _stop(self, cmd: Command, user: str) -> Reply:
+        return self._act(cmd, user, self.box.stop)
+
+    def _verify(self, cmd: Command, user: str) -> Reply:
+        call = lambda: self.box.verify(repair=cmd.repair, quick=cmd.quick)  # noqa: E731
+        if cmd.mutating:
+            return self._act(cmd, user, call)
+        try:
+            reply = call()
+        except RemoteError as e:
+            return Reply(text=summary.render_error(e), ephemeral=True, error=True)
+        return Reply(text=render_verify(reply), extra={"reply": reply})
+
+
+def _action_text(cmd: Command, reply: dict, refused: bool, message: str) -> str:
+    if cmd.verb == "verify":
+        return render_verify(reply)
+    if refused:
+        return f"`{cmd.verb}` refused: {message or 'no reason given'}"
+    return f"`{cmd.verb}`: {message or 'done'}"
+
+
+def _indices(xs: object, limit: int = 10) -> str:
+    if not isinstance(xs, list) or not xs:
+        return ""
+    shown = ", ".join(str(x) for x in xs[:limit])
+    return shown + (f", … (+{len(xs) - limit})" if len(xs) > limit else "")
+
+
+def _count(x: object) -> int:
+    return len(x) if isinstance(x, list) else x if isinstance(x, int) and not isinstance(x, bool) else 0
+
+
+def render_verify(reply: dict) -> str:
+    total = reply.get("total")
+    ok = _count(reply.get("ok"))
+    parts = {k: reply.get(k) for k in ("missing", "corrupt", "failed")}
+    head = f"verify: {ok:,} / {total:,} sound" if isinstance(total, int) else f"verify: {ok:,} sound"
+    head += " — " + ", ".join(f"{_count(v):,} {k}" for k, v in parts.items())
+    lines = [head]
+    for k, v in parts.items():
+        if _indices(v):
+            lines.append(f"{k}: {_indices(v)}")
+    if reply.get("repaired") is not None:
+        lines.append(f"re-queued: {_count(reply.get('repaired')):,}")
+    if all(_count(v) == 0 for k, v in parts.items() if k != "failed") and isinstance(total, int):
+        lines.append(
+            "every sample is present and sound"
+            if not _count(parts["failed"])
+            else "every sample is present or failed with a reason"
+        )
+    return "\n".join(lines)

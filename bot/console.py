@@ -1,0 +1,65 @@
+"""A terminal chat with the same parser, handlers and renderer as Slack (`hsx demo`)."""
+
+from __future__ import annotations
+
+import sys
+from typing import TextIO
+
+from runner.config import Config
+
+from .commands import parse
+from .wiring import make_handlers
+
+PROMPT = "hsx> "
+GREETING = 'Ask "progress?" or type /extract help. End with Ctrl-D.'
+
+
+def run_console(
+    box,
+    cfg: Config,
+    inp: TextIO = sys.stdin,
+    out: TextIO = sys.stdout,
+    user: str = "console",
+    chart_dir: str | None = None,
+) -> None:
+    """Answer lines from inp until end of input. The console user is an operator."""
+    handlers = make_handlers(cfg, box)
+    out.write(GREETING + "\n")
+    while True:
+        out.write(PROMPT)
+        out.flush()
+        line = inp.readline()
+        if not line:
+            out.write("\n")
+            out.flush()
+            return
+        if not line.strip():
+            continue
+        cmd = parse(line.rstrip("\n"))
+        reply = handlers.handle(cmd, user, operator=True)
+        if reply.confirm:
+            out.write(reply.text + " [y/N] ")
+            out.flush()
+            answer = inp.readline().strip().lower()
+            if answer not in ("y", "yes"):
+                out.write("not stopped\n")
+                continue
+            reply = handlers.handle(parse(f"{reply.confirm} --yes"), user, operator=True)
+        out.write(reply.text + "\n")
+        if reply.audit and reply.audit not in reply.text:
+            out.write(reply.audit + "\n")
+        if reply.image is not None:
+            out.write(_save_chart(reply.image, chart_dir or cfg.job.out or ".") + "\n")
+        out.flush()
+
+
+def _save_chart(png: bytes, folder: str) -> str:
+    import os
+
+    path = os.path.join(folder, "hsx-chart.png")
+    try:
+        with open(path, "wb") as f:
+            f.write(png)
+    except OSError as e:
+        return f"chart not saved ({e})"
+    return f"chart saved to {path}"

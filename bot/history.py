@@ -1,0 +1,58 @@
+"""Where `chart` gets its progress points.
+
+Ops-side history: the watcher appends one ``{"t", "done", "rate"}`` line per poll to a local
+JSONL file. When the GPU box is this machine, the runner's own ``<out>/events.jsonl`` is read
+as well. A box whose client offers ``events()`` is asked directly.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+from runner.config import Config
+from runner.status import StatusRecord, now_iso
+
+MAX_LINES = 20000
+
+
+def history_path(cfg: Config) -> str:
+    base = cfg.watcher.state_file or os.path.join(
+        os.path.dirname(os.path.abspath(cfg.path or ".")), "hsx-watch.json"
+    )
+    return os.path.splitext(base)[0] + ".history.jsonl"
+
+
+def append(cfg: Config, rec: StatusRecord) -> None:
+    line = json.dumps({"t": rec.heartbeat_at or now_iso(), "done": rec.done, "rate": rec.rate})
+    path = history_path(cfg)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "a", encoding="utf-8") as f:
+        f.write(line + "\n")
+
+
+def _read_jsonl(path: str) -> list[dict]:
+    out = []
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            lines = f.readlines()[-MAX_LINES:]
+    except OSError:
+        return []
+    for x in lines:
+        try:
+            d = json.loads(x)
+        except json.JSONDecodeError:
+            continue  # a torn last line while the writer appends
+        if isinstance(d, dict):
+            out.append(d)
+    return out
+
+
+def events(cfg: Config, box=None) -> list[dict]:
+    got = []
+    if box is not None and callable(getattr(box, "events", None)):
+        got += box.events()
+    if cfg.remote.transport == "local" and cfg.job.out:
+        got += _read_jsonl(os.path.join(cfg.job.out, "events.jsonl"))
+    got += _read_jsonl(history_path(cfg))
+    return got

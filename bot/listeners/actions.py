@@ -1,0 +1,52 @@
+"""Buttons: confirm or cancel a stop, and Resume on a crash alert (once per alert)."""
+
+from __future__ import annotations
+
+from ..commands import Command
+from ..runtime import Runtime
+from ..slack_out import RESUME, STOP_CANCEL, STOP_CONFIRM, text_with_audit
+
+
+def _ack(ack):
+    ack()
+
+
+def register(app, rt: Runtime) -> None:
+    def confirm_stop(body, respond):
+        user = body["user"]["id"]
+        reply = rt.handlers.handle(Command("stop", confirmed=True), user)
+        if reply.ephemeral:
+            respond(text=text_with_audit(reply), replace_original=True, response_type="ephemeral")
+            return
+        respond(delete_original=True)
+        respond(text=text_with_audit(reply), response_type="in_channel", replace_original=False)
+
+    def cancel_stop(respond):
+        respond(delete_original=True)
+
+    def resume_from_alert(body, respond):
+        user = body["user"]["id"]
+        key = (body.get("actions") or [{}])[0].get("value", "")
+        original = (body.get("message") or {}).get("text", "")
+        if not rt.handlers.is_operator(user):
+            reply = rt.handlers.handle(Command("resume"), user)  # refused and audited
+            respond(text=reply.text, response_type="ephemeral", replace_original=False)
+            return
+        if not rt.buttons.claim(key, user):
+            who = rt.buttons.owner(key) or "someone"
+            respond(
+                text=f"already resumed from this alert by <@{who}>",
+                response_type="ephemeral",
+                replace_original=False,
+            )
+            return
+        reply = rt.handlers.handle(Command("resume"), user, operator=True)
+        if reply.error:
+            rt.buttons.release(key)  # let someone try again
+            respond(text=text_with_audit(reply), response_type="ephemeral", replace_original=False)
+            return
+        respond(text=f"{original}\n{text_with_audit(reply)}", replace_original=True)
+
+    app.action(STOP_CONFIRM)(ack=_ack, lazy=[confirm_stop])
+    app.action(STOP_CANCEL)(ack=_ack, lazy=[cancel_stop])
+    app.action(RESUME)(ack=_ack, lazy=[resume_from_alert])

@@ -1,0 +1,18 @@
+"""What every listener needs, built once by app.py."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from runner.config import Config
+
+from .commands import Handlers
+from .seen import SeenIds
+
+
+@dataclass
+class Runtime:
+    cfg: Config
+    handlers: Handlers
+    events: SeenIds  # Slack event ids already handled (retried deliveries)
+    buttons: SeenIds  # alert Resume buttons already used

@@ -1,0 +1,88 @@
+"""Turning a commands.Reply into Slack messages, one place for every listener."""
+
+from __future__ import annotations
+
+from .commands import Reply
+
+STOP_CONFIRM = "hsx_stop_confirm"
+STOP_CANCEL = "hsx_stop_cancel"
+RESUME = "hsx_resume"
+
+
+def text_with_audit(reply: Reply) -> str:
+    if reply.audit and reply.audit not in reply.text:
+        return f"{reply.text}\n{reply.audit}"
+    return reply.text
+
+
+def blocks_with_audit(reply: Reply) -> list[dict] | None:
+    if not reply.blocks:
+        return None
+    blocks = list(reply.blocks)
+    if reply.audit:
+        blocks.append({"type": "context", "elements": [{"type": "mrkdwn", "text": reply.audit}]})
+    return blocks
+
+
+def confirm_stop_blocks(text: str) -> list[dict]:
+    return [
+        {"type": "section", "text": {"type": "mrkdwn", "text": text}},
+        {
+            "type": "actions",
+            "elements": [
+                {
+                    "type": "button",
+                    "action_id": STOP_CONFIRM,
+                    "style": "danger",
+                    "text": {"type": "plain_text", "text": "Stop the job"},
+                    "value": "stop",
+                },
+                {
+                    "type": "button",
+                    "action_id": STOP_CANCEL,
+                    "text": {"type": "plain_text", "text": "Cancel"},
+                    "value": "cancel",
+                },
+            ],
+        },
+    ]
+
+
+def resume_button(key: str) -> dict:
+    return {
+        "type": "actions",
+        "elements": [
+            {
+                "type": "button",
+                "action_id": RESUME,
+                "style": "primary",
+                "text": {"type": "plain_text", "text": "Resume"},
+                "value": key[:2000],
+            }
+        ],
+    }
+
+
+def respond_reply(reply: Reply, respond, client, channel: str | None) -> None:
+    """Answer a slash command (or anything with a response_url)."""
+    if reply.confirm == "stop":
+        respond(text=reply.text, blocks=confirm_stop_blocks(reply.text), response_type="ephemeral")
+        return
+    if reply.image is not None and channel:
+        client.files_upload_v2(
+            channel=channel,
+            content=reply.image,
+            filename="hsx-chart.png",
+            title="hsx progress",
+            initial_comment=reply.text,
+        )
+        return
+    kind = "ephemeral" if reply.ephemeral else "in_channel"
+    respond(text=text_with_audit(reply), blocks=blocks_with_audit(reply), response_type=kind)
+
+
+def post_reply(reply: Reply, client, channel: str, thread_ts: str | None = None) -> None:
+    """Answer in a channel (a message such as "progress?")."""
+    client.chat_postMessage(
+        channel=channel, text=text_with_audit(reply), blocks=blocks_with_audit(reply), thread_ts=thread_ts
+    )

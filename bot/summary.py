@@ -1,0 +1,281 @@
+"""The one renderer: a status record (or a failure to get one) to terse text and Block Kit.
+
+Slack, the terminal console and the watcher all answer with what this module returns, so
+"progress?" reads the same everywhere.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from remote.errors import (
+    AuthFailed,
+    BadReply,
+    CommandFailed,
+    CommandTimeout,
+    HostKeyMismatch,
+    RemoteError,
+    Unreachable,
+)
+from runner.status import Phase, StatusRecord, age_s, parse_iso
+
+STALE_HEARTBEAT_S = 120.0  # an active job whose heartbeat is older than this is flagged
+MAX_ERROR_CHARS = 400
+BAR_CELLS = 20
+
+
+def _now(now: dt.datetime | None) -> dt.datetime:
+    return now or dt.datetime.now(dt.timezone.utc)
+
+
+def human_bytes(n: int | float | None) -> str:
+    """Decimal units, as disk vendors and `df -H` count: 3.3 TB, 128 MB."""
+    if n is None:
+        return "?"
+    n = float(n)
+    for unit in ("B", "kB", "MB", "GB", "TB"):
+        if abs(n) < 1000 or unit == "PB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1000
+    return f"{n:.1f} PB"
+
+
+def human_duration(seconds: float | None) -> str:
+    """2h49m, 12m, 40s, 1d3h."""
+    if seconds is None:
+        return "?"
+    s = max(0, int(round(seconds)))
+    if s < 60:
+        return f"{s}s"
+    m, _ = divmod(s, 60)
+    if m < 60:
+        return f"{m}m{s % 60:02d}s" if m < 10 else f"{m}m"
+    h, m = divmod(m, 60)
+    if h < 24:
+        return f"{h}h{m:02d}m"
+    d, h = divmod(h, 24)
+    return f"{d}d{h}h"
+
+
+def clock(t: dt.datetime, now: dt.datetime) -> str:
+    """14:32 UTC, with the date when it is not today."""
+    t = t.astimezone(dt.timezone.utc)
+    if t.date() == now.astimezone(dt.timezone.utc).date():
+        return t.strftime("%H:%M UTC")
+    return t.strftime("%b %d %H:%M UTC").replace(" 0", " ")
+
+
+def _since(iso: str | None, now: dt.datetime) -> str:
+    t = parse_iso(iso)
+    if t is None:
+        return ""
+    return f"since {clock(t, now)} ({human_duration((now - t).total_seconds())} ago)"
+
+
+def percent(rec: StatusRecord) -> float:
+    pct = 100.0 * rec.fraction
+    # Never claim 100.0% while samples remain.
+    if rec.done < rec.total and round(pct, 1) >= 100.0:
+        return 99.9
+    return pct
+
+
+def progress_line(rec: StatusRecord) -> str:
+    if not rec.total:
+        return f"{rec.done:,} done (total not known yet)"
+    line = f"{rec.done:,} / {rec.total:,} — {percent(rec):.1f}% done"
+    if rec.failed:
+        line += f" · {rec.failed:,} failed"
+    return line
+
+
+def rate_line(rec: StatusRecord, now: dt.datetime) -> str:
+    since = "since resume" if rec.done > rec.done_this_run else "since start"
+    errors = f"{rec.errors_this_run:,} error{'' if rec.errors_this_run == 1 else 's'} {since}"
+    if rec.rate is None:
+        return f"{errors} · rate: measuring"
+    rate = f"{rec.rate:.2f} samples/s" + (f" {rec.rate_trend}" if rec.rate_trend else "")
+    if rec.eta_s is None:
+        return f"{errors} · {rate}"
+    eta_at = now + dt.timedelta(seconds=rec.eta_s)
+    return f"{errors} · {rate} · ETA ~{human_duration(rec.eta_s)} ({clock(eta_at, now)})"
+
+
+def disk_line(rec: StatusRecord) -> str:
+    d = rec.disk
+    if not d.path and not d.used and not d.free:
+        return "Disk: not reported"
+    line = f"Disk {d.path or '?'}: {human_bytes(d.used)} used, {human_bytes(d.free)} free"
+    if d.need is not None and d.need > 0:
+        line += f" (~{human_bytes(d.need)} still needed)"
+        if d.need > d.free:
+            line += f" — short by {human_bytes(d.need - d.free)}"
+    return line
+
+
+def _error_tail(rec: StatusRecord) -> str:
+    if not rec.last_error:
+        return ""
+    text = rec.last_error.strip().replace("```", "'''")
+    if len(text) > MAX_ERROR_CHARS:
+        text = "…" + text[-MAX_ERROR_CHARS:]
+    return f"last error: {text}"
+
+
+def heartbeat_age(rec: StatusRecord, now: dt.datetime) -> float | None:
+    if rec.heartbeat_age_s is not None:
+        return rec.heartbeat_age_s
+    return age_s(rec.heartbeat_at, now)
+
+
+def stale_note(rec: StatusRecord, now: dt.datetime, stale_s: float = STALE_HEARTBEAT_S) -> str:
+    age = heartbeat_age(rec, now)
+    if rec.phase.is_active() and age is not None and age > stale_s:
+        return f"⚠ no heartbeat for {human_duration(age)} — the runner may be hung or gone"
+    return ""
+
+
+def _phase_lines(rec: StatusRecord, now: dt.datetime) -> list[str]:
+    p = rec.phase
+    if p is Phase.EXTRACTING:
+        return [progress_line(rec), rate_line(rec, now), disk_line(rec)]
+    if p is Phase.PREFLIGHT:
+        return [f"Preflight: checking paths, disk, GPUs and the lock {_since(rec.phase_since, now)}".rstrip()]
+    if p is Phase.STARTING_SERVER:
+        srv = rec.server
+        started = srv.started_at or rec.phase_since
+        t = parse_iso(started)
+        took = f" — {human_duration((now - t).total_seconds())} so far" if t else ""
+        backend = f" ({srv.backend})" if srv.backend else ""
+        lines = [f"Starting server{backend}{took}"]
+        lines.append(f"now: {srv.activity}" if srv.activity else "now: waiting for the server to report")
+        if srv.restarts:
+            lines.append(f"server restarts: {srv.restarts}")
+        if rec.total:
+            lines.append(progress_line(rec))
+        return lines
+    if p is Phase.SELF_TEST:
+        return [f"Self-test: one request through the dump path {_since(rec.phase_since, now)}".rstrip()]
+    if p is Phase.PAUSED:
+        return [
+            f"Paused: {rec.reason or 'no reason given'} {_since(rec.phase_since, now)}".rstrip(),
+            progress_line(rec),
+            disk_line(rec),
+        ]
+    if p is Phase.DONE:
+        written = rec.done
+        tail = f", {rec.failed:,} failed with a reason (see failed.jsonl)" if rec.failed else ""
+        return [
+            f"Done: {written:,} / {rec.total:,} written{tail} {_since(rec.phase_since, now)}".rstrip(),
+            disk_line(rec),
+        ]
+    if p in (Phase.FAILED, Phase.CRASHED):
+        word = "FAILED" if p is Phase.FAILED else "CRASHED"
+        head = f"{word} {_since(rec.phase_since or rec.heartbeat_at, now)}".rstrip()
+        if rec.reason:
+            head += f": {rec.reason}"
+        return [head, progress_line(rec), disk_line(rec), "`/extract resume` continues where it stopped"]
+    if p is Phase.STOPPED:
+        return [
+            f"Stopped on request {_since(rec.phase_since, now)}".rstrip(),
+            progress_line(rec),
+            "`/extract resume` continues where it stopped",
+        ]
+    return [f"phase {p.value}", progress_line(rec)]  # pragma: no cover - every phase is handled
+
+
+def render_text(rec: StatusRecord, now: dt.datetime | None = None, stale_s: float = STALE_HEARTBEAT_S) -> str:
+    """The terse summary: what "progress?" answers."""
+    now = _now(now)
+    lines = _phase_lines(rec, now)
+    if rec.phase is not Phase.EXTRACTING and rec.server.restarts and rec.phase is not Phase.STARTING_SERVER:
+        lines.append(f"server restarts: {rec.server.restarts}")
+    for extra in (stale_note(rec, now, stale_s), _error_tail(rec) if rec.phase is not Phase.DONE else ""):
+        if extra:
+            lines.append(extra)
+    return "\n".join(lines)
+
+
+def progress_bar(rec: StatusRecord, cells: int = BAR_CELLS) -> str:
+    filled = int(cells * rec.fraction) if rec.total else 0
+    filled = min(filled, cells if rec.done >= rec.total else cells - 1)
+    return "▓" * filled + "░" * (cells - filled)
+
+
+PHASE_ICON = {
+    Phase.PREFLIGHT: ":mag:",
+    Phase.STARTING_SERVER: ":hourglass_flowing_sand:",
+    Phase.SELF_TEST: ":test_tube:",
+    Phase.EXTRACTING: ":arrows_counterclockwise:",
+    Phase.PAUSED: ":double_vertical_bar:",
+    Phase.DONE: ":white_check_mark:",
+    Phase.FAILED: ":x:",
+    Phase.STOPPED: ":black_square_for_stop:",
+    Phase.CRASHED: ":boom:",
+}
+
+
+def _section(text: str) -> dict:
+    return {"type": "section", "text": {"type": "mrkdwn", "text": text[:2900]}}
+
+
+def render_blocks(
+    rec: StatusRecord, now: dt.datetime | None = None, stale_s: float = STALE_HEARTBEAT_S
+) -> list[dict]:
+    """Block Kit: progress bar, the summary, and a context line with phase and host."""
+    now = _now(now)
+    text = render_text(rec, now, stale_s)
+    blocks = []
+    if rec.total:
+        blocks.append(_section(f"`{progress_bar(rec)}` *{percent(rec):.1f}%*"))
+    blocks.append(_section(text))
+    context = (
+        f"{PHASE_ICON.get(rec.phase, '')} {rec.phase.value} · job {rec.job or '?'} · host {rec.host or '?'}"
+    )
+    age = heartbeat_age(rec, now)
+    if age is not None:
+        context += f" · heartbeat {human_duration(age)} ago"
+    blocks.append({"type": "context", "elements": [{"type": "mrkdwn", "text": context.strip()}]})
+    return blocks
+
+
+def render_error(
+    err: RemoteError,
+    unreachable_since: dt.datetime | None = None,
+    retry_s: float | None = None,
+    now: dt.datetime | None = None,
+) -> str:
+    """What to say when the GPU box could not be asked: which hop, and what happens next."""
+    now = _now(now)
+    if isinstance(err, Unreachable):
+        head = f"GPU box unreachable — hop: {err.hop}: {err.detail}"
+    elif isinstance(err, AuthFailed):
+        head = f"GPU box refused our key — hop: {err.hop}: {err.detail}"
+    elif isinstance(err, HostKeyMismatch):
+        head = f"Host key refused — hop: {err.hop} ({err.host}), fingerprint {err.fingerprint}; not trusted automatically"
+    elif isinstance(err, CommandTimeout):
+        head = f"The GPU box did not answer within {err.timeout_s:g}s"
+    elif isinstance(err, CommandFailed):
+        head = f"hsx-runner failed on the GPU box (exit {err.code}): {err.stderr_tail[-MAX_ERROR_CHARS:] or 'no output'}"
+    elif isinstance(err, BadReply):
+        head = f"The GPU box answered something unreadable: {str(err)[:MAX_ERROR_CHARS]}"
+    else:
+        head = f"Cannot reach the GPU box: {str(err)[:MAX_ERROR_CHARS]}"
+    lines = [head]
+    tail = []
+    if unreachable_since is not None:
+        tail.append(
+            f"failing since {clock(unreachable_since, now)} "
+            f"({human_duration((now - unreachable_since).total_seconds())})"
+        )
+    if retry_s is not None and err.transient:
+        tail.append(f"retrying every {human_duration(retry_s)}")
+    elif err.transient:
+        tail.append("transient: the next try may succeed")
+    if tail:
+        lines.append(" · ".join(tail))
+    return "\n".join(lines)
+
+
+def render_error_blocks(err: RemoteError, **kw) -> list[dict]:
+    return [_section(":warning: " + render_error(err, **kw))]

@@ -1,0 +1,280 @@
+"""The watcher: poll the GPU box, post milestones and crash alerts, keep one progress message.
+
+`decide(state, observation)` is pure: what happened → what to post and the next state.
+`Watcher.tick()` observes, decides, delivers and saves the state atomically, so a restart
+neither repeats an alert nor misses a new one.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import logging
+import os
+from dataclasses import asdict, dataclass, field
+
+from remote.errors import RemoteError
+from runner.config import Config
+from runner.status import Phase, StatusRecord, write_atomic
+
+from . import history, summary
+from .slack_out import resume_button
+
+log = logging.getLogger("hsx.watcher")
+PROGRESS_UPDATE_S = 60.0  # edit the pinned message at most this often, unless the phase changes
+ERROR_SPIKE = 10  # this many new errors between two polls is an alert
+MAX_KEYS = 500
+
+
+@dataclass
+class WatchState:
+    job: str = ""  # job + total: milestones restart when this changes
+    milestone: int = 0  # highest milestone posted (percent)
+    active: list[str] = field(default_factory=list)  # alert keys currently true (posted once)
+    errors: int | None = None  # errors_this_run at the last poll
+    run: str = ""  # started_at of the run last seen
+    phase: str = ""
+    unreachable_since: str | None = None
+    progress_channel: str = ""
+    progress_ts: str = ""
+    progress_at: str | None = None
+
+    @classmethod
+    def load(cls, path: str) -> WatchState:
+        try:
+            with open(path, encoding="utf-8") as f:
+                d = json.load(f)
+        except FileNotFoundError:
+            return cls()
+        except (OSError, json.JSONDecodeError) as e:
+            log.error("watcher state %s unreadable (%s); starting fresh", path, e)
+            return cls()
+        known = cls.__dataclass_fields__
+        return cls(**{k: v for k, v in d.items() if k in known}) if isinstance(d, dict) else cls()
+
+    def save(self, path: str) -> None:
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        write_atomic(path, json.dumps(asdict(self), indent=1))
+
+
+@dataclass
+class Observation:
+    now: dt.datetime
+    record: StatusRecord | None = None
+    error: RemoteError | None = None
+
+
+@dataclass
+class Action:
+    kind: str  # progress | milestone | done | alert | recovered
+    text: str
+    key: str = ""
+    resume: bool = False  # alert carries a Resume button
+    blocks: list[dict] | None = None
+
+
+@dataclass(frozen=True)
+class Limits:
+    milestone_pct: int = 10
+    heartbeat_stale_s: float = 120.0
+    unreachable_alert_s: float = 300.0
+    error_spike: int = ERROR_SPIKE
+    progress_update_s: float = PROGRESS_UPDATE_S
+
+    @classmethod
+    def from_config(cls, cfg: Config) -> Limits:
+        w = cfg.watcher
+        return cls(max(1, w.milestone_pct), w.heartbeat_stale_s, w.unreachable_alert_s)
+
+
+def _iso(t: dt.datetime) -> str:
+    return t.astimezone(dt.timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+def _conditions(
+    rec: StatusRecord, prev: WatchState, lim: Limits, now: dt.datetime
+) -> dict[str, tuple[str, bool]]:
+    """Alert keys that are true now → (headline, offer Resume). A key names one episode."""
+    run = rec.started_at or ""
+    out: dict[str, tuple[str, bool]] = {}
+    if rec.phase.is_failed():
+        out[f"{rec.phase.value}:{run}:{rec.phase_since}"] = (f"Extraction {rec.phase.value.upper()}", True)
+    age = summary.heartbeat_age(rec, now)
+    if rec.phase.is_active() and age is not None and age > lim.heartbeat_stale_s:
+        out[f"stale:{run}:{rec.heartbeat_at}"] = (f"No heartbeat for {summary.human_duration(age)}", True)
+    if rec.server.restarts:
+        out[f"restarts:{run}:{rec.server.restarts}"] = (
+            f"Server restarted ({rec.server.restarts} so far)",
+            False,
+        )
+    same_run = prev.run == run and prev.errors is not None
+    if same_run and rec.errors_this_run - prev.errors >= lim.error_spike:
+        new = rec.errors_this_run - prev.errors
+        out[f"errors:{run}:{rec.errors_this_run}"] = (
+            f"Error spike: {new} new errors since the last check",
+            False,
+        )
+    if rec.phase.is_active() and rec.disk.need is not None and rec.disk.need > rec.disk.free:
+        out[f"disk:{run}"] = ("Disk will run out before the job ends", False)
+    return out
+
+
+def decide(prev: WatchState, obs: Observation, lim: Limits) -> tuple[list[Action], WatchState]:
+    """Pure: previous state + one observation → actions to deliver and the next state."""
+    st = WatchState(**asdict(prev))
+    actions: list[Action] = []
+    if obs.record is None:
+        since = summary.parse_iso(st.unreachable_since) or obs.now
+        st.unreachable_since = _iso(since)
+        key = f"unreachable:{st.unreachable_since}"
+        if (obs.now - since).total_seconds() >= lim.unreachable_alert_s and key not in st.active:
+            text = (
+                summary.render_error(obs.error, unreachable_since=since, now=obs.now)
+                if obs.error
+                else "unreachable"
+            )
+            actions.append(Action("alert", f"GPU box unreachable\n{text}", key=key))
+            st.active = st.active + [key]
+        return actions, st
+
+    rec, now = obs.record, obs.now
+    if st.unreachable_since:
+        was = [k for k in st.active if k.startswith("unreachable:")]
+        if was:
+            actions.append(Action("recovered", "GPU box reachable again", key=was[0]))
+        st.unreachable_since = None
+    text = summary.render_text(rec, now, lim.heartbeat_stale_s)
+
+    conds = _conditions(rec, prev, lim, now)
+    keep = [k for k in st.active if k in conds]
+    for key, (head, resume) in conds.items():
+        if key not in st.active:
+            body = (
+                text
+                if not rec.last_error or rec.last_error in text
+                else f"{text}\nlast error: {rec.last_error}"
+            )
+            actions.append(
+                Action(
+                    "alert",
+                    f":rotating_light: {head} on {rec.host or 'the GPU box'}\n{body}",
+                    key=key,
+                    resume=resume,
+                )
+            )
+            keep.append(key)
+    st.active = keep[-MAX_KEYS:]
+
+    last = summary.parse_iso(st.progress_at)
+    due = last is None or (now - last).total_seconds() >= lim.progress_update_s or st.phase != rec.phase.value
+    if due:
+        actions.append(
+            Action("progress", text, blocks=summary.render_blocks(rec, now, lim.heartbeat_stale_s))
+        )
+        st.progress_at = _iso(now)
+    later: list[Action] = []  # milestones go in the thread of the progress message
+    job = f"{rec.job}:{rec.total}"
+    if st.job != job:
+        st.job, st.milestone = job, 0
+    if rec.total:
+        reached = int(100 * rec.done / rec.total) // lim.milestone_pct * lim.milestone_pct
+        reached = min(reached, 100 if rec.done >= rec.total else 99)
+        if reached > st.milestone and reached > 0 and reached < 100:
+            later.append(Action("milestone", f"{reached}% reached\n{text}", key=f"milestone:{job}:{reached}"))
+            st.milestone = reached
+    if rec.phase is Phase.DONE and st.milestone < 100:
+        later.append(Action("done", f":white_check_mark: {text}", key=f"done:{job}"))
+        st.milestone = 100
+
+    actions += later
+    st.phase = rec.phase.value
+    st.run = rec.started_at or ""
+    st.errors = rec.errors_this_run
+    return actions, st
+
+
+class Watcher:
+    """Observe → decide → deliver to Slack → save. One tick per scheduler interval."""
+
+    def __init__(self, box, cfg: Config, client, clock=None):
+        self.box, self.cfg, self.client = box, cfg, client
+        self.lim = Limits.from_config(cfg)
+        self.path = cfg.watcher.state_file or os.path.join(
+            os.path.dirname(os.path.abspath(cfg.path or ".")), "hsx-watch.json"
+        )
+        self.clock = clock or (lambda: dt.datetime.now(dt.timezone.utc))
+        self.channel = cfg.slack.alert_channel or (cfg.slack.channels[0] if cfg.slack.channels else "")
+        if not self.channel:
+            raise ValueError("[slack] alert_channel (or channels) is needed for the watcher")
+
+    def observe(self) -> Observation:
+        now = self.clock()
+        try:
+            return Observation(now, record=self.box.status())
+        except RemoteError as e:
+            return Observation(now, error=e)
+
+    def tick(self) -> list[Action]:
+        prev = WatchState.load(self.path)
+        obs = self.observe()
+        if obs.record is not None:
+            history.append(self.cfg, obs.record)
+        actions, st = decide(prev, obs, self.lim)
+        done = []
+        for a in actions:
+            try:
+                self.deliver(a, st)
+                done.append(a)
+            except Exception:
+                log.exception("could not post %s %s", a.kind, a.key)
+                if a.kind == "alert":  # not delivered: let the next tick fire it again
+                    st.active = [k for k in st.active if k != a.key]
+                if a.kind in ("milestone", "done"):
+                    st.milestone = prev.milestone
+        st.save(self.path)
+        return done
+
+    def deliver(self, a: Action, st: WatchState) -> None:
+        if a.kind == "progress":
+            if st.progress_ts:
+                self.client.chat_update(
+                    channel=st.progress_channel, ts=st.progress_ts, text=a.text, blocks=a.blocks
+                )
+                return
+            r = self.client.chat_postMessage(channel=self.channel, text=a.text, blocks=a.blocks)
+            st.progress_channel, st.progress_ts = r["channel"], r["ts"]
+            self.client.pins_add(channel=st.progress_channel, timestamp=st.progress_ts)
+        elif a.kind in ("milestone", "done"):
+            self.client.chat_postMessage(
+                channel=st.progress_channel or self.channel,
+                thread_ts=st.progress_ts or None,
+                text=a.text,
+                reply_broadcast=a.kind == "done",
+            )
+        else:  # alert, recovered
+            blocks = [{"type": "section", "text": {"type": "mrkdwn", "text": a.text[:2900]}}]
+            if a.resume:
+                blocks.append(resume_button(a.key))
+            self.client.chat_postMessage(channel=self.channel, text=a.text, blocks=blocks)
+
+
+def start_watcher(box, cfg: Config, client):
+    """An APScheduler background job that ticks every [watcher] interval_s."""
+    from apscheduler.schedulers.background import BackgroundScheduler
+
+    scheduler = BackgroundScheduler(timezone="UTC")
+    if not (cfg.slack.alert_channel or cfg.slack.channels):
+        log.warning("no [slack] alert_channel or channels: the watcher is off")
+        scheduler.start()
+        return scheduler
+    watcher = Watcher(box, cfg, client)
+    scheduler.add_job(
+        watcher.tick,
+        "interval",
+        seconds=cfg.watcher.interval_s,
+        max_instances=1,
+        coalesce=True,
+        next_run_time=dt.datetime.now(dt.timezone.utc),
+    )
+    scheduler.start()
+    return scheduler

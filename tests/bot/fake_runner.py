@@ -1,0 +1,38 @@
+"""Stands in for `hsx-runner <verb> --json --config F` on the GPU box.
+
+The fixture folder is the folder of F. Every call appends its argv to ``argv.jsonl`` there;
+the reply is ``<verb>.json`` (``status.json`` for status), the exit code ``<verb>.code``.
+A file that is not JSON is printed as is (a corrupt reply).
+"""
+
+import json
+import os
+import sys
+
+
+def main() -> int:
+    argv = sys.argv[1:]
+    if "--config" not in argv:
+        print("fake runner: --config is required", file=sys.stderr)
+        return 2
+    folder = os.path.dirname(os.path.abspath(argv[argv.index("--config") + 1]))
+    with open(os.path.join(folder, "argv.jsonl"), "a") as f:
+        f.write(json.dumps(argv) + "\n")
+    verb = argv[0]
+    path = os.path.join(folder, f"{verb}.json")
+    if os.path.exists(path):
+        with open(path) as f:
+            sys.stdout.write(f.read())
+    elif verb == "logs":
+        n = int(argv[argv.index("-n") + 1])
+        print(json.dumps({"lines": [f"log line {i}" for i in range(n)]}))
+    elif verb == "events":
+        print(json.dumps({"events": []}))
+    else:
+        print(json.dumps({"ok": True, "message": f"{verb} accepted"}))
+    code_path = os.path.join(folder, f"{verb}.code")
+    return int(open(code_path).read()) if os.path.exists(code_path) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,189 @@
+"""Watcher: the pure decision, and the real loop against the recording Slack API."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import threading
+
+from slack_sdk import WebClient
+
+from bot.app import build_app
+from bot.http import make_http_server
+from bot.watcher import Limits, Observation, Watcher, WatchState, decide
+from remote.errors import Unreachable
+from runner.status import StatusRecord
+
+from . import slack_api
+from .conftest import EXTRACTING
+from .test_http import SECRET, STRANGER, Bot
+
+T0 = dt.datetime(2030, 1, 1, 11, 43, tzinfo=dt.timezone.utc)
+LIM = Limits(milestone_pct=10, heartbeat_stale_s=120, unreachable_alert_s=300)
+
+
+def rec(**changes) -> StatusRecord:
+    d = dict(EXTRACTING)
+    d.update(changes)
+    return StatusRecord.from_dict(d)
+
+
+def kinds(actions) -> list[str]:
+    return [a.kind for a in actions]
+
+
+def test_milestones_once_each_and_done_once():
+    st = WatchState()
+    posted = []
+    for i, done in enumerate([0, 3000, 3800, 3900, 7500, 7600, 37312]):
+        now = T0 + dt.timedelta(minutes=i)
+        phase = "done" if done == 37312 else "extracting"
+        r = rec(done=done, phase=phase, heartbeat_at=now.isoformat())
+        acts, st = decide(st, Observation(now, record=r), LIM)
+        posted += [a.text.split("\n")[0] for a in acts if a.kind in ("milestone", "done")]
+    assert posted[:2] == ["10% reached", "20% reached"]
+    assert posted[2].startswith(":white_check_mark: Done: 37,312 / 37,312")
+    assert len(posted) == 3
+
+
+def test_crash_alerts_once_with_resume_and_again_for_a_new_crash():
+    st = WatchState()
+    crashed = rec(
+        phase="crashed", phase_since="2030-01-01T11:40:00Z", last_error="CUDA error: an illegal memory access"
+    )
+    acts, st = decide(st, Observation(T0, record=crashed), LIM)
+    (alert,) = [a for a in acts if a.kind == "alert"]
+    assert alert.resume and "CRASHED" in alert.text and "illegal memory access" in alert.text
+    acts, st = decide(st, Observation(T0 + dt.timedelta(minutes=1), record=crashed), LIM)
+    assert "alert" not in kinds(acts)
+    again = rec(phase="crashed", phase_since="2030-01-01T12:40:00Z")
+    acts, st = decide(st, Observation(T0 + dt.timedelta(hours=1), record=again), LIM)
+    assert kinds(acts).count("alert") == 1
+
+
+def test_stale_heartbeat_alerts_once():
+    stale = rec(heartbeat_at="2030-01-01T11:30:00Z")  # 13 minutes before T0
+    acts, st = decide(WatchState(), Observation(T0, record=stale), LIM)
+    (alert,) = [a for a in acts if a.kind == "alert"]
+    assert "No heartbeat for 13m" in alert.text and alert.resume
+    acts, _ = decide(st, Observation(T0 + dt.timedelta(minutes=1), record=stale), LIM)
+    assert "alert" not in kinds(acts)
+
+
+def test_restarts_error_spike_and_disk_alerts():
+    st = WatchState()
+    _, st = decide(st, Observation(T0, record=rec(heartbeat_at=T0.isoformat())), LIM)
+    worse = rec(
+        heartbeat_at=T0.isoformat(),
+        errors_this_run=12,
+        server={"restarts": 1},
+        disk={"path": "/data", "used": 10, "free": 100, "need": 500},
+    )
+    acts, st = decide(st, Observation(T0 + dt.timedelta(seconds=30), record=worse), LIM)
+    heads = sorted(a.text.split("\n")[0] for a in acts if a.kind == "alert")
+    assert len(heads) == 3
+    assert any("Server restarted (1" in h for h in heads)
+    assert any("Error spike: 12 new errors" in h for h in heads)
+    assert any("Disk will run out" in h for h in heads)
+    acts, _ = decide(st, Observation(T0 + dt.timedelta(seconds=60), record=worse), LIM)
+    assert "alert" not in kinds(acts)
+
+
+def test_unreachable_alerts_after_the_limit_once_then_recovers():
+    err = Unreachable("jump root@10.1.2.6:22", "connection refused")
+    st = WatchState()
+    acts, st = decide(st, Observation(T0, error=err), LIM)
+    assert acts == []
+    acts, st = decide(st, Observation(T0 + dt.timedelta(seconds=200), error=err), LIM)
+    assert acts == []
+    acts, st = decide(st, Observation(T0 + dt.timedelta(seconds=301), error=err), LIM)
+    (alert,) = acts
+    assert "hop: jump root@10.1.2.6:22" in alert.text and "failing since 11:43 UTC" in alert.text
+    acts, st = decide(st, Observation(T0 + dt.timedelta(seconds=400), error=err), LIM)
+    assert acts == []
+    acts, st = decide(
+        st, Observation(T0 + dt.timedelta(seconds=500), record=rec(heartbeat_at=T0.isoformat())), LIM
+    )
+    assert "recovered" in kinds(acts) and st.unreachable_since is None
+
+
+def test_progress_message_is_throttled():
+    st = WatchState()
+    r = rec(heartbeat_at=T0.isoformat())
+    acts, st = decide(st, Observation(T0, record=r), LIM)
+    assert "progress" in kinds(acts)
+    acts, st = decide(st, Observation(T0 + dt.timedelta(seconds=20), record=r), LIM)
+    assert "progress" not in kinds(acts)
+    acts, st = decide(st, Observation(T0 + dt.timedelta(seconds=61), record=r), LIM)
+    assert "progress" in kinds(acts)
+
+
+def _watcher(fake, cfg, api, when):
+    return Watcher(fake.box(), cfg, WebClient(token="xoxb-test", base_url=api), clock=lambda: when[0])
+
+
+def test_restart_neither_repeats_nor_misses(fake, cfg):
+    rec_ = slack_api.Recorder()
+    server, api = slack_api.start(rec_)
+    try:
+        when = [T0]
+        fake.set_status(done=3800, heartbeat_at=T0.isoformat())  # 10%
+        _watcher(fake, cfg, api, when).tick()
+        assert len(rec_.named("pins.add")) == 1
+        (first_post, milestone) = rec_.named("chat.postMessage")
+        assert milestone["thread_ts"] == "1700000000.000001" and milestone["text"].startswith("10% reached")
+        assert rec_.named("pins.add")[0]["timestamp"] == "1700000000.000001"
+
+        # A new bot process: same state file. Same status → nothing new; then a crash → one alert.
+        when[0] = T0 + dt.timedelta(minutes=5)
+        fake.set_status(heartbeat_at=when[0].isoformat())
+        _watcher(fake, cfg, api, when).tick()
+        assert len(rec_.named("chat.postMessage")) == 2
+        assert len(rec_.named("chat.update")) == 1  # the pinned message, edited in place
+        fake.set_status(phase="crashed", phase_since=when[0].isoformat(), last_error="OSError: disk gone")
+        _watcher(fake, cfg, api, when).tick()
+        _watcher(fake, cfg, api, when).tick()
+        alerts = [
+            p for p in rec_.named("chat.postMessage") if p["channel"] == "C0ALERTS" and "CRASHED" in p["text"]
+        ]
+        assert len(alerts) == 1 and "disk gone" in alerts[0]["text"]
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_resume_button_resumes_once(fake, cfg):
+    rec_ = slack_api.Recorder()
+    api_server, api = slack_api.start(rec_)
+    env = {"SLACK_BOT_TOKEN": "xoxb-test", "SLACK_SIGNING_SECRET": SECRET, "SLACK_API_URL": api}
+    app, _ = build_app(cfg, box=fake.box(), env=env, http=True)
+    server = make_http_server(app, 0, "127.0.0.1")
+    threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()
+    bot = Bot(f"http://127.0.0.1:{server.server_port}/slack/events", rec_, api, fake, cfg)
+    try:
+        fake.set_status(phase="crashed", phase_since=T0.isoformat(), heartbeat_at=T0.isoformat())
+        Watcher(fake.box(), cfg, WebClient(token="x", base_url=api), clock=lambda: T0).tick()
+        (alert,) = [p for p in rec_.named("chat.postMessage") if ":rotating_light:" in p["text"]]
+        blocks = json.loads(alert["blocks"]) if isinstance(alert["blocks"], str) else alert["blocks"]
+        button = blocks[1]["elements"][0]
+        assert button["action_id"] == "hsx_resume"
+
+        assert bot.click("hsx_resume", button["value"], user=STRANGER) == 200
+        (refusal,) = rec_.wait_for("response")
+        assert "refused" in refusal["text"] and fake.verbs().count("resume") == 0
+
+        assert bot.click("hsx_resume", button["value"]) == 200
+        rec_.wait_for("response", 2)
+        assert bot.click("hsx_resume", button["value"]) == 200
+        third = rec_.wait_for("response", 3)[2]
+        assert "already resumed" in third["text"]
+        assert fake.verbs().count("resume") == 1
+        assert [(e["user"], e["result"][:7]) for e in bot.audit()] == [
+            (STRANGER, "refused"),
+            ("U0OPERATOR", "ok"),
+        ]
+    finally:
+        server.shutdown()
+        server.server_close()
+        api_server.shutdown()
+        api_server.server_close()

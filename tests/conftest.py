@@ -1,0 +1,95 @@
+"""Shared fixtures: a tiny demo job (real model, real tokenizer), built once per session and
+copied per test so each test has its own output, port and config."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BIN = os.path.dirname(sys.executable)
+RUNNER = os.path.join(BIN, "hsx-runner")
+os.environ.setdefault("HSX_BACKOFF_S", "0.05")  # retries back off fast in tests
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def demo_assets(tmp_path_factory):
+    """Model, tokenizer and a 120-row dataset from seed 0."""
+    from runner import demo_assets as da
+
+    d = tmp_path_factory.mktemp("assets")
+    da.build(str(d), 120, 0)
+    return d
+
+
+def write_job(dest, assets, samples: int | None = None, **overrides) -> str:
+    """A job dir using the shared model; dataset = first `samples` rows of the assets'."""
+    dest = str(dest)
+    os.makedirs(dest, exist_ok=True)
+    with open(os.path.join(assets, "data.jsonl")) as f:
+        rows = f.readlines()
+    rows = rows[:samples] if samples else rows
+    with open(os.path.join(dest, "data.jsonl"), "w") as f:
+        f.writelines(overrides.pop("rows", rows))
+    job = {
+        "name": "test", "model": os.path.join(str(assets), "model"), "dataset": "data.jsonl", "out": "out",
+        "max_length": 256, "concurrency": 4, "status_interval_s": 0.3, "rate_window_s": 30.0,
+        "max_consecutive_failures": 10, "retries": 3,
+    }  # fmt: skip
+    server = {
+        "backend": "reference",
+        "threads": 1,
+        "port": free_port(),
+        "start_timeout_s": 120.0,
+        "max_restarts": 3,
+    }
+    for k, v in overrides.items():
+        section, _, key = k.partition("__")
+        (job if section == "job" else server)[key] = v
+    lines = ["[job]"] + [f"{k} = {_toml(v)}" for k, v in job.items()]
+    lines += ["[server]"] + [f"{k} = {_toml(v)}" for k, v in server.items()]
+    lines += ["[remote]", 'transport = "local"', f'runner = "{RUNNER}"', f'runner_config = "{dest}/hsx.toml"']
+    path = os.path.join(dest, "hsx.toml")
+    with open(path, "w") as f:
+        f.write("\n".join(lines) + "\n")
+    return path
+
+
+def _toml(v) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, str):
+        return '"' + v + '"'
+    return repr(v)
+
+
+def runner(*args, timeout=300, check=False) -> subprocess.CompletedProcess:
+    p = subprocess.run([RUNNER, *args], capture_output=True, text=True, timeout=timeout)
+    if check and p.returncode != 0:
+        raise AssertionError(f"hsx-runner {args} -> {p.returncode}\n{p.stdout}\n{p.stderr}")
+    return p
+
+
+@pytest.fixture
+def job(tmp_path, demo_assets):
+    """Factory: job(samples=N, **overrides) -> config path."""
+
+    def make(samples=40, **kw):
+        return write_job(tmp_path / f"job{len(os.listdir(tmp_path))}", demo_assets, samples, **kw)
+
+    return make
+
+
+def copy_tree(src, dst):
+    shutil.copytree(src, dst, dirs_exist_ok=True)

@@ -1,0 +1,90 @@
+"""Small helpers for runner tests: run verbs, read JSON, compare outputs."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+
+from tests.conftest import RUNNER, runner
+
+
+def status(conf: str) -> dict:
+    return json.loads(runner("status", "--json", "--config", conf, check=True).stdout)
+
+
+def verify(conf: str, *extra) -> tuple[int, dict]:
+    p = runner("verify", "--json", "--config", conf, *extra)
+    return p.returncode, json.loads(p.stdout)
+
+
+def out_dir(conf: str) -> str:
+    return os.path.join(os.path.dirname(conf), "out")
+
+
+def start_run(conf: str) -> subprocess.Popen:
+    """The runner in the foreground, as a real child we can kill."""
+    return subprocess.Popen(
+        [RUNNER, "run", "--config", conf], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        start_new_session=True,
+    )  # fmt: skip
+
+
+def wait_for(pred, timeout=60.0, every=0.05, what="condition"):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        v = pred()
+        if v:
+            return v
+        time.sleep(every)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def done_count(conf: str) -> int:
+    try:
+        with open(os.path.join(out_dir(conf), "manifest.jsonl")) as f:
+            return sum(1 for _ in f)
+    except FileNotFoundError:
+        return 0
+
+
+def tensors(conf: str) -> dict[int, dict]:
+    from runner.ckpt import load_sample
+    from runner.store import sample_path
+
+    out = out_dir(conf)
+    with open(os.path.join(out, "dataset.json")) as f:
+        total = json.load(f)["total"]
+    res = {}
+    for i in range(total):
+        p = sample_path(out, i)
+        if os.path.exists(p):
+            res[i] = load_sample(p, mmap=False)
+    return res
+
+
+def assert_same_tensors(a: dict[int, dict], b: dict[int, dict]) -> None:
+    import torch
+
+    assert sorted(a) == sorted(b), f"different samples: {set(a) ^ set(b)}"
+    for i in a:
+        for k in ("input_ids", "loss_mask", "hidden_state", "aux_hidden_state"):
+            assert a[i][k].dtype == b[i][k].dtype, (i, k)
+            assert torch.equal(a[i][k], b[i][k]), f"sample {i} {k} differs"
+
+
+def server_pid(conf: str) -> int | None:
+    try:
+        with open(os.path.join(out_dir(conf), "server.pid")) as f:
+            return int(f.read())
+    except (OSError, ValueError):
+        return None
+
+
+def kill_group(pid: int, sig=signal.SIGKILL) -> None:
+    try:
+        os.killpg(pid, sig)
+    except ProcessLookupError:
+        pass

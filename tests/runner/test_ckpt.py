@@ -1,0 +1,268 @@
+import os
+import shutil
+import threading
+
+import pytest
+import torch
+import xxhash
+
+from runner import ckpt
+from runner.ckpt import BadSample, CorruptSample, file_checksum, load_sample, write_sample
+from runner.errors import HsxError
+
+SEQ, H = 37, 16
+
+
+def make(seq=SEQ, hidden=H, dtype=torch.bfloat16, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return {
+        "input_ids": torch.randint(0, 32000, (seq,), generator=g),
+        "loss_mask": (torch.arange(seq) >= seq // 3).to(torch.int64),
+        "hidden_state": torch.randn(1, seq, hidden, generator=g).to(dtype),
+        "aux_hidden_state": torch.randn(1, seq, 3 * hidden, generator=g).to(dtype),
+    }
+
+
+def crc_setting():
+    from torch.utils.serialization import config
+
+    return config.save.compute_crc32
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("mmap", [False, True])
+def test_roundtrip(tmp_path, dtype, mmap):
+    sample = make(dtype=dtype)
+    path = tmp_path / "data_0.ckpt"
+    nbytes, checksum = write_sample(path, **sample)
+    assert nbytes == path.stat().st_size
+    assert checksum == file_checksum(path) == xxhash.xxh3_64(path.read_bytes()).hexdigest()
+
+    loaded = load_sample(path, mmap=mmap)
+    assert set(loaded) == set(ckpt.KEYS)
+    for k, v in sample.items():
+        assert loaded[k].dtype == v.dtype, k
+        assert loaded[k].shape == v.shape, k
+        assert torch.equal(loaded[k], v), k
+    assert loaded["input_ids"].dtype == torch.int64 and loaded["loss_mask"].dtype == torch.int64
+
+
+def test_plain_torch_load_reads_it_like_specforge(tmp_path):
+    sample = make()
+    path = tmp_path / "data_1.ckpt"
+    write_sample(path, **sample)
+    for mmap in (False, True):
+        data = torch.load(str(path), weights_only=True, mmap=mmap)
+        assert torch.equal(data["aux_hidden_state"], sample["aux_hidden_state"])
+        # SpecForge edits the loaded mask in place; a private mmap must allow that
+        data["loss_mask"][-1] = 0
+    assert torch.equal(torch.load(str(path), weights_only=True)["loss_mask"], sample["loss_mask"])
+
+
+def test_views_and_non_contiguous_inputs_are_written_compactly(tmp_path):
+    ref = make()
+    batch = torch.zeros(4, 2 * SEQ, H, dtype=torch.bfloat16)
+    batch[2, :SEQ] = ref["hidden_state"][0]
+    hidden_view = batch[2:3, :SEQ]  # a view into a 4x larger buffer
+    aux_t = ref["aux_hidden_state"].transpose(1, 2).contiguous().transpose(1, 2)  # non-contiguous
+    assert not aux_t.is_contiguous()
+    ids = torch.stack([ref["input_ids"], ref["input_ids"]], dim=1)[:, 0]  # strided view
+    mask = ref["loss_mask"].to(torch.bool)
+
+    path_view = tmp_path / "view.ckpt"
+    path_ref = tmp_path / "ref.ckpt"
+    n_view, _ = write_sample(
+        path_view, input_ids=ids, loss_mask=mask, hidden_state=hidden_view, aux_hidden_state=aux_t
+    )
+    n_ref, _ = write_sample(path_ref, **ref)
+    assert abs(n_view - n_ref) < 256  # same payload; only archive names differ, not a dragged-in buffer
+    loaded = load_sample(path_view)
+    for k, v in ref.items():
+        assert torch.equal(loaded[k], v), k
+    assert loaded["loss_mask"].dtype == torch.int64
+
+
+def test_int32_ids_are_stored_as_int64(tmp_path):
+    sample = make()
+    sample["input_ids"] = sample["input_ids"].to(torch.int32)
+    sample["loss_mask"] = sample["loss_mask"].to(torch.int32)
+    write_sample(tmp_path / "a.ckpt", **sample)
+    loaded = load_sample(tmp_path / "a.ckpt")
+    assert loaded["input_ids"].dtype == torch.int64 and loaded["loss_mask"].dtype == torch.int64
+
+
+def test_checksum_is_of_the_bytes_written_and_changes_with_them(tmp_path):
+    a, b = make(seed=1), make(seed=2)
+    _, ca = write_sample(tmp_path / "a.ckpt", **a)
+    _, cb = write_sample(tmp_path / "b.ckpt", **b)
+    assert ca != cb
+    assert len(ca) == 16 and int(ca, 16) >= 0
+    raw = bytearray((tmp_path / "a.ckpt").read_bytes())
+    raw[len(raw) // 2] ^= 0xFF  # a flipped bit inside tensor data
+    (tmp_path / "a.ckpt").write_bytes(raw)
+    assert file_checksum(tmp_path / "a.ckpt") != ca
+
+
+def test_large_sample_spans_many_chunks(tmp_path, monkeypatch):
+    monkeypatch.setattr(ckpt, "CHUNK_BYTES", 4096)  # many chunks and writeback hints on a small file
+    hints = []
+    real = ckpt._sync_file_range
+    if real is not None:
+
+        def counting(fd, offset, length, flags):
+            hints.append((offset, length))
+            return real(fd, offset, length, flags)
+
+        monkeypatch.setattr(ckpt, "_sync_file_range", counting)
+    sample = make(seq=600, hidden=64)
+    nbytes, checksum = write_sample(tmp_path / "big.ckpt", **sample)
+    assert nbytes > 50 * 4096
+    if real is not None:  # Linux: writeback was started chunk by chunk, in order, without gaps
+        assert len(hints) >= 50
+        assert all(a[0] + a[1] == b[0] for a, b in zip(hints, hints[1:], strict=False))
+    assert checksum == file_checksum(tmp_path / "big.ckpt")
+    assert torch.equal(load_sample(tmp_path / "big.ckpt")["hidden_state"], sample["hidden_state"])
+
+
+def test_existing_temp_file_is_truncated(tmp_path):
+    path = tmp_path / "t.ckpt"
+    path.write_bytes(b"x" * 10_000_000)
+    nbytes, checksum = write_sample(path, **make())
+    assert path.stat().st_size == nbytes < 10_000_000
+    assert file_checksum(path) == checksum
+
+
+@pytest.mark.parametrize("mmap", [False, True])
+@pytest.mark.parametrize("cut", ["half", "tail", "empty"])
+def test_truncated_file_is_corrupt(tmp_path, mmap, cut):
+    path = tmp_path / "data_5.ckpt"
+    write_sample(path, **make())
+    raw = path.read_bytes()
+    path.write_bytes({"half": raw[: len(raw) // 2], "tail": raw[:-20], "empty": b""}[cut])
+    with pytest.raises(CorruptSample) as err:
+        load_sample(path, mmap=mmap)
+    assert err.value.path == str(path)
+    assert str(path) in str(err.value)
+    assert isinstance(err.value, ValueError) and isinstance(err.value, HsxError)
+
+
+@pytest.mark.parametrize("mmap", [False, True])
+def test_garbage_file_is_corrupt(tmp_path, mmap):
+    path = tmp_path / "data_6.ckpt"
+    path.write_bytes(os.urandom(4096))
+    with pytest.raises(CorruptSample, match="data_6.ckpt"):
+        load_sample(path, mmap=mmap)
+
+
+def test_wrong_content_is_corrupt(tmp_path):
+    path = tmp_path / "data_7.ckpt"
+    torch.save({"input_ids": torch.arange(5)}, path)
+    with pytest.raises(CorruptSample, match="lacks"):
+        load_sample(path)
+    bad = make()
+    bad["aux_hidden_state"] = bad["aux_hidden_state"][:, :, :H]
+    torch.save(bad, path)
+    with pytest.raises(CorruptSample, match="3 x hidden size"):
+        load_sample(path)
+    torch.save([1, 2], path)
+    with pytest.raises(CorruptSample, match="not a dict"):
+        load_sample(path)
+
+
+def test_missing_file_is_not_corrupt(tmp_path):
+    with pytest.raises(FileNotFoundError):
+        load_sample(tmp_path / "nope.ckpt")
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (lambda s: s.update(hidden_state=s["hidden_state"][0]), r"hidden_state must be \[1, seq, width\]"),
+        (lambda s: s.update(hidden_state=s["hidden_state"].expand(2, -1, -1)), r"must be \[1, seq, width\]"),
+        (lambda s: s.update(aux_hidden_state=s["aux_hidden_state"][:, :, :-1]), "not 3 x hidden size 16"),
+        (lambda s: s.update(input_ids=s["input_ids"][:-1]), "sequence lengths differ"),
+        (lambda s: s.update(aux_hidden_state=s["aux_hidden_state"][:, 1:]), "sequence lengths differ"),
+        (lambda s: s.update(input_ids=s["input_ids"][None]), r"input_ids must be 1-D"),
+        (lambda s: s.update(input_ids=s["input_ids"].float()), "input_ids must be an integer tensor"),
+        (lambda s: s.update(loss_mask=s["loss_mask"] * 2), "only 0 and 1"),
+        (lambda s: s.update(hidden_state=s["hidden_state"].float()), "hidden_state is torch.float32"),
+        (lambda s: s.update(hidden_state=[1, 2]), "must be a torch.Tensor"),
+        (lambda s: s.update(hidden_state=s["hidden_state"].to(torch.int64)), "floating point"),
+        (lambda s: s.update({k: v[..., :0, :] if v.dim() == 3 else v[:0] for k, v in s.items()}), "empty"),
+    ],
+)
+def test_bad_inputs_are_refused_and_write_nothing(tmp_path, change, message):
+    sample = make()
+    change(sample)
+    path = tmp_path / "x.ckpt"
+    with pytest.raises(BadSample, match=message):
+        write_sample(path, **sample)
+    assert not path.exists()
+
+
+def test_failed_write_removes_partial_file_and_restores_crc(tmp_path, monkeypatch):
+    before = crc_setting()
+    path = tmp_path / "x.ckpt"
+
+    def boom(*a, **k):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(ckpt.os, "fdatasync", boom)
+    with pytest.raises(OSError, match="No space"):
+        write_sample(path, **make())
+    assert not path.exists()
+    assert crc_setting() is before
+
+
+@pytest.mark.parametrize("initial", [True, False])
+def test_torch_save_config_is_unchanged_after_write(tmp_path, initial):
+    from torch.utils.serialization import config
+
+    old = config.save.compute_crc32
+    config.save.compute_crc32 = initial
+    try:
+        write_sample(tmp_path / "a.ckpt", **make())
+        assert config.save.compute_crc32 is initial
+    finally:
+        config.save.compute_crc32 = old
+    # and a plain torch.save afterwards still writes real CRCs (checked by Python's zipfile)
+    import zipfile
+
+    torch.save({"x": torch.arange(10)}, tmp_path / "plain.pt")
+    with zipfile.ZipFile(tmp_path / "plain.pt") as z:
+        assert z.testzip() is None
+
+
+def test_concurrent_writes_share_one_crc_window(tmp_path):
+    before = crc_setting()
+    errors, sums = [], {}
+
+    def work(i):
+        try:
+            for j in range(3):
+                p = tmp_path / f"w{i}_{j}.ckpt"
+                _, c = write_sample(p, **make(seed=i * 10 + j))
+                sums[p] = c
+        except Exception as e:  # surfaced by the assert below
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    assert crc_setting() is before
+    for p, c in sums.items():
+        assert file_checksum(p) == c
+        load_sample(p)
+
+
+@pytest.mark.skipif(shutil.which("dd") is None, reason="needs dd")
+def test_benchmark_runs_on_tiny_sizes(tmp_path, capsys):
+    from bench import write_path
+
+    write_path.main(["--dir", str(tmp_path), "--seq", "8", "--hidden", "32", "--repeats", "1"])
+    out = capsys.readouterr().out
+    assert "write_sample" in out and "dd" in out and "| " in out
+    assert list(tmp_path.iterdir()) == []  # cleaned up
