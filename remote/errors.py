@@ -34,7 +34,8 @@ class HostKeyMismatch(RemoteError):
 
 
 class CommandTimeout(RemoteError):
-    transient = True
+    """The command ran past its timeout on a connection that still answers. Not retried: a
+    hung command would hang again, and the verb may not be safe to run twice."""
 
     def __init__(self, argv: list[str], timeout_s: float):
         self.argv, self.timeout_s = argv, timeout_s

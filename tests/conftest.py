@@ -25,11 +25,11 @@ def free_port() -> int:
 
 @pytest.fixture(scope="session")
 def demo_assets(tmp_path_factory):
-    """Model, tokenizer and a 120-row dataset from seed 0."""
+    """Model, tokenizer and a 300-row dataset from seed 0."""
     from runner import demo_assets as da
 
     d = tmp_path_factory.mktemp("assets")
-    da.build(str(d), 120, 0)
+    da.build(str(d), 300, 0)
     return d
 
 

@@ -1,0 +1,282 @@
+"""Launcher of the patched SGLang server: ``python -m patches.sglang_dump <sglang server args>``.
+
+Reads the dump directory and aux layer ids from the environment (names in runner/dump.py),
+refuses a SGLang other than the pinned version or one whose hook points moved
+(patches/hooks.py), refuses server arguments the dump would be wrong under, then starts
+SGLang's own HTTP server with the scheduler-side patch injected into every scheduler process.
+
+``server_argv()`` builds the command line the runner spawns; it imports nothing heavy.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+
+from runner import dump
+
+from .hooks import SGLANG_VERSION, IncompatibleSGLang
+
+log = logging.getLogger("hsx.dump")
+
+# Flags the dump needs, in the order server_argv writes them.
+REQUIRED_FLAGS = (
+    "--enable-return-aux-hidden-states",
+    "--speculative-algorithm",
+    "EAGLE3",
+    "--disable-radix-cache",
+)
+ALIASES = {
+    "--tensor-parallel-size": "--tp-size",
+    "--data-parallel-size": "--dp-size",
+    "--pipeline-parallel-size": "--pp-size",
+    "--speculative-draft-model": "--speculative-draft-model-path",
+    "--model": "--model-path",
+}
+# Flags whose argument lists are open-ended (nargs="+").
+_LIST_FLAGS = {"--return-aux-hidden-state-layer-ids"}
+_OWN_FLAGS = (
+    "--model-path",
+    "--host",
+    "--port",
+    "--tp-size",
+    "--dp-size",
+    "--mem-fraction-static",
+    "--return-aux-hidden-state-layer-ids",
+)
+
+
+class ArgsError(ValueError):
+    """Server arguments the dump patch cannot run under."""
+
+
+def parse_flags(argv: list[str]) -> dict[str, list[list[str]]]:
+    """``--flag v ...`` / ``--flag=v`` occurrences, aliases folded: {flag: [values per occurrence]}."""
+    out: dict[str, list[list[str]]] = {}
+    i = 0
+    while i < len(argv):
+        tok = argv[i]
+        if not tok.startswith("--"):
+            raise ArgsError(f"unexpected argument {tok!r} (every SGLang server argument is a --flag)")
+        name, eq, val = tok.partition("=")
+        name = ALIASES.get(name, name)
+        values = [val] if eq else []
+        i += 1
+        if not eq:
+            while i < len(argv) and not argv[i].startswith("--"):
+                values.append(argv[i])
+                i += 1
+        out.setdefault(name, []).append(values)
+    return out
+
+
+def parse_layer_ids(text: str) -> list[int]:
+    """``HSX_AUX_LAYER_IDS``: comma- or space-separated; empty means the model's default."""
+    parts = [p for p in text.replace(",", " ").split() if p]
+    try:
+        ids = [int(p) for p in parts]
+    except ValueError:
+        raise ArgsError(f"{dump.DUMP_LAYERS_ENV}={text!r}: layer ids must be integers") from None
+    if ids:
+        _check_layer_ids(ids, dump.DUMP_LAYERS_ENV)
+    return ids
+
+
+def _check_layer_ids(ids: list[int], where: str) -> None:
+    if len(ids) != 3 or len(set(ids)) != 3 or min(ids) < 0:
+        raise ArgsError(f"{where}: need three distinct non-negative aux layer ids (EAGLE-3), got {ids}")
+
+
+def check_argv(argv: list[str], aux_layer_ids: list[int] | None = None) -> None:
+    """Raise ArgsError listing every server argument that is missing or would spoil the dump."""
+    flags = parse_flags(argv)
+    problems = []
+
+    def one(flag: str) -> list[str] | None:
+        occ = flags.get(flag)
+        if occ is None:
+            return None
+        if len(occ) > 1:
+            problems.append(f"{flag} is given {len(occ)} times")
+        return occ[-1]
+
+    for flag, values in flags.items():
+        if flag not in _LIST_FLAGS and len(values[-1]) > 1:
+            problems.append(f"{flag} takes at most one value, got {values[-1]}")
+    if one("--config") is not None:
+        problems.append(
+            "--config is not supported: pass the arguments on the command line so they can be checked"
+        )
+    if one("--model-path") in (None, []):
+        problems.append("--model-path is required")
+    if one("--enable-return-aux-hidden-states") is None:
+        problems.append("--enable-return-aux-hidden-states is required (aux capture without a draft)")
+    algo = one("--speculative-algorithm")
+    if not algo or algo[0].upper() != "EAGLE3":
+        problems.append("--speculative-algorithm EAGLE3 is required (it names the capture convention)")
+    if one("--speculative-draft-model-path") is not None:
+        problems.append("--speculative-draft-model-path must not be set (capture runs without a draft)")
+    if one("--disable-radix-cache") is None:
+        problems.append(
+            "--disable-radix-cache is required: a prefix-cache hit skips rows (sglang #8066, #4997)"
+        )
+    mode = one("--return-hidden-states-mode")
+    if mode is not None and mode != ["full"]:
+        problems.append(f"--return-hidden-states-mode must be full (one row per prompt token), got {mode}")
+    for flag in ("--pp-size", "--attn-dp-size"):
+        v = one(flag)
+        if v is not None and v != ["1"]:
+            why = (
+                "aux capture needs one pipeline stage"
+                if flag == "--pp-size"
+                else "DP attention is not supported"
+            )
+            problems.append(f"{flag} must be 1 ({why}), got {v}")
+    if one("--enable-dp-attention") is not None:
+        problems.append("--enable-dp-attention is not supported (the writing rank is unconfirmed there)")
+    chunk = one("--chunked-prefill-size")
+    if chunk is not None and (len(chunk) != 1 or not chunk[0].lstrip("-").isdigit()):
+        problems.append(f"--chunked-prefill-size needs an integer, got {chunk}")
+    ids = one("--return-aux-hidden-state-layer-ids")
+    if ids is not None:
+        try:
+            got = [int(x) for x in ids]
+            _check_layer_ids(got, "--return-aux-hidden-state-layer-ids")
+            if aux_layer_ids and sorted(got) != sorted(aux_layer_ids):
+                problems.append(
+                    f"--return-aux-hidden-state-layer-ids {got} contradicts {dump.DUMP_LAYERS_ENV}={aux_layer_ids}"
+                )
+        except (ValueError, ArgsError) as e:
+            problems.append(
+                str(e) if isinstance(e, ArgsError) else f"--return-aux-hidden-state-layer-ids: {ids}"
+            )
+    elif aux_layer_ids:
+        problems.append(
+            f"{dump.DUMP_LAYERS_ENV}={aux_layer_ids} is set but --return-aux-hidden-state-layer-ids is not"
+        )
+    if problems:
+        raise ArgsError(
+            "the SGLang arguments do not suit the hsx dump patch:\n  - " + "\n  - ".join(problems)
+        )
+
+
+def server_argv(
+    *,
+    python: str,
+    model: str,
+    host: str,
+    port: int,
+    tp_size: int,
+    dp_size: int,
+    mem_fraction: float,
+    aux_layer_ids: list[int],
+    extra_args: list[str],
+) -> list[str]:
+    """The full command line that starts the patched server; ``extra_args`` may add SGLang flags
+    but not repeat or contradict the ones this function sets (ArgsError)."""
+    extra = list(extra_args)
+    clash = sorted(
+        set(parse_flags(extra)) & {*_OWN_FLAGS, *(f for f in REQUIRED_FLAGS if f.startswith("--"))}
+    )
+    if clash:
+        raise ArgsError(f"[server] extra_args must not set {', '.join(clash)}: hsx sets them from the config")
+    if aux_layer_ids:
+        _check_layer_ids(list(aux_layer_ids), "[job] aux_layer_ids")
+    server = [
+        "--model-path",
+        model,
+        "--host",
+        host,
+        "--port",
+        str(port),
+        "--tp-size",
+        str(tp_size),
+        "--dp-size",
+        str(dp_size),
+        "--mem-fraction-static",
+        str(mem_fraction),
+        *REQUIRED_FLAGS,
+    ]
+    if aux_layer_ids:
+        server += ["--return-aux-hidden-state-layer-ids", *(str(i) for i in aux_layer_ids)]
+    server += extra
+    check_argv(server, list(aux_layer_ids))
+    return [python, "-m", "patches.sglang_dump", *server]
+
+
+def prepare_dump_dir(path: str) -> str:
+    if not path:
+        raise ArgsError(f"{dump.DUMP_DIR_ENV} must name the dump directory (on the output filesystem)")
+    path = os.path.abspath(path)
+    os.makedirs(path, exist_ok=True)
+    probe = os.path.join(path, f".hsx-probe-{os.getpid()}")
+    try:
+        with open(probe, "w") as f:
+            f.write("ok")
+        os.remove(probe)
+    except OSError as e:
+        raise ArgsError(f"dump directory {path} is not writable: {e}") from None
+    return path
+
+
+def check_resolved(cfg) -> None:
+    """After SGLang resolved its arguments: the values the dump depends on."""
+    want = {
+        "aux_hidden_state_capture": "eagle3",
+        "return_hidden_states_mode": "full",
+        "disable_radix_cache": True,
+        "pp_size": 1,
+        "speculative_algorithm": None,
+    }
+    bad = [
+        f"{k} resolved to {getattr(cfg, k)!r}, need {v!r}" for k, v in want.items() if getattr(cfg, k) != v
+    ]
+    if getattr(cfg, "attn_dp_size", 1) not in (None, 1):
+        bad.append(f"attn_dp_size resolved to {cfg.attn_dp_size!r}, need 1")
+    if bad:
+        raise ArgsError(
+            "SGLang resolved the arguments into a setup the dump cannot use:\n  - " + "\n  - ".join(bad)
+        )
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    logging.basicConfig(level=logging.INFO, format="[%(asctime)s hsx] %(message)s")
+    try:
+        aux_ids = parse_layer_ids(os.environ.get(dump.DUMP_LAYERS_ENV, ""))
+        check_argv(argv, aux_ids)
+        os.environ[dump.DUMP_DIR_ENV] = prepare_dump_dir(os.environ.get(dump.DUMP_DIR_ENV, ""))
+        from .hooks import require_installed
+
+        require_installed()
+    except (ArgsError, IncompatibleSGLang) as e:
+        print(f"hsx dump patch: {e}", file=sys.stderr)
+        return 2
+
+    from sglang.srt.arg_groups.model_override_base import resolving_view
+    from sglang.srt.entrypoints.http_server import launch_server
+    from sglang.srt.plugins import load_plugins
+    from sglang.srt.server_args import prepare_server_args
+    from sglang.srt.utils.common import kill_process_tree
+
+    from .scheduler_patch import run_scheduler_process
+
+    load_plugins()
+    server_args = prepare_server_args(argv)
+    server_args.resolve_once()
+    try:
+        check_resolved(resolving_view(server_args))
+    except ArgsError as e:
+        print(f"hsx dump patch: {e}", file=sys.stderr)
+        return 2
+    log.info("hsx dump patch for SGLang %s: dumps go to %s", SGLANG_VERSION, os.environ[dump.DUMP_DIR_ENV])
+    try:
+        launch_server(server_args, run_scheduler_process_func=run_scheduler_process)
+    finally:
+        kill_process_tree(os.getpid(), include_parent=False)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,429 @@
+"""SSH transport: one persistent paramiko connection to the jump host and, through a
+direct-tcpip channel on it, one to the GPU box; every command is a new channel on it.
+
+- Host keys are pinned for both hops against one known_hosts file; unknown or changed keys
+  are refused with the fingerprint and how to trust it, never added.
+- Keys come from the identity file, then the SSH agent.
+- A dropped hop is noticed on the next call, which reconnects; failures name the hop and are
+  retried by ``remote.retry`` only when transient.
+- argv is quoted with ``shlex.join`` and run with ``exec``, not a login shell; sshd still runs
+  the account's shell with ``-c``, so the command is one simple command the shell execs.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import hashlib
+import math
+import os
+import re
+import shlex
+import socket
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import paramiko
+
+from . import retry
+from .errors import AuthFailed, CommandTimeout, HostKeyMismatch, Unreachable
+from .transport import Result
+
+MAX_COMMAND_BYTES = 100_000  # the shell gets the command as one argument (Linux: 128 KiB at most)
+PROBE_S = 3.0  # how long a hop may take to answer a liveness probe
+KILL_GRACE_S = 2  # the remote `timeout` kills this long after TERM
+READ_CHUNK = 1 << 16
+NUDGE_S = 0.5  # see _collect
+NUDGE_EVERY_S = 0.02
+
+_JUMP_RE = re.compile(
+    r"^(?:(?P<user>[^@\s]+)@)?(?P<host>\[[0-9A-Fa-f:.]+\]|[^@:\s\[\]]+)(?::(?P<port>\d+))?$"
+)
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    user: str
+    host: str
+    port: int
+
+    @property
+    def known_hosts_name(self) -> str:
+        return self.host if self.port == 22 else f"[{self.host}]:{self.port}"
+
+
+def parse_jump(spec: str, default_user: str) -> Endpoint:
+    """``user@host:port`` (user and port optional; IPv6 in brackets)."""
+    m = _JUMP_RE.match(spec.strip())
+    if not m:
+        raise ValueError(f"jump {spec!r} is not user@host:port")
+    port = int(m["port"] or 22)
+    if not 0 < port < 65536:
+        raise ValueError(f"jump {spec!r}: port out of range")
+    return Endpoint(m["user"] or default_user, m["host"].strip("[]"), port)
+
+
+def fingerprint(key: paramiko.PKey) -> str:
+    """OpenSSH's SHA256 fingerprint, as ``ssh-keygen -l`` prints it."""
+    digest = hashlib.sha256(key.asbytes()).digest()
+    return "SHA256:" + base64.b64encode(digest).decode().rstrip("=")
+
+
+class _Probe:
+    """Asks a transport for a reply (a global request) without waiting forever on a hung hop."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+
+    def answers(self, t: paramiko.Transport | None, timeout_s: float) -> bool:
+        if t is None or not t.is_active():
+            return False
+        done = threading.Event()
+
+        def ask() -> None:
+            with self._lock:  # paramiko tracks one global request at a time
+                try:
+                    t.global_request("keepalive@openssh.com", wait=True)
+                except Exception:  # noqa: BLE001 - any failure means no answer
+                    return
+            done.set()
+
+        threading.Thread(target=ask, name="hsx-ssh-probe", daemon=True).start()
+        return done.wait(timeout_s) and t.is_active()
+
+
+class SSHTransport:
+    """Runs argv on the GPU box through the jump host. Safe to share between threads."""
+
+    def __init__(
+        self,
+        host: str,
+        port: int = 22,
+        user: str = "root",
+        identity_file: str = "",
+        known_hosts: str = "~/.ssh/known_hosts",
+        jump: str | None = None,
+        connect_timeout_s: float = 10.0,
+        keepalive_s: float = 15.0,
+        on_retry: Callable[[retry.RetryRecord], None] | None = None,
+        attempts: int = retry.ATTEMPTS,
+        retry_total_s: float = retry.TOTAL_S,
+    ):
+        if not host:
+            raise ValueError("ssh: host is required")
+        if not 0 < port < 65536:
+            raise ValueError(f"ssh: port out of range: {port}")
+        if connect_timeout_s <= 0 or keepalive_s <= 0:
+            raise ValueError("ssh: connect_timeout_s and keepalive_s must be positive")
+        self.target = Endpoint(user, host, port)
+        self.jump = parse_jump(jump, user) if jump else None
+        self.identity_file = os.path.expanduser(identity_file) if identity_file else ""
+        self.known_hosts = os.path.expanduser(known_hosts)
+        self.connect_timeout_s = connect_timeout_s
+        self.keepalive_s = keepalive_s
+        self.on_retry = on_retry
+        self.attempts = attempts
+        self.retry_total_s = retry_total_s
+        self._lock = threading.Lock()
+        self._jump_t: paramiko.Transport | None = None
+        self._target_t: paramiko.Transport | None = None
+        self._probe = _Probe()
+
+    # -- public ------------------------------------------------------------------------------
+
+    def run(self, argv: list[str], timeout_s: float) -> Result:
+        command = self.command(argv, timeout_s)
+        return retry.call(
+            lambda: self._run_once(argv, command, timeout_s),
+            on_retry=self.on_retry,
+            attempts=self.attempts,
+            total_s=self.retry_total_s,
+        )
+
+    def close(self) -> None:
+        with self._lock:
+            self._close_locked()
+
+    def connected(self) -> bool:
+        t = self._target_t
+        return t is not None and t.is_active()
+
+    @staticmethod
+    def command(argv: list[str], timeout_s: float) -> str:
+        """The exact text sshd hands to the account's shell: every element quoted, and the
+        remote ``timeout`` so a command we gave up on does not run on."""
+        if not isinstance(argv, list) or not argv or not all(isinstance(a, str) for a in argv):
+            raise ValueError("ssh: argv must be a non-empty list of strings")
+        if any("\0" in a for a in argv):
+            raise ValueError("ssh: argv must not contain NUL bytes")
+        if not timeout_s or timeout_s <= 0:
+            raise ValueError("ssh: timeout_s must be positive")
+        guard = ["timeout", "-k", str(KILL_GRACE_S), str(math.ceil(timeout_s) + 1)]
+        text = shlex.join(guard + argv)
+        if len(text.encode()) > MAX_COMMAND_BYTES:
+            raise ValueError(f"ssh: command is {len(text.encode())} bytes; the limit is {MAX_COMMAND_BYTES}")
+        return text
+
+    # -- one attempt -------------------------------------------------------------------------
+
+    def _run_once(self, argv: list[str], command: str, timeout_s: float) -> Result:
+        t = self._connection()
+        try:
+            chan = t.open_session(timeout=self.connect_timeout_s)
+        except (paramiko.SSHException, EOFError, OSError):
+            # The connection died since its last use: reconnect now, so an error names its hop.
+            self._drop(t)
+            t = self._connection()
+            try:
+                chan = t.open_session(timeout=self.connect_timeout_s)
+            except (paramiko.SSHException, EOFError, OSError) as e:
+                raise self._lost(t, f"cannot open a channel: {e or type(e).__name__}") from None
+        try:
+            chan.exec_command(command)
+            return self._collect(t, chan, argv, timeout_s)
+        except (paramiko.SSHException, EOFError, OSError) as e:
+            raise self._lost(t, f"connection lost during the command: {e or type(e).__name__}") from None
+        finally:
+            chan.close()
+
+    def _collect(
+        self, t: paramiko.Transport, chan: paramiko.Channel, argv: list[str], timeout_s: float
+    ) -> Result:
+        deadline = time.monotonic() + timeout_s
+        out: list[bytes] = []
+        err: list[bytes] = []
+
+        def drain() -> int:
+            while chan.recv_ready():
+                out.append(chan.recv(READ_CHUNK))
+            while chan.recv_stderr_ready():
+                err.append(chan.recv_stderr(READ_CHUNK))
+            return len(out) + len(err)
+
+        # Until the exit status (or a close) arrives, read both streams as they come so neither
+        # fills the window; status_event wakes us the moment the command ends.
+        # sshd keeps Nagle on for commands without a pty, so a small reply written while its
+        # previous one is unacknowledged waits up to 40 ms for an ACK the other end delays. A
+        # packet from us carries that ACK across both hops at once: send one right after exec,
+        # whenever something arrives, and now and then, early on where 40 ms would dominate.
+        start = time.monotonic()
+        seen, last_nudge = None, start - NUDGE_EVERY_S
+        while not chan.exit_status_ready():
+            now_seen = (drain(), chan.eof_received)
+            now = time.monotonic()
+            if now >= deadline:
+                self._timed_out(t, argv, timeout_s)
+            if now - start < NUDGE_S:
+                if now_seen != seen or now - last_nudge >= NUDGE_EVERY_S:
+                    with contextlib.suppress(Exception):
+                        t.send_ignore(1)
+                    seen, last_nudge = now_seen, now
+                chan.status_event.wait(min(deadline - now, 0.002))
+            else:
+                chan.status_event.wait(min(deadline - now, 0.05))
+        # Then read to EOF (it can trail the exit status), still under the deadline.
+        chan.settimeout(max(deadline - time.monotonic(), 0.001))
+        try:
+            while data := chan.recv(READ_CHUNK):
+                out.append(data)
+        except TimeoutError:
+            self._timed_out(t, argv, timeout_s)
+        drain()
+        code = chan.recv_exit_status()
+        if code == -1 and not t.is_active():
+            raise self._lost(t, "connection lost during the command")
+        stderr = b"".join(err).decode(errors="replace")
+        if code == -1:
+            stderr += "\n(no exit status: the command was killed by a signal)"
+        return Result(code, b"".join(out).decode(errors="replace"), stderr)
+
+    def _timed_out(self, t: paramiko.Transport, argv: list[str], timeout_s: float) -> None:
+        """The command did not finish: is it the command, or did a hop stop answering?"""
+        if self._probe.answers(t, PROBE_S):
+            raise CommandTimeout(argv, timeout_s)
+        raise self._lost(t, f"no answer within {timeout_s:g}s")
+
+    def _lost(self, t: paramiko.Transport, detail: str) -> Unreachable:
+        """Drop a connection that failed while in use; name the hop that went away."""
+        jump_t = self._jump_t if t is self._target_t else None
+        hop = "jump" if self.jump and not self._probe.answers(jump_t, PROBE_S) else "target"
+        self._drop(t)
+        where = self.jump if hop == "jump" else self.target
+        return Unreachable(hop, f"{where.host}:{where.port}: {detail}")
+
+    # -- connection --------------------------------------------------------------------------
+
+    def _connection(self) -> paramiko.Transport:
+        with self._lock:
+            t = self._target_t
+            if t is not None and t.is_active() and (self._jump_t is None or self._jump_t.is_active()):
+                return t
+            self._close_locked()
+            self._connect_locked()
+            return self._target_t
+
+    def _drop(self, t: paramiko.Transport) -> None:
+        with self._lock:
+            if self._target_t is t:  # another thread may have reconnected already
+                self._close_locked()
+
+    def _close_locked(self) -> None:
+        for t in (self._target_t, self._jump_t):
+            if t is not None:
+                # Closing the target's transport closes its channel on the jump, which fails
+                # when the jump is already gone; the connection is finished either way.
+                with contextlib.suppress(Exception):
+                    t.close()
+        self._target_t = self._jump_t = None
+
+    def _connect_locked(self) -> None:
+        keys = self._keys()
+        if self.jump is None:
+            self._target_t = self._handshake("target", self.target, self._tcp(self.target, "target"), keys)
+            return
+        jump_t = self._handshake("jump", self.jump, self._tcp(self.jump, "jump"), keys)
+        try:
+            chan = self._forward(jump_t)
+            self._target_t = self._handshake("target", self.target, chan, keys)
+        except BaseException:
+            jump_t.close()
+            raise
+        self._jump_t = jump_t
+
+    def _tcp(self, ep: Endpoint, hop: str) -> socket.socket:
+        try:
+            sock = socket.create_connection((ep.host, ep.port), timeout=self.connect_timeout_s)
+        except OSError as e:
+            raise Unreachable(hop, f"{ep.host}:{ep.port}: {e.strerror or e}") from None
+        # Small request/reply packets: do not let Nagle hold them for the peer's delayed ACK.
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        # Notice a silently dead peer: TCP keepalive when idle, and a bound on unacknowledged data.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+        idle = max(1, int(self.keepalive_s))
+        for name, value in (("TCP_KEEPIDLE", idle), ("TCP_KEEPINTVL", idle), ("TCP_KEEPCNT", 3)):
+            if hasattr(socket, name):
+                sock.setsockopt(socket.IPPROTO_TCP, getattr(socket, name), value)
+        if hasattr(socket, "TCP_USER_TIMEOUT"):
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT, idle * 4 * 1000)
+        return sock
+
+    def _forward(self, jump_t: paramiko.Transport) -> paramiko.Channel:
+        dest = (self.target.host, self.target.port)
+        try:
+            return jump_t.open_channel("direct-tcpip", dest, ("127.0.0.1", 0), timeout=self.connect_timeout_s)
+        except paramiko.ChannelException as e:
+            where = f"{self.target.host}:{self.target.port}"
+            if e.code == paramiko.common.OPEN_FAILED_ADMINISTRATIVELY_PROHIBITED:
+                err = Unreachable("target", f"the jump host refuses to forward to {where} ({e.text})")
+                err.transient = False  # a policy on the jump, not a blip
+                raise err from None
+            raise Unreachable("target", f"the jump host cannot connect to {where}: {e.text}") from None
+        except (paramiko.SSHException, EOFError, OSError) as e:
+            raise Unreachable(
+                "jump", f"no forwarding channel to the target: {e or type(e).__name__}"
+            ) from None
+
+    def _handshake(self, hop: str, ep: Endpoint, sock, keys: list[paramiko.PKey]) -> paramiko.Transport:
+        t = paramiko.Transport(sock)
+        t.banner_timeout = t.handshake_timeout = t.auth_timeout = self.connect_timeout_s
+        try:
+            pinned = self._pinned(hop, ep)
+            if pinned:  # negotiate the key type we hold, so a second key type is not "changed"
+                opts = t.get_security_options()
+                first = [k for k in opts.key_types if _base_type(k) in pinned]
+                opts.key_types = first + [k for k in opts.key_types if k not in first]
+            try:
+                t.start_client(timeout=self.connect_timeout_s)
+                key = t.get_remote_server_key()  # raises if the handshake ran out of time
+            except (paramiko.SSHException, EOFError, OSError) as e:
+                raise Unreachable(
+                    hop, f"{ep.host}:{ep.port}: SSH handshake failed: {e or type(e).__name__}"
+                ) from None
+            self._check_host_key(hop, ep, key, pinned)
+            self._auth(hop, ep, t, keys)
+        except BaseException:
+            t.close()
+            raise
+        t.set_keepalive(max(1, int(self.keepalive_s)))
+        return t
+
+    def _pinned(self, hop: str, ep: Endpoint) -> dict[str, paramiko.PKey]:
+        hk = paramiko.HostKeys()
+        try:
+            hk.load(self.known_hosts)
+        except FileNotFoundError:
+            return {}
+        except (OSError, paramiko.SSHException) as e:
+            raise HostKeyMismatch(
+                hop, ep.known_hosts_name, "-", f"cannot read {self.known_hosts}: {e}"
+            ) from None
+        entry = hk.lookup(ep.known_hosts_name)
+        return dict(entry.items()) if entry else {}
+
+    def _check_host_key(
+        self, hop: str, ep: Endpoint, key: paramiko.PKey, pinned: dict[str, paramiko.PKey]
+    ) -> None:
+        name, kh = ep.known_hosts_name, self.known_hosts
+        line = f"{name} {key.get_name()} {key.get_base64()}"
+        old = pinned.get(key.get_name())
+        if old is not None and old.asbytes() == key.asbytes():
+            return
+        if old is None:
+            detail = (
+                f"{key.get_name()} key not in {kh}; if this is the right host (confirm the fingerprint "
+                f"with whoever runs it), trust it by adding this line to {kh}: {line}"
+            )
+        else:
+            detail = (
+                f"{key.get_name()} key CHANGED (pinned: {fingerprint(old)}); this may be an attack. "
+                f"If the host was really re-keyed, confirm the new fingerprint with whoever runs it, then "
+                f"run `ssh-keygen -R '{name}' -f {kh}` and add this line to {kh}: {line}"
+            )
+        raise HostKeyMismatch(hop, name, fingerprint(key), detail)
+
+    def _keys(self) -> list[paramiko.PKey]:
+        keys: list[paramiko.PKey] = []
+        if self.identity_file:
+            try:
+                keys.append(paramiko.PKey.from_path(self.identity_file))
+            except FileNotFoundError:
+                raise AuthFailed("client", f"identity file {self.identity_file} not found") from None
+            except paramiko.PasswordRequiredException:
+                raise AuthFailed(
+                    "client",
+                    f"identity file {self.identity_file} is passphrase-protected; load it into ssh-agent",
+                ) from None
+            except (paramiko.SSHException, OSError, ValueError) as e:
+                raise AuthFailed("client", f"cannot load identity file {self.identity_file}: {e}") from None
+        if os.environ.get("SSH_AUTH_SOCK"):
+            try:
+                keys += list(paramiko.Agent().get_keys())
+            except (paramiko.SSHException, OSError):
+                pass  # no agent after all: the identity file may still do
+        if not keys:
+            raise AuthFailed("client", "no identity_file configured and no keys in an SSH agent")
+        return keys
+
+    def _auth(self, hop: str, ep: Endpoint, t: paramiko.Transport, keys: list[paramiko.PKey]) -> None:
+        for key in keys:
+            try:
+                t.auth_publickey(ep.user, key)
+            except paramiko.BadAuthenticationType as e:
+                raise AuthFailed(hop, f"{ep.user}@{ep.host}: server allows only {e.allowed_types}") from None
+            except paramiko.AuthenticationException:
+                continue
+            except (paramiko.SSHException, EOFError, OSError) as e:
+                raise Unreachable(
+                    hop, f"{ep.host}:{ep.port}: lost during auth: {e or type(e).__name__}"
+                ) from None
+            if t.is_authenticated():
+                return
+        tried = ", ".join(f"{k.get_name()} {fingerprint(k)}" for k in keys)
+        raise AuthFailed(hop, f"{ep.user}@{ep.host}:{ep.port} refused every key ({tried})")
+
+
+def _base_type(key_type: str) -> str:
+    """Negotiated host-key algorithm -> the key type known_hosts stores."""
+    return "ssh-rsa" if key_type.startswith("rsa-sha2-") else key_type.replace("-cert-v01@openssh.com", "")

@@ -1,0 +1,97 @@
+"""The retry policy: what it retries, its bounds, the records it reports."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from remote import retry
+from remote.errors import AuthFailed, CommandTimeout, HostKeyMismatch, Unreachable
+
+
+def flaky(failures: list[BaseException], value="ok"):
+    calls = []
+
+    def fn():
+        calls.append(time.monotonic())
+        if len(calls) <= len(failures):
+            raise failures[len(calls) - 1]
+        return value
+
+    return fn, calls
+
+
+def test_transient_errors_are_retried_and_reported():
+    fn, calls = flaky([Unreachable("jump", "10.1.2.6:22: Connection refused")] * 2)
+    records = []
+    assert retry.call(fn, on_retry=records.append) == "ok"
+    assert len(calls) == 3
+    assert [(r.attempt, r.attempts, r.hop, r.kind) for r in records] == [
+        (1, 5, "jump", "Unreachable"),
+        (2, 5, "jump", "Unreachable"),
+    ]
+    assert str(records[1]).startswith("unreachable (jump): 10.1.2.6:22: Connection refused; retry 3/5 in ")
+    assert json.loads(json.dumps(records[0].to_dict()))["hop"] == "jump"
+
+
+@pytest.mark.parametrize(
+    "err",
+    [
+        AuthFailed("jump", "refused every key"),
+        HostKeyMismatch("target", "[h]:22", "SHA256:x", "CHANGED"),
+        CommandTimeout(["/r", "status"], 5),
+        ValueError("a bug, not the network"),
+    ],
+)
+def test_other_errors_are_raised_at_once(err):
+    fn, calls = flaky([err])
+    records = []
+    with pytest.raises(type(err)):
+        retry.call(fn, on_retry=records.append)
+    assert (len(calls), records) == (1, [])
+
+
+def test_bounded_by_attempts():
+    fn, calls = flaky([Unreachable("target", "reset")] * 10)
+    with pytest.raises(Unreachable):
+        retry.call(fn, attempts=3)
+    assert len(calls) == 3
+
+
+def test_bounded_by_total_time():
+    def slow_failure():
+        calls.append(1)
+        time.sleep(0.2)
+        raise Unreachable("jump", "timed out")
+
+    calls: list[int] = []
+    start = time.monotonic()
+    with pytest.raises(Unreachable):
+        retry.call(slow_failure, attempts=10, total_s=0.3)
+    assert len(calls) == 2  # a third attempt would start after the bound
+    assert time.monotonic() - start < 1.0
+
+
+def test_fast_switch(monkeypatch):
+    fn, _ = flaky([Unreachable("jump", "x")])
+    records = []
+    retry.call(fn, on_retry=records.append)  # conftest sets HSX_RETRY_FAST=1
+    assert records[0].wait_s == retry.FAST_WAIT_S
+
+    monkeypatch.delenv(retry.FAST_ENV)
+    slept = []
+    fn, _ = flaky([Unreachable("jump", "x")] * 3)
+    records = []
+    retry.call(fn, on_retry=records.append, sleep=slept.append)
+    assert slept == [r.wait_s for r in records]
+    assert retry.FIRST_WAIT_S <= slept[0] <= 2 * retry.FIRST_WAIT_S
+    assert slept[1] >= 2 * retry.FIRST_WAIT_S and slept[2] >= 4 * retry.FIRST_WAIT_S
+
+
+def test_bad_bounds():
+    with pytest.raises(ValueError):
+        retry.call(lambda: 1, attempts=0)
+    with pytest.raises(ValueError):
+        retry.call(lambda: 1, total_s=0)

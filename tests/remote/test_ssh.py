@@ -1,0 +1,394 @@
+"""SSHTransport against two real OpenSSH daemons: a jump host and a target reachable only
+through it (tests/sshd.py). Faults are real: daemons killed, paused, re-keyed."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from remote.client import GpuBox
+from remote.connect import open_box
+from remote.errors import AuthFailed, CommandTimeout, HostKeyMismatch, Unreachable
+from remote.ssh import MAX_COMMAND_BYTES, SSHTransport
+from runner.config import from_dict
+from runner.status import Phase, StatusRecord, write_record
+from tests import sshd
+
+RUNNER = os.path.join(os.path.dirname(sys.executable), "hsx-runner")
+
+
+def make(pair, records=None, **kw) -> SSHTransport:
+    args = dict(
+        host=pair.target.addr,
+        port=pair.target.port,
+        user=pair.user,
+        identity_file=pair.client_key,
+        known_hosts=pair.known_hosts,
+        jump=pair.jump_spec,
+        connect_timeout_s=3.0,
+        on_retry=records.append if records is not None else None,
+    )
+    args.update(kw)
+    return SSHTransport(**args)
+
+
+@pytest.fixture
+def closing():
+    made: list[SSHTransport] = []
+    yield made
+    for t in made:
+        t.close()
+
+
+def log_count(hop, text: str) -> int:
+    with open(hop.log) as f:
+        return f.read().count(text)
+
+
+def echo_argv_script(tmp_path) -> str:
+    path = tmp_path / "echo_argv.py"
+    path.write_text(
+        f'#!{sys.executable}\nimport json, sys\nprint(json.dumps({{"argv": sys.argv[1:], "lines": []}}))\n'
+    )
+    path.chmod(0o755)
+    return str(path)
+
+
+# -- the path ------------------------------------------------------------------------------
+
+
+def test_runs_through_the_jump_only(shared_pair, closing):
+    t = make(shared_pair)
+    closing.append(t)
+    res = t.run(["/bin/echo", "hello"], 10)
+    assert (res.code, res.stdout, res.stderr) == (0, "hello\n", "")
+    assert shared_pair.peer_checks()[-1].startswith("allowed: through the jump")
+
+    # The same key, straight to the target: refused, because it did not come through the jump.
+    direct = make(shared_pair, jump=None)
+    closing.append(direct)
+    with pytest.raises(AuthFailed) as e:
+        direct.run(["/bin/echo", "hello"], 10)
+    assert e.value.hop == "target"
+    assert shared_pair.peer_checks()[-1].startswith("refused: not through the jump")
+
+
+def test_jump_forwards_nowhere_else(shared_pair, closing):
+    records = []
+    t = make(shared_pair, records, host=shared_pair.jump.addr, port=shared_pair.jump.port)
+    closing.append(t)
+    with pytest.raises(Unreachable) as e:
+        t.run(["/bin/true"], 10)
+    assert e.value.hop == "target" and "refuses to forward" in str(e.value)
+    assert records == []  # a policy on the jump: retrying cannot help
+
+
+def test_exit_code_and_stderr(shared_pair, closing):
+    t = make(shared_pair)
+    closing.append(t)
+    res = t.run(["/bin/sh", "-c", "echo out; echo oops >&2; exit 7"], 10)
+    assert (res.code, res.stdout, res.stderr) == (7, "out\n", "oops\n")
+    big = t.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys; sys.stdout.write('x' * 3_000_000); sys.stderr.write('y' * 3_000_000)",
+        ],
+        20,
+    )
+    assert (big.code, len(big.stdout), len(big.stderr)) == (0, 3_000_000, 3_000_000)
+
+
+def test_hostile_arguments_never_reach_a_shell(shared_pair, closing, tmp_path):
+    canary = tmp_path / "pwned"
+    hostile = [
+        f"; touch {canary}",
+        f"$(touch {canary})",
+        f"`touch {canary}`",
+        f"a\ntouch {canary}\n",
+        f"' ; touch {canary}; '",
+        f'" && touch {canary} && "',
+        f"| touch {canary}",
+        f"> {canary}",
+        "*",
+        "~",
+        "$HOME",
+        "",
+        "-rf",
+        "\\",
+        "ünïcødé ✓",
+        "x" * 50_000,
+    ]
+    t = make(shared_pair)
+    closing.append(t)
+    res = t.run([echo_argv_script(tmp_path), *hostile], 20)
+    assert res.code == 0, res.stderr
+    assert json.loads(res.stdout)["argv"] == hostile
+    # Through the client too: the runner's config path is the hostile part here.
+    box = GpuBox(t, echo_argv_script(tmp_path), hostile[1], timeout_s=20)
+    assert box.preflight()["argv"] == ["preflight", "--json", "--config", hostile[1]]
+    assert not canary.exists()
+    # Too long for the remote shell's one argument: refused here, before anything is sent.
+    with pytest.raises(ValueError, match="limit"):
+        t.run(["/bin/echo", "x" * MAX_COMMAND_BYTES], 10)
+    with pytest.raises(ValueError, match="NUL"):
+        t.run(["/bin/echo", "a\0b"], 10)
+
+
+def test_threads_share_one_connection(shared_pair, closing):
+    t = make(shared_pair)
+    closing.append(t)
+    before = log_count(shared_pair.target, "Accepted publickey")
+    results: dict[int, list[str]] = {}
+
+    def worker(n: int) -> None:
+        results[n] = [t.run(["/bin/echo", f"{n}-{i}"], 20).stdout for i in range(4)]
+
+    threads = [threading.Thread(target=worker, args=(n,)) for n in range(6)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(60)
+    assert results == {n: [f"{n}-{i}\n" for i in range(4)] for n in range(6)}
+    assert log_count(shared_pair.target, "Accepted publickey") == before + 1
+
+
+def test_status_over_the_two_hop_path(shared_pair, tmp_path):
+    if not os.path.exists(RUNNER):
+        pytest.skip(f"{RUNNER} not installed yet (pip install -e .)")
+    out = tmp_path / "out"
+    out.mkdir()
+    rec = StatusRecord(job="fixture", phase=Phase.STOPPED, host="gpu-1", total=37312, done=25581, failed=3)
+    rec.disk.path, rec.disk.used, rec.disk.free = str(out), 3_300_000_000_000, 8_500_000_000_000
+    rec.reason = "stopped on request"
+    write_record(str(out / "status.json"), rec)
+    job_cfg = tmp_path / "hsx.toml"
+    job_cfg.write_text(f'[job]\nmodel = "{tmp_path}/model"\ndataset = "{tmp_path}/d.jsonl"\nout = "{out}"\n')
+    cfg = from_dict(
+        {
+            "remote": {
+                "transport": "ssh",
+                "host": shared_pair.target.addr,
+                "port": shared_pair.target.port,
+                "user": shared_pair.user,
+                "jump": shared_pair.jump_spec,
+                "identity_file": shared_pair.client_key,
+                "known_hosts": shared_pair.known_hosts,
+                "runner": RUNNER,
+                "runner_config": str(job_cfg),
+                "command_timeout_s": 30.0,
+            }
+        }
+    )
+    box = open_box(cfg)
+    try:
+        got = box.status()
+    finally:
+        box.close()
+    assert isinstance(got, StatusRecord)
+    assert (got.job, got.phase, got.total, got.done, got.failed) == (
+        "fixture",
+        Phase.STOPPED,
+        37312,
+        25581,
+        3,
+    )
+    assert (got.disk.used, got.disk.free, got.reason) == (
+        3_300_000_000_000,
+        8_500_000_000_000,
+        "stopped on request",
+    )
+
+
+# -- faults --------------------------------------------------------------------------------
+
+
+def test_jump_killed_then_back(pair, closing):
+    records = []
+    t = make(pair, records)
+    closing.append(t)
+    assert t.run(["/bin/echo", "up"], 10).stdout == "up\n"
+
+    pair.kill(pair.jump)
+    start = time.monotonic()
+    with pytest.raises(Unreachable) as e:
+        t.run(["/bin/echo", "again"], 10)
+    assert time.monotonic() - start < 10
+    assert e.value.hop == "jump" and str(e.value).startswith("unreachable (jump)")
+    assert [r.attempt for r in records] == [1, 2, 3, 4]
+    assert all(r.hop == "jump" and r.kind == "Unreachable" for r in records)
+    assert "retry 2/5" in str(records[0])
+
+    pair.start(pair.jump)
+    assert t.run(["/bin/echo", "back"], 10).stdout == "back\n"  # same object: reconnected by itself
+    assert log_count(pair.target, "Accepted publickey") == 2
+
+
+def test_target_killed_then_back(pair, closing):
+    t = make(pair)
+    closing.append(t)
+    assert t.run(["/bin/true"], 10).code == 0
+    pair.kill(pair.target)
+    with pytest.raises(Unreachable) as e:
+        t.run(["/bin/true"], 10)
+    assert e.value.hop == "target" and "cannot connect" in str(e.value)
+    pair.start(pair.target)
+    assert t.run(["/bin/echo", "back"], 10).stdout == "back\n"
+
+
+def test_jump_that_hangs_is_unreachable(pair, closing):
+    """A hop that stops answering without closing anything (host frozen, link cut)."""
+    records = []
+    t = make(pair, records, connect_timeout_s=1.0, attempts=2)
+    closing.append(t)
+    assert t.run(["/bin/true"], 10).code == 0
+    pair.pause(pair.jump)
+    try:
+        start = time.monotonic()
+        with pytest.raises(Unreachable) as e:
+            t.run(["/bin/true"], 10)
+        assert e.value.hop == "jump"
+        assert time.monotonic() - start < 8
+        assert len(records) == 1
+    finally:
+        pair.pause(pair.jump, False)
+    assert t.run(["/bin/echo", "back"], 10).stdout == "back\n"
+
+
+@pytest.mark.parametrize("hop_name", ["jump", "target"])
+def test_changed_host_key_is_refused(pair, closing, hop_name):
+    hop = getattr(pair, hop_name)
+    records = []
+    t = make(pair, records)
+    closing.append(t)
+    with open(pair.known_hosts) as f:
+        pinned = f.read()
+    new_fp = pair.new_host_key(hop)
+    with pytest.raises(HostKeyMismatch) as e:
+        t.run(["/bin/true"], 10)
+    msg = str(e.value)
+    assert e.value.hop == hop_name and e.value.fingerprint == new_fp
+    assert new_fp in msg and "CHANGED" in msg and "ssh-keygen -R" in msg
+    assert hop.known_hosts_line() in msg  # the exact line that would trust it
+    assert records == []  # never retried
+    with open(pair.known_hosts) as f:
+        assert f.read() == pinned  # never auto-added
+
+
+def test_unknown_host_key_is_refused_until_trusted(pair, closing):
+    with open(pair.known_hosts, "w") as f:
+        f.write(pair.target.known_hosts_line() + "\n")  # the jump is not known
+    t = make(pair)
+    closing.append(t)
+    with pytest.raises(HostKeyMismatch) as e:
+        t.run(["/bin/true"], 10)
+    assert e.value.hop == "jump" and e.value.fingerprint == pair.jump.fingerprint()
+    assert "not in" in str(e.value)
+    with open(pair.known_hosts, "a") as f:  # do what the message says
+        f.write(pair.jump.known_hosts_line() + "\n")
+    assert t.run(["/bin/echo", "ok"], 10).stdout == "ok\n"
+
+
+def test_wrong_key_is_an_auth_error_not_retried(pair, closing, tmp_path):
+    other = str(tmp_path / "other_key")
+    sshd.keygen(other)
+    records = []
+    t = make(pair, records, identity_file=other)
+    closing.append(t)
+    before = log_count(pair.jump, "Connection from")
+    with pytest.raises(AuthFailed) as e:
+        t.run(["/bin/true"], 10)
+    assert e.value.hop == "jump" and "refused every key" in str(e.value)
+    assert records == []
+    assert log_count(pair.jump, "Connection from") == before + 1
+
+
+def test_hanging_command_times_out_and_is_killed(shared_pair, closing):
+    records = []
+    t = make(shared_pair, records)
+    closing.append(t)
+    accepted = log_count(shared_pair.target, "Accepted publickey")
+    start = time.monotonic()
+    with pytest.raises(CommandTimeout):
+        t.run(["/bin/sleep", "31.25"], 1.0)
+    assert time.monotonic() - start < 1.0 + 3
+    assert records == []
+    assert t.run(["/bin/echo", "still here"], 10).stdout == "still here\n"
+    assert log_count(shared_pair.target, "Accepted publickey") == accepted + 1  # same connection
+
+    def sleeping() -> bool:
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                with open(f"/proc/{pid}/cmdline", "rb") as f:
+                    if f.read() == b"/bin/sleep\x0031.25\x00":
+                        return True
+            except OSError:
+                pass
+        return False
+
+    deadline = time.monotonic() + 8
+    while sleeping() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not sleeping()  # the remote `timeout` ended it
+
+
+def test_keys_from_the_agent(shared_pair, closing, tmp_path, monkeypatch):
+    if not shutil.which("ssh-agent"):
+        pytest.skip("ssh-agent not installed")
+    sock = str(tmp_path / "agent.sock")
+    agent = subprocess.Popen(["ssh-agent", "-D", "-a", sock], stdout=subprocess.DEVNULL)
+    try:
+        for _ in range(100):
+            if os.path.exists(sock):
+                break
+            time.sleep(0.02)
+        env = dict(os.environ, SSH_AUTH_SOCK=sock)
+        subprocess.run(["ssh-add", "-q", shared_pair.client_key], env=env, check=True, capture_output=True)
+        monkeypatch.setenv("SSH_AUTH_SOCK", sock)
+        t = make(shared_pair, identity_file="")
+        closing.append(t)
+        assert t.run(["/bin/echo", "agent"], 10).stdout == "agent\n"
+    finally:
+        agent.kill()
+        agent.wait()
+
+
+def test_no_key_at_all(shared_pair, monkeypatch):
+    monkeypatch.delenv("SSH_AUTH_SOCK", raising=False)
+    t = make(shared_pair, identity_file="")
+    with pytest.raises(AuthFailed, match="no identity_file"):
+        t.run(["/bin/true"], 10)
+    assert not t.connected()
+
+
+def test_refused_port_is_unreachable_and_retried(closing, tmp_path):
+    key = str(tmp_path / "key")
+    sshd.keygen(key)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # nothing listens here once closed
+    records = []
+    t = SSHTransport("127.0.0.1", port, identity_file=key, on_retry=records.append, attempts=3)
+    closing.append(t)
+    with pytest.raises(Unreachable) as e:
+        t.run(["/bin/true"], 5)
+    assert e.value.hop == "target" and "refused" in str(e.value).lower()
+    assert [r.attempt for r in records] == [1, 2]
+
+
+def test_bad_identity_file_is_clear(tmp_path):
+    t = SSHTransport("127.0.0.1", 22, identity_file=str(tmp_path / "missing"))
+    with pytest.raises(AuthFailed, match="not found"):
+        t.run(["/bin/true"], 5)
+    (tmp_path / "junk").write_text("not a key\n")
+    t = SSHTransport("127.0.0.1", 22, identity_file=str(tmp_path / "junk"))
+    with pytest.raises(AuthFailed, match="cannot load"):
+        t.run(["/bin/true"], 5)

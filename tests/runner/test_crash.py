@@ -1,0 +1,71 @@
+"""Crash torture: kill -9 the runner (and sometimes only its server) at random moments,
+resume each time; the result verifies and equals an uninterrupted run, tensor for tensor."""
+
+from __future__ import annotations
+
+import os
+import random
+import time
+
+from tests.conftest import runner
+from tests.runner.helpers import (
+    assert_same_tensors,
+    done_count,
+    kill_group,
+    out_dir,
+    server_pid,
+    start_run,
+    status,
+    tensors,
+    verify,
+    wait_for,
+)
+
+SAMPLES = 240
+KILLS = 8
+
+
+def test_kill_nine_at_random_points_then_resume(job):
+    seed = int(os.environ.get("HSX_TORTURE_SEED", time.time_ns() % 10_000))
+    rng = random.Random(seed)
+    reference = job(samples=SAMPLES)
+    runner("run", "--config", reference, check=True)
+    conf = job(samples=SAMPLES, job__concurrency=6)
+
+    kills = 0
+    while kills < KILLS:
+        before = done_count(conf)
+        p = start_run(conf)
+        # kill at a random point: during start-up, or after some samples
+        if rng.random() < 0.25:
+            time.sleep(rng.uniform(0.2, 3.0))
+        else:
+            target = before + rng.randint(1, 25)
+            try:
+                wait_for(
+                    lambda t=target: done_count(conf) >= t or p.poll() is not None, timeout=60, every=0.01
+                )
+            except AssertionError:
+                pass
+        if p.poll() is not None:
+            break  # finished before we could kill it
+        if rng.random() < 0.3 and server_pid(conf):
+            kill_group(server_pid(conf))  # the server dies; the runner restarts it
+            time.sleep(rng.uniform(0.1, 1.0))
+        kill_group(p.pid)
+        p.wait(30)
+        kills += 1
+        st = status(conf)
+        assert st["phase"] in ("crashed", "done"), (seed, st["phase"])
+        # whatever is in the shard dirs is complete: every committed file verifies or is missing
+        _, rep = verify(conf, "--quick")
+        assert rep["corrupt"] == [], (seed, rep["reasons"])
+
+    runner("run", "--config", conf, check=True)
+    code, rep = verify(conf)
+    assert code == 0 and rep["ok"] == SAMPLES, (seed, rep)
+    assert status(conf)["phase"] == "done"
+    assert kills >= 3, f"seed {seed}: the job finished before enough kills ({kills})"
+    leftovers = [n for d in os.listdir(out_dir(conf)) if d.startswith("rows_") for n in os.listdir(os.path.join(out_dir(conf), d)) if not n.endswith(".ckpt")]  # fmt: skip
+    assert leftovers == []
+    assert_same_tensors(tensors(reference), tensors(conf))

@@ -1,0 +1,73 @@
+"""`hsx demo` as a new user runs it: headless, with the console, interrupted and rerun."""
+
+from __future__ import annotations
+
+import filecmp
+import json
+import os
+import signal
+import subprocess
+
+from tests.conftest import BIN
+from tests.runner.helpers import assert_same_tensors, done_count, status, tensors, verify, wait_for
+
+HSX = os.path.join(BIN, "hsx")
+
+
+def demo(workdir, *args, inp: str | None = None, timeout=300) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [HSX, "demo", "--workdir", str(workdir), "--samples", "40", *args],
+        input=inp, capture_output=True, text=True, timeout=timeout,
+    )  # fmt: skip
+
+
+def test_headless_demo_runs_the_whole_loop_and_reruns_resume(tmp_path):
+    p = demo(tmp_path / "d", "--headless")
+    assert p.returncode == 0, p.stderr
+    assert "40 / 40" in p.stdout or "Done" in p.stdout
+    conf = str(tmp_path / "d" / "hsx.toml")
+    code, rep = verify(conf)
+    assert code == 0 and rep["ok"] == 40
+    p = demo(tmp_path / "d", "--headless")
+    assert p.returncode == 0
+    assert status(conf)["done_this_run"] == 0
+
+
+def test_same_seed_gives_identical_data_and_tensors(tmp_path):
+    assert demo(tmp_path / "a", "--headless", "--seed", "7").returncode == 0
+    assert demo(tmp_path / "b", "--headless", "--seed", "7").returncode == 0
+    assert filecmp.cmp(tmp_path / "a" / "data.jsonl", tmp_path / "b" / "data.jsonl", shallow=False)
+    assert filecmp.cmp(
+        tmp_path / "a/model/model.safetensors", tmp_path / "b/model/model.safetensors", shallow=False
+    )
+    assert_same_tensors(tensors(str(tmp_path / "a/hsx.toml")), tensors(str(tmp_path / "b/hsx.toml")))
+
+
+def test_console_answers_progress_and_verbs(tmp_path):
+    p = demo(tmp_path / "c", inp="progress?\n/extract logs 3\n/extract bogus\n")
+    assert p.returncode == 0, p.stderr
+    assert "/ 40" in p.stdout  # the terse summary
+    assert "Usage" in p.stdout or "usage" in p.stdout  # help for the unknown verb
+
+
+def test_interrupted_demo_resumes(tmp_path):
+    work = tmp_path / "i"
+    proc = subprocess.Popen(
+        [HSX, "demo", "--workdir", str(work), "--samples", "200", "--headless"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    conf = str(work / "hsx.toml")
+    wait_for(lambda: os.path.exists(conf) and done_count(conf) >= 5, timeout=120, what="some samples")
+    proc.send_signal(signal.SIGINT)
+    proc.wait(60)
+    st = status(conf)
+    assert st["phase"] in ("stopped", "done") and not st["alive"]
+    first = st["done"]
+    p = subprocess.run([HSX, "demo", "--workdir", str(work), "--samples", "200", "--headless"],
+                       capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert p.returncode == 0, p.stderr
+    st = status(conf)
+    assert st["phase"] == "done" and st["done"] == 200
+    assert st["done_this_run"] == 200 - first
+    with open(os.path.join(work, "out", "dataset.json")) as f:
+        assert json.load(f)["total"] == 200
