@@ -86,7 +86,7 @@ def cmd_demo(args) -> int:
         print(f"hsx demo: {started.get('reason')}")
     try:
         if args.headless:
-            return _headless(box, cfg)
+            return _headless(box, started.get("pid"))
         from .console import run_console
 
         run_console(box, cfg)
@@ -102,12 +102,16 @@ def cmd_demo(args) -> int:
         box.close()
 
 
-def _headless(box, cfg: Config) -> int:
+def _headless(box, pid: int | None) -> int:
     from .summary import render_text
 
     last = ""
+    deadline = time.monotonic() + 60
     while True:
         rec = box.status()
+        if pid and rec.pid != pid and time.monotonic() < deadline:
+            time.sleep(0.2)  # the record is still the previous run's
+            continue
         text = render_text(rec)
         if text != last:
             print(text, flush=True)

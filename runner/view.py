@@ -30,6 +30,10 @@ def current(out: str) -> StatusRecord:
             rec.phase, rec.reason = Phase.PREFLIGHT, None
         return rec
     rec = read_record(path)  # StatusError on a corrupt file: the caller reports it
+    if held and pid and rec.pid != pid:
+        # a new runner took the lock but has not written its first record yet
+        rec.phase, rec.reason, rec.pid, rec.phase_since = Phase.PREFLIGHT, None, pid, None
+        rec.done_this_run = rec.errors_this_run = 0
     rec.alive = held and (pid is None or pid == rec.pid)
     rec.heartbeat_age_s = age_s(rec.heartbeat_at)
     if rec.phase.is_active() and not held:

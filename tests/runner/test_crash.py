@@ -43,7 +43,9 @@ def test_kill_nine_at_random_points_then_resume(job):
             target = before + rng.randint(1, 25)
             try:
                 wait_for(
-                    lambda t=target: done_count(conf) >= t or p.poll() is not None, timeout=60, every=0.01
+                    lambda t=target, p=p: done_count(conf) >= t or p.poll() is not None,
+                    timeout=60,
+                    every=0.01,
                 )
             except AssertionError:
                 pass

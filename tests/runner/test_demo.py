@@ -44,10 +44,19 @@ def test_same_seed_gives_identical_data_and_tensors(tmp_path):
 
 
 def test_console_answers_progress_and_verbs(tmp_path):
-    p = demo(tmp_path / "c", inp="progress?\n/extract logs 3\n/extract bogus\n")
-    assert p.returncode == 0, p.stderr
-    assert "/ 40" in p.stdout  # the terse summary
-    assert "Usage" in p.stdout or "usage" in p.stdout  # help for the unknown verb
+    work = tmp_path / "c"
+    proc = subprocess.Popen(
+        [HSX, "demo", "--workdir", str(work), "--samples", "40"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    conf = str(work / "hsx.toml")
+    wait_for(lambda: os.path.exists(conf) and done_count(conf) == 40, timeout=120, what="the job")
+    wait_for(lambda: status(conf)["phase"] == "done", timeout=30, what="done")
+    out, err = proc.communicate("progress?\n/extract logs 3\n/extract bogus\n/extract stop\n", timeout=60)
+    assert proc.returncode == 0, err
+    assert "40 / 40" in out  # the terse summary
+    assert "unknown command `bogus`" in out and "/extract verify" in out  # help, not a shell
+    assert "plan:" in out  # the runner's log through `logs 3`
 
 
 def test_interrupted_demo_resumes(tmp_path):
