@@ -14,7 +14,6 @@ import json
 import os
 import shutil
 import tempfile
-import threading
 import time
 
 from aiohttp import web
@@ -37,15 +36,27 @@ class FixedLatencyServer:
     async def generate(self, request: web.Request) -> web.Response:
         body = await request.json()
         async with self.sem:
-            await asyncio.sleep(self.latency_s)
+            t0 = time.monotonic()
             rid, n = body["rid"], len(body["input_ids"])
+            # the dump without fsync: the latency stays the fixed L this bench is about
             with open(dump.data_path(self.dump_dir, rid), "wb") as f:
                 f.write(b"x" * 4096)
-            dump.write_sidecar(self.dump_dir, rid, {"seq": n, "bytes": 4096, "checksum": "0"})
-            self.served += 1
+            with open(dump.sidecar_path(self.dump_dir, rid) + ".part", "w") as f:
+                json.dump({"rid": rid, "seq": n, "bytes": 4096, "checksum": "0"}, f)
+            os.replace(dump.sidecar_path(self.dump_dir, rid) + ".part", dump.sidecar_path(self.dump_dir, rid))
+            await asyncio.sleep(max(0.0, self.latency_s - (time.monotonic() - t0)))
         return web.json_response({"meta_info": {"id": rid, "prompt_tokens": n}})
 
     def serve(self, port: int) -> None:
+        """In its own process, so the server never competes with the extractor for the GIL."""
+        import multiprocessing
+
+        ready = multiprocessing.Event()
+        self.proc = multiprocessing.Process(target=self._serve, args=(port, ready), daemon=True)
+        self.proc.start()
+        ready.wait(30)
+
+    def _serve(self, port: int, ready) -> None:
         async def main():
             self.sem = asyncio.Semaphore(self.capacity)
             app = web.Application()
@@ -53,12 +64,10 @@ class FixedLatencyServer:
             runner = web.AppRunner(app, access_log=None)
             await runner.setup()
             await web.TCPSite(runner, "127.0.0.1", port).start()
-            self.ready.set()
+            ready.set()
             await asyncio.Event().wait()
 
-        self.ready = threading.Event()
-        threading.Thread(target=lambda: asyncio.run(main()), daemon=True).start()
-        self.ready.wait()
+        asyncio.run(main())
 
 
 class _Tok:
@@ -92,6 +101,7 @@ def main() -> None:
             port = _free_port()
             srv.serve(port)
             results[conc] = _run_into(out, port, n, conc)
+            srv.proc.terminate()
         print(f"capacity: {a.capacity} slots x {a.latency_ms:g} ms = {cap:.1f} samples/s")
         for conc, r in results.items():
             print(f"in flight {conc:>3}: {r:8.1f} samples/s  = {r / cap:.3f} of capacity")

@@ -11,6 +11,7 @@ import datetime as dt
 import os
 import re
 import shutil
+import threading
 from dataclasses import dataclass, field
 
 import orjson
@@ -19,8 +20,10 @@ SHARD = 2000
 SHARD_RE = re.compile(r"^rows_(\d+)-(\d+)$")
 FILE_RE = re.compile(r"^data_(\d+)\.ckpt$")
 MANIFEST = "manifest.jsonl"
+_IDX_RE = re.compile(rb'\{"idx":(\d+),')
 FAILED = "failed.jsonl"
 TMP_DIR = ".tmp"
+COMPLETE_DIR = ".complete"  # one empty marker per shard whose every sample is settled
 
 
 def shard_name(idx: int) -> str:
@@ -34,14 +37,6 @@ def sample_path(out: str, idx: int) -> str:
 
 def _now() -> str:
     return dt.datetime.now(dt.timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-
-
-def fsync_dir(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 @dataclass
@@ -60,6 +55,9 @@ class Store:
         self.manifest_path = os.path.join(out, MANIFEST)
         self.failed_path = os.path.join(out, FAILED)
         self._made: set[str] = set()
+        self._settled: dict[str, int] = {}  # per open shard: committed + permanently failed
+        self._lock = threading.Lock()  # commits run on worker threads
+        self.total = 0  # set by plan(); 0 = do not write completion markers
 
     def prepare(self) -> int:
         """Create the layout and remove temp files left by a crash; returns how many."""
@@ -92,14 +90,16 @@ class Store:
             pass
 
     # --- reading -------------------------------------------------------------------------
-    def listing(self) -> set[int]:
-        """Indices with a committed file: one listdir per shard directory."""
+    def listing(self, skip: frozenset[str] = frozenset()) -> set[int]:
+        """Indices with a committed file: one listdir per shard directory not in skip."""
         found: set[int] = set()
         try:
             shards = [e.name for e in os.scandir(self.out) if e.is_dir() and SHARD_RE.match(e.name)]
         except FileNotFoundError:
             return found
         for s in shards:
+            if s in skip:
+                continue
             for name in os.listdir(os.path.join(self.out, s)):
                 if name.startswith("data_") and name.endswith(".ckpt"):
                     try:
@@ -109,18 +109,13 @@ class Store:
         return found
 
     def manifest_indices(self) -> set[int]:
-        """Fast path: lines are written as {"idx":N,...} so the index is parsed by slicing."""
-        out: set[int] = set()
+        """Fast path: lines are written as {"idx":N,...}; one regex over the file, no JSON."""
         try:
             with open(self.manifest_path, "rb") as f:
-                for line in f:
-                    try:
-                        out.add(int(line[7 : line.index(b",", 7)]))
-                    except ValueError:
-                        continue
+                data = f.read()
         except FileNotFoundError:
-            pass
-        return out
+            return set()
+        return set(map(int, _IDX_RE.findall(data)))
 
     def manifest(self) -> dict[int, dict]:
         """Full manifest, last line per index wins (verify uses it)."""
@@ -140,14 +135,54 @@ class Store:
                     out[rec["idx"]] = rec
         return out
 
+    def complete_shards(self) -> set[str]:
+        try:
+            return set(os.listdir(os.path.join(self.out, COMPLETE_DIR)))
+        except FileNotFoundError:
+            return set()
+
+    def reopen(self, idx: int) -> None:
+        """A settled sample is unsettled again (repair): its shard is listed at the next plan."""
+        try:
+            os.unlink(os.path.join(self.out, COMPLETE_DIR, shard_name(idx)))
+        except FileNotFoundError:
+            pass
+
     def plan(self, total: int) -> Plan:
-        committed = {i for i in self.listing() if i < total}
-        in_manifest = self.manifest_indices()
-        orphans = sorted(committed - in_manifest)
-        failed = {i: r for i, r in self.failures().items() if i not in committed and i < total}
-        permanent = {i for i, r in failed.items() if r.get("permanent", True)}
+        """Complete shards (marker written after their last manifest line) are not listed;
+        the rest are listed and reconciled with the manifest."""
+        self.total = total
+        complete = self.complete_shards()
+        failures = self.failures()
+        permanent_all = {i for i, r in failures.items() if r.get("permanent", True) and i < total}
+        listed = {i for i in self.listing(frozenset(complete)) if i < total}
+        committed = set(listed)
+        for name in complete:
+            m = SHARD_RE.match(name)
+            if m:
+                g = int(m.group(1))
+                committed.update(i for i in range(g, min(g + SHARD, total)) if i not in permanent_all)
+        orphans = sorted(listed - self.manifest_indices()) if listed else []
+        permanent = permanent_all - committed
         remaining = [i for i in range(total) if i not in committed and i not in permanent]
-        return Plan(committed, {i: failed[i] for i in permanent}, remaining, orphans)
+        self._settled = {}
+        for i in listed | {i for i in permanent if shard_name(i) not in complete}:
+            self._settled[shard_name(i)] = self._settled.get(shard_name(i), 0) + 1
+        return Plan(committed, {i: failures[i] for i in permanent}, remaining, orphans)
+
+    def _settle(self, idx: int) -> None:
+        """Count a committed or permanently failed sample; mark its shard once all are."""
+        if not self.total:
+            return
+        shard = shard_name(idx)
+        with self._lock:
+            n = self._settled.get(shard, 0) + 1
+            self._settled[shard] = n
+        g = idx // SHARD * SHARD
+        if n == min(g + SHARD, self.total) - g:
+            d = os.path.join(self.out, COMPLETE_DIR)
+            os.makedirs(d, exist_ok=True)
+            os.close(os.open(os.path.join(d, shard), os.O_CREAT | os.O_WRONLY, 0o644))
 
     # --- writing -------------------------------------------------------------------------
     def commit(self, idx: int, src: str, seq: int, nbytes: int, checksum: str) -> str:
@@ -158,9 +193,11 @@ class Store:
             os.makedirs(d, exist_ok=True)
             self._made.add(shard)
         dst = os.path.join(d, f"data_{idx}.ckpt")
+        # No directory fsync per sample: the data was fsynced before the rename, and a rename
+        # lost to a power cut only means the sample is planned again (the listing is the truth).
         os.replace(src, dst)
-        fsync_dir(d)
         self.append_manifest(idx, seq, nbytes, checksum, shard)
+        self._settle(idx)
         return dst
 
     def append_manifest(self, idx: int, seq: int, nbytes: int, checksum: str, shard: str) -> None:
@@ -185,8 +222,11 @@ class Store:
             "at": _now(),
         }
         _append(self.failed_path, orjson.dumps(rec))
+        if permanent:
+            self._settle(idx)
 
     def requeue(self, idx: int, why: str) -> None:
+        self.reopen(idx)
         _append(self.failed_path, orjson.dumps({"idx": idx, "requeued": True, "reason": why, "at": _now()}))
 
 

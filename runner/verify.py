@@ -125,6 +125,9 @@ def verify(cfg: Config, repair: bool = False, quick: bool = False) -> dict:
         for idx in missing:
             if idx in failures:
                 store.requeue(idx, "verify --repair: missing")
+            else:
+                store.reopen(idx)  # its shard may be marked complete: list it again
+            repaired.append(idx)
     return {
         "total": total,
         "ok": ok,

@@ -236,3 +236,19 @@ def test_start_twice_at_once_starts_exactly_one_runner(job):
     wait_for(lambda: status(conf)["phase"] in ("done", "failed"), timeout=120, every=0.3, what="job end")
     assert status(conf)["phase"] == "done"
     time.sleep(0.2)
+
+
+def test_deleted_sample_in_a_complete_shard_is_repaired(job):
+    conf = job(samples=8)
+    runner("run", "--config", conf, check=True)
+    from runner.store import sample_path
+
+    os.unlink(sample_path(out_dir(conf), 3))
+    code, rep = verify(conf)
+    assert code == 1 and rep["missing"] == [3]
+    runner("run", "--config", conf, check=True)  # the shard is marked complete: not planned yet
+    assert verify(conf)[1]["missing"] == [3]
+    code, rep = verify(conf, "--repair")
+    assert rep["repaired"] == [3]
+    runner("run", "--config", conf, check=True)
+    assert verify(conf)[0] == 0

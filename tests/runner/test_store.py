@@ -1,0 +1,81 @@
+"""Store: layout, manifest, failures, resume planning and shard completion markers."""
+
+from __future__ import annotations
+
+import os
+
+from runner.store import COMPLETE_DIR, SHARD, Store, sample_path
+
+
+def _commit(store: Store, idx: int) -> None:
+    src = os.path.join(store.tmp, f"x{idx}")
+    with open(src, "wb") as f:
+        f.write(b"data")
+    store.commit(idx, src, 3, 4, "00")
+
+
+def test_plan_marks_complete_shards_and_agrees_without_them(tmp_path):
+    total = SHARD + 50
+    store = Store(str(tmp_path))
+    store.prepare()
+    assert store.plan(total).remaining == list(range(total))
+    for i in range(SHARD - 1):
+        _commit(store, i)
+    store.fail(SHARD - 1, "bad row", 0, permanent=True)  # a permanent failure settles it too
+    assert store.complete_shards() == {"rows_0-2000"}
+    for i in range(SHARD, SHARD + 50, 2):
+        _commit(store, i)
+    assert "rows_2000-4000" not in store.complete_shards()
+    fresh = Store(str(tmp_path)).plan(total)
+    assert fresh.remaining == list(range(SHARD + 1, SHARD + 50, 2))
+    assert set(fresh.failed) == {SHARD - 1}
+    # the slow path (no markers) gives the same plan
+    for name in os.listdir(tmp_path / COMPLETE_DIR):
+        os.unlink(tmp_path / COMPLETE_DIR / name)
+    slow = Store(str(tmp_path)).plan(total)
+    assert (slow.committed, slow.remaining, set(slow.failed)) == (
+        fresh.committed,
+        fresh.remaining,
+        set(fresh.failed),
+    )
+
+
+def test_requeue_reopens_a_complete_shard(tmp_path):
+    store = Store(str(tmp_path))
+    store.prepare()
+    store.plan(10)
+    for i in range(10):
+        _commit(store, i)
+    assert store.complete_shards() == {"rows_0-2000"}
+    os.unlink(sample_path(str(tmp_path), 4))  # e.g. moved to quarantine by verify --repair
+    store.requeue(4, "corrupt")
+    assert store.complete_shards() == set()
+    assert Store(str(tmp_path)).plan(10).remaining == [4]
+
+
+def test_orphan_without_manifest_line_is_found_and_torn_tail_is_cut(tmp_path):
+    store = Store(str(tmp_path))
+    store.prepare()
+    store.plan(5)
+    _commit(store, 0)
+    _commit(store, 1)
+    # a crash between rename and manifest line: the file exists, the line does not
+    os.makedirs(os.path.dirname(sample_path(str(tmp_path), 2)), exist_ok=True)
+    open(sample_path(str(tmp_path), 2), "wb").close()
+    with open(store.manifest_path, "ab") as f:
+        f.write(b'{"idx":3,"seq"')  # torn last line
+    s2 = Store(str(tmp_path))
+    s2.prepare()
+    with open(s2.manifest_path, "rb") as f:
+        assert f.read().endswith(b"\n")
+    plan = s2.plan(5)
+    assert plan.orphans == [2] and plan.remaining == [3, 4]
+
+
+def test_prepare_removes_stale_temp_files(tmp_path):
+    store = Store(str(tmp_path))
+    store.prepare()
+    for n in ("a.ckpt", "a.json", "b.ckpt"):
+        open(os.path.join(store.tmp, n), "w").close()
+    assert Store(str(tmp_path)).prepare() == 3
+    assert os.listdir(store.tmp) == []
