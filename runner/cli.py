@@ -8,7 +8,6 @@ import argparse
 import json
 import os
 import signal
-import subprocess
 import sys
 import time
 
@@ -36,6 +35,8 @@ def cmd_run(args, cfg: Config) -> int:
 
 
 def _spawn(args, cfg: Config, resume: bool) -> int:
+    import subprocess
+
     out = cfg.job.out
     held, pid = lock.is_held(out)
     verb = "resume" if resume else "start"

@@ -13,10 +13,8 @@ import time
 
 import orjson
 
-from .status import Disk, Phase, StatusRecord, now_iso, write_record
+from .status import EVENTS, STATUS, Disk, Phase, StatusRecord, now_iso, write_record
 
-STATUS = "status.json"
-EVENTS = "events.jsonl"
 PROGRESS_EVENT_S = 60.0  # a progress point for charts at most this often
 
 

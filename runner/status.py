@@ -17,6 +17,8 @@ from typing import Any
 from .errors import StatusError
 
 SCHEMA = 1
+STATUS = "status.json"  # in the job's output directory
+EVENTS = "events.jsonl"
 
 
 class Phase(str, enum.Enum):

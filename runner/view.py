@@ -9,8 +9,7 @@ import json
 import os
 
 from . import lock
-from .record import STATUS
-from .status import Phase, StatusRecord, age_s, read_record
+from .status import STATUS, Phase, StatusRecord, age_s, read_record
 
 NOT_STARTED = "not started yet"
 
