@@ -20,7 +20,7 @@ REFUSED = 3
 
 def _emit(args, obj: dict, text: str) -> None:
     if "started" in obj or "stopped" in obj:  # one shape for every action's reply
-        obj = {"ok": bool(obj.get("started", obj.get("stopped"))), "message": text, **obj}
+        obj = {"ok": bool(obj.get("started", obj.get("stopped"))), **obj, "message": text}
     print(json.dumps(obj) if args.json else text)
 
 
@@ -41,6 +41,11 @@ def _spawn(args, cfg: Config, resume: bool) -> int:
     held, pid = lock.is_held(out)
     verb = "resume" if resume else "start"
     if held:
+        if resume and pid and view.current(out).phase.value == "paused":
+            os.kill(pid, signal.SIGUSR1)  # a paused runner re-checks its disk now
+            msg = f"runner pid {pid} is paused; asked it to re-check the disk and continue"
+            _emit(args, {"ok": True, "started": False, "woken": True, "pid": pid}, msg)
+            return 0
         _emit(
             args,
             {"started": False, "pid": pid, "reason": f"already running (pid {pid})"},

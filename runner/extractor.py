@@ -57,12 +57,21 @@ class Extractor:
         self.server_up.set()
         self.stopping = asyncio.Event()
         self.abort_reason: str | None = None
+        self.space_ok = asyncio.Event()
+        self.space_ok.set()
+        self.guard = None  # a DiskGuard, set by the job
+        self._wake = asyncio.Event()
         self.consecutive = 0
         self.transient_failed = 0
         self._queue: list[int] = []
 
     def stop(self) -> None:
         self.stopping.set()
+        self.space_ok.set()  # release workers waiting for disk so they see the stop
+
+    def wake(self) -> None:
+        """Re-check the disk now (SIGUSR1, sent by `hsx-runner resume` to a paused runner)."""
+        self._wake.set()
 
     def abort(self, reason: str) -> None:
         if self.abort_reason is None:
@@ -70,6 +79,7 @@ class Extractor:
             log.error("stopping the job: %s", reason)
         self.stopping.set()
         self.server_up.set()  # release waiters so they see the abort
+        self.space_ok.set()
 
     async def run(self, remaining: list[int]) -> None:
         self._queue = list(reversed(remaining))
@@ -77,7 +87,7 @@ class Extractor:
         conn = aiohttp.TCPConnector(limit=self.cfg.job.concurrency + 2)
         async with aiohttp.ClientSession(timeout=timeout, connector=conn) as http:
             self.http = http
-            monitor = asyncio.create_task(self._monitor())
+            monitor = asyncio.gather(self._monitor(), self._watch_disk())
             workers = [asyncio.create_task(self._worker()) for _ in range(self.cfg.job.concurrency)]
             try:
                 await asyncio.gather(*workers)
@@ -91,6 +101,11 @@ class Extractor:
 
     async def _worker(self) -> None:
         while self._queue and not self.stopping.is_set():
+            if self.guard is not None and self.space_ok.is_set() and not self.guard.ok():
+                self.space_ok.clear()  # checked before every sample: statvfs is cheap
+            if not self.space_ok.is_set():
+                await self.space_ok.wait()
+                continue
             idx = self._queue.pop()
             try:
                 sample = self.ds.get(idx)
@@ -209,6 +224,19 @@ class Extractor:
                 self.server_up.set()
             except ServerError as e:
                 self.rec.error(str(e))  # next loop sees it dead and counts another restart
+
+    async def _watch_disk(self) -> None:
+        """While paused, re-check every CHECK_S seconds, or at once when woken (SIGUSR1)."""
+        from .disk import CHECK_S
+
+        while self.guard is not None and not self.stopping.is_set():
+            if not self.space_ok.is_set() and self.guard.ok():
+                self.space_ok.set()
+            try:
+                await asyncio.wait_for(self._wake.wait(), CHECK_S)
+            except asyncio.TimeoutError:
+                pass
+            self._wake.clear()
 
     def _server_progress(self) -> None:
         self.rec.rec.server.activity = self.server.activity

@@ -13,6 +13,7 @@ import uuid
 from . import dump, layers
 from .config import Config, require_job
 from .dataset import Dataset, RowError, load_tokenizer
+from .disk import DiskGuard, worst_case_bytes
 from .errors import ConfigError, JobFailed, ServerError
 from .lock import JobLock
 from .record import Recorder
@@ -178,6 +179,15 @@ class Job:
         await self._self_test(ds, remaining, dump_dir)
         rec.phase(Phase.EXTRACTING)
         self.extractor = Extractor(cfg, ds, self.store, rec, self.server, dump_dir)
+        h = layers.model_info(cfg.job.model)["hidden_size"]
+        self.extractor.guard = DiskGuard(
+            self.out,
+            rec,
+            cfg.job.min_free_bytes,
+            cfg.job.concurrency,
+            worst_case_bytes(cfg.job.max_length, h),
+        )
+        asyncio.get_running_loop().add_signal_handler(signal.SIGUSR1, self.extractor.wake)
         if self._stop_requested:
             self.extractor.stop()
         await self.extractor.run(remaining)
@@ -280,9 +290,27 @@ class Job:
             self.rec.write()
 
 
+def claim_record(out: str, job: str) -> None:
+    """Right after taking the lock: a record naming this runner, so a kill from here on reads
+    as a crash; the previous run's counts stay until the plan replaces them."""
+    from .status import STATUS, StatusError, StatusRecord, now_iso, read_record, write_record
+
+    path = os.path.join(out, STATUS)
+    try:
+        rec = read_record(path)
+    except StatusError:
+        rec = StatusRecord(job=job)
+    rec.phase, rec.reason, rec.pid, rec.alive = Phase.PREFLIGHT, None, os.getpid(), True
+    rec.started_at = rec.heartbeat_at = rec.phase_since = now_iso()
+    rec.done_this_run = rec.errors_this_run = 0
+    rec.rate = rec.tokens_per_s = rec.eta_s = None
+    write_record(path, rec)
+
+
 def run(cfg: Config) -> int:
     lock = JobLock(cfg.job.out)
     lock.acquire()  # LockedError names the running pid
+    claim_record(cfg.job.out, cfg.job.name)
     setup_logging(cfg.job.out)
     try:
         return asyncio.run(Job(cfg).main())

@@ -1,35 +1,85 @@
-"""``hsx-runner preflight``: what would stop a run, found before it starts."""
+"""``hsx-runner preflight``: what would stop a run, found before it starts, each with the
+action that fixes it."""
 
 from __future__ import annotations
 
 import os
 import shutil
 
-from . import layers, lock
+from . import gpus, layers, lock
 from .config import Config
+from .disk import fmt, worst_case_bytes
 
 
-def _check(name: str, ok: bool, detail: str) -> dict:
-    return {"name": name, "ok": bool(ok), "detail": detail}
+def _check(name: str, ok: bool, detail: str, fix: str = "") -> dict:
+    return {"name": name, "ok": bool(ok), "detail": detail, "fix": fix}
+
+
+def _line_count(path: str) -> int:
+    with open(path, "rb") as f:
+        return sum(chunk.count(b"\n") for chunk in iter(lambda: f.read(1 << 20), b""))
 
 
 def preflight(cfg: Config, free_gpus: bool = False) -> dict:
-    j = cfg.job
+    j, s = cfg.job, cfg.server
     checks = []
-    checks.append(_check("dataset", os.access(j.dataset, os.R_OK), j.dataset))
+    readable = os.access(j.dataset, os.R_OK)
+    rows = _line_count(j.dataset) if readable else 0
+    checks.append(
+        _check("dataset", readable, f"{j.dataset}: {rows:,} rows" if readable else f"{j.dataset} unreadable")
+    )
+    info = None
     try:
         info = layers.model_info(j.model)
-        checks.append(
-            _check(
-                "model", True, f"{info['architecture']}, {info['num_layers']} layers, H={info['hidden_size']}"
-            )
-        )
-        layers.resolve_aux_ids(j.aux_layer_ids, info["num_layers"])
+        aux = layers.resolve_aux_ids(j.aux_layer_ids, info["num_layers"])
+        detail = f"{info['architecture']}, {info['num_layers']} layers, H={info['hidden_size']}, aux {aux}"
+        checks.append(_check("model", True, detail))
     except ValueError as e:
-        checks.append(_check("model", False, str(e)))
+        checks.append(_check("model", False, str(e), "fix [job] model / aux_layer_ids"))
+
     os.makedirs(j.out, exist_ok=True)
-    u = shutil.disk_usage(j.out)
-    checks.append(_check("disk", u.free > j.min_free_bytes, f"{u.free / 1e9:.1f} GB free at {j.out}"))
+    free = shutil.disk_usage(j.out).free
+    if info:
+        need = rows * worst_case_bytes(j.max_length, info["hidden_size"]) // 2  # half of worst case, a guess
+        ok = free > max(need, j.min_free_bytes)
+        checks.append(_check("disk", ok, f"{fmt(free)} free at {j.out}; ~{fmt(need)} projected for {rows:,} rows",
+                             "free space or point [job] out at a bigger disk"))  # fmt: skip
+
     held, pid = lock.is_held(j.out)
-    checks.append(_check("lock", True, f"running (pid {pid})" if held else "no runner holds the job"))
+    checks.append(
+        _check("lock", True, f"a runner is running (pid {pid})" if held else "no runner holds the job")
+    )
+
+    procs, err = gpus.holders()
+    needs_gpu = s.backend == "sglang" or s.device.startswith("cuda")
+    if err:
+        checks.append(_check("gpus", not needs_gpu, err, "install the NVIDIA driver" if needs_gpu else ""))
+    else:
+        foreign = [p for p in procs if p["pid"] != pid]
+        units = sorted({p["unit"] for p in foreign if p["unit"]})
+        detail = "; ".join(f"GPU {p['gpu']}: pid {p['pid']} {p['name']} ({p['used_mib']} MiB){' in ' + p['unit'] if p['unit'] else ''}" for p in foreign)  # fmt: skip
+        stopped = gpus.stop_units(units) if (free_gpus and units) else []
+        if stopped:
+            detail += "; " + "; ".join(f"{r['unit']}: {r['detail']}" for r in stopped)
+        ok = not foreign or (
+            bool(stopped)
+            and all(r["ok"] for r in stopped)
+            and len(units) == len({p["unit"] for p in foreign})
+        )
+        fix = (
+            f"hsx-runner preflight --free-gpus stops and disables {', '.join(units)}"
+            if units
+            else "stop those processes"
+        )
+        checks.append(_check("gpus", ok, detail or "no other process holds a GPU", "" if ok else fix))
+
+    if s.backend == "sglang":
+        try:
+            from patches.hooks import IncompatibleSGLang, check_installed
+
+            problems = check_installed()
+        except IncompatibleSGLang as e:
+            problems = [str(e)]
+        checks.append(_check("sglang patch", not problems, "; ".join(problems) or "hook points of SGLang 0.5.23 present",
+                             "pip install 'hsx-ops[sglang]' (SGLang 0.5.23)"))  # fmt: skip
     return {"ok": all(c["ok"] for c in checks), "checks": checks}

@@ -24,11 +24,11 @@ def out_dir(conf: str) -> str:
     return os.path.join(os.path.dirname(conf), "out")
 
 
-def start_run(conf: str) -> subprocess.Popen:
+def start_run(conf: str, **env) -> subprocess.Popen:
     """The runner in the foreground, as a real child we can kill."""
     return subprocess.Popen(
         [RUNNER, "run", "--config", conf], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        start_new_session=True,
+        start_new_session=True, env={**os.environ, **env},
     )  # fmt: skip
 
 

@@ -58,7 +58,8 @@ def test_kill_nine_at_random_points_then_resume(job):
         p.wait(30)
         kills += 1
         st = status(conf)
-        assert st["phase"] in ("crashed", "done"), (seed, st["phase"])
+        never_began = st["phase"] == "stopped" and st["reason"] == "not started yet"  # killed before the lock
+        assert st["phase"] in ("crashed", "done") or never_began, (seed, st["phase"], st["reason"])
         # whatever is in the shard dirs is complete: every committed file verifies or is missing
         _, rep = verify(conf, "--quick")
         assert rep["corrupt"] == [], (seed, rep["reasons"])

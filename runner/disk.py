@@ -1,0 +1,61 @@
+"""Pause before the disk runs out (the seeds' root cause), continue when space returns.
+
+The reserve is ``min_free_bytes`` plus room for the requests in flight (twice, per sample at
+the running average, or at the worst case before the first sample is measured)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+from .record import Recorder
+from .status import Phase
+
+CHECK_S = float(os.environ.get("HSX_DISK_CHECK_S", "2.0"))  # tests shrink it
+
+
+def worst_case_bytes(max_length: int, hidden_size: int, dtype_bytes: int = 2) -> int:
+    """hidden_state + aux (4H per token) + ids and mask, at max length."""
+    return max_length * (4 * hidden_size * dtype_bytes + 16) + 4096
+
+
+def fmt(n: float) -> str:
+    for unit in ("B", "KB", "MB", "GB", "TB"):
+        if abs(n) < 1000 or unit == "TB":
+            return f"{n:.1f} {unit}" if unit != "B" else f"{int(n)} B"
+        n /= 1000
+    return f"{n:.1f} TB"
+
+
+class DiskGuard:
+    def __init__(self, path: str, rec: Recorder, min_free: int, in_flight: int, worst_case: int):
+        self.path, self.rec = path, rec
+        self.min_free, self.in_flight, self.worst_case = min_free, in_flight, worst_case
+
+    def reserve(self) -> int:
+        per_sample = self.rec.bytes_per_sample or self.worst_case
+        return int(self.min_free + 2 * self.in_flight * per_sample)
+
+    def free(self) -> int:
+        return shutil.disk_usage(self.path).free
+
+    def reason(self, free: int) -> str:
+        r = self.rec.rec
+        need = r.disk.need
+        left = max(0, r.total - r.done - r.failed)
+        proj = f"; ~{fmt(need)} still needed for {left:,} samples" if need else ""
+        return f"disk low: {fmt(free)} free at {self.path}, below the {fmt(self.reserve())} reserve{proj}"
+
+    def ok(self) -> bool:
+        """True when there is room; moves the record to paused / extracting on a change."""
+        free = self.free()
+        paused = self.rec.rec.phase == Phase.PAUSED
+        if free < self.reserve():
+            if not paused:
+                self.rec.event("disk_low", free=free, reserve=self.reserve(), need=self.rec.rec.disk.need)
+            self.rec.phase(Phase.PAUSED, self.reason(free))
+            return False
+        if paused:
+            self.rec.event("disk_ok", free=free)
+            self.rec.phase(Phase.EXTRACTING)
+        return True

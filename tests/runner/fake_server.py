@@ -1,0 +1,67 @@
+"""Servers that misbehave on purpose, started by the runner's real lifecycle code in place
+of a backend (``[server] python`` points at a wrapper that runs this with a mode).
+
+Modes: never_ready, bad_dump (ready, but the dump has the wrong shape), die_on_request,
+good_once (one well-shaped dump of zeros, then it dies on the next request)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+import time
+
+
+def main() -> None:
+    mode = sys.argv[1]
+    ap = argparse.ArgumentParser()
+    ap.add_argument("-m")
+    ap.add_argument("--port", type=int)
+    args, _ = ap.parse_known_args(sys.argv[2:])
+    print("Load weight begin. fake", flush=True)
+    if mode == "never_ready":
+        time.sleep(3600)
+    from aiohttp import web
+
+    from runner import dump
+
+    dump_dir = os.environ[dump.DUMP_DIR_ENV]
+
+    served = []
+
+    async def generate(request):
+        body = await request.json()
+        if mode == "die_on_request" or (mode == "good_once" and served):
+            os._exit(3)
+        served.append(1)
+        import torch
+
+        from runner.ckpt import write_sample
+
+        rid, ids = body["rid"], body["input_ids"]
+        n = len(ids) - (mode == "bad_dump")  # bad_dump: one row short, as a radix-cache hit would do
+        nbytes, ck = write_sample(
+            dump.data_path(dump_dir, rid), input_ids=torch.tensor(ids[:n]), loss_mask=torch.ones(n, dtype=torch.long),
+            hidden_state=torch.zeros(1, n, 64, dtype=torch.bfloat16),
+            aux_hidden_state=torch.zeros(1, n, 192, dtype=torch.bfloat16),
+        )  # fmt: skip
+        dump.write_sidecar(dump_dir, rid, {"seq": n, "bytes": nbytes, "checksum": ck})
+        return web.json_response({"meta_info": {"id": rid}})
+
+    async def health(_):
+        return web.Response(text="ok")
+
+    app = web.Application()
+    app.add_routes([web.post("/generate", generate), web.get("/health", health)])
+
+    async def ready(_app):
+        say = lambda: print("The server is fired up and ready to roll!", flush=True)  # noqa: E731
+        asyncio.get_running_loop().call_later(0.2, say)
+
+    app.on_startup.append(ready)
+    web.run_app(app, host="127.0.0.1", port=args.port, print=None)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,87 @@
+"""Server lifecycle against real child processes that misbehave, and preflight."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+from tests.conftest import ROOT, runner
+from tests.runner.helpers import done_count, out_dir, status
+
+
+def fake(tmp_path, mode: str) -> str:
+    """A 'python' for [server] that runs the fake server in the given mode."""
+    path = tmp_path / f"fake-{mode}"
+    path.write_text(
+        f'#!/bin/sh\nexec {sys.executable} {os.path.join(ROOT, "tests", "runner", "fake_server.py")} {mode} "$@"\n'
+    )
+    path.chmod(0o755)
+    return str(path)
+
+
+def test_server_never_ready_times_out_with_what_it_was_doing(job, tmp_path):
+    conf = job(samples=5, server__python=fake(tmp_path, "never_ready"), server__start_timeout_s=3.0)
+    assert runner("run", "--config", conf).returncode == 1
+    st = status(conf)
+    assert (
+        st["phase"] == "failed"
+        and "not ready after 3s" in st["reason"]
+        and "Load weight begin" in st["reason"]
+    )
+    assert done_count(conf) == 0
+
+
+def test_wrong_self_test_output_stops_before_any_sample(job, tmp_path):
+    conf = job(samples=5, server__python=fake(tmp_path, "bad_dump"))
+    assert runner("run", "--config", conf).returncode == 1
+    st = status(conf)
+    assert st["phase"] == "failed" and st["reason"].startswith("self-test failed")
+    assert "want (1," in st["reason"]
+    assert done_count(conf) == 0 and not any(d.startswith("rows_") for d in os.listdir(out_dir(conf)))
+
+
+def test_server_dying_in_self_test_fails_the_job(job, tmp_path):
+    conf = job(samples=5, server__python=fake(tmp_path, "die_on_request"))
+    assert runner("run", "--config", conf).returncode == 1
+    st = status(conf)
+    assert st["phase"] == "failed" and "self-test failed" in st["reason"]
+    assert done_count(conf) == 0
+
+
+def test_restarts_stop_at_the_cap(job, tmp_path):
+    conf = job(samples=30, server__python=fake(tmp_path, "good_once"), server__max_restarts=2)
+    assert runner("run", "--config", conf).returncode == 1
+    st = status(conf)
+    assert st["phase"] == "failed" and "restart cap (2) is spent" in st["reason"], st["reason"]
+    assert st["server"]["restarts"] == 2
+    assert done_count(conf) == 2  # one sample per restarted server, nothing burnt into failed.jsonl
+    assert not os.path.exists(os.path.join(out_dir(conf), "failed.jsonl"))
+
+
+def test_preflight_reports_each_check(job):
+    conf = job(samples=5)
+    p = runner("preflight", "--json", "--config", conf)
+    rep = json.loads(p.stdout)
+    names = {c["name"]: c for c in rep["checks"]}
+    assert p.returncode == 0 and rep["ok"]
+    assert names["dataset"]["detail"].endswith("5 rows") and "H=64" in names["model"]["detail"]
+    assert names["gpus"]["ok"]  # CPU reference backend: no GPU needed
+
+
+def test_preflight_refuses_sglang_without_it(job):
+    conf = job(samples=5, server__backend="sglang")
+    p = runner("preflight", "--json", "--config", conf)
+    rep = json.loads(p.stdout)
+    names = {c["name"]: c for c in rep["checks"]}
+    assert p.returncode == 1 and not rep["ok"]
+    assert not names["sglang patch"]["ok"] and "0.5.23" in names["sglang patch"]["fix"]
+
+
+def test_unit_of_finds_the_service_owning_a_process():
+    from runner.gpus import unit_of
+
+    assert unit_of("0::/system.slice/vllm.service\n") == "vllm.service"
+    assert unit_of("12:pids:/system.slice/vllm-kimi.service/worker\n") == "vllm-kimi.service"
+    assert unit_of("0::/user.slice/user-0.slice/session-3.scope\n") is None
+    assert unit_of("0::/user.slice/user-0.slice/user@0.service/app.slice\n") is None
