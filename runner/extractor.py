@@ -30,6 +30,7 @@ log = logging.getLogger("hsx.extractor")
 MONITOR_S = 0.5
 BACKOFF_INITIAL_S = float(os.environ.get("HSX_BACKOFF_S", "1.0"))  # tests shrink it
 BACKOFF_MAX_S = 30.0
+SWEEP_S = 60.0
 
 
 class Transient(Exception):
@@ -158,7 +159,11 @@ class Extractor:
                         if self.abort_reason:
                             raise JobFailed(self.abort_reason)
                         rid = f"s{sample.idx}-{self.nonce}-{attempt_no}"
-                        meta = await self._request(rid, body_ids, mask)
+                        try:
+                            meta = await self._request(rid, body_ids, mask)
+                        except (Transient, Permanent, ServerDown):
+                            self._discard(rid)  # a failed attempt's dump must not fill the disk
+                            raise
                         await asyncio.to_thread(self._commit, sample.idx, rid, meta)
                 return
             except ServerDown:
@@ -188,6 +193,27 @@ class Extractor:
         if meta["seq"] != len(ids):
             raise Transient(f"dump has {meta['seq']} rows for {len(ids)} tokens")
         return meta
+
+    def _discard(self, rid: str) -> None:
+        for path in (dump.data_path(self.dump_dir, rid), dump.sidecar_path(self.dump_dir, rid)):
+            try:
+                os.unlink(path)
+            except FileNotFoundError:
+                pass
+
+    def _sweep(self) -> None:
+        """Dumps a server finished after we gave up on them: older than two timeouts, gone."""
+        cutoff = time.time() - 2 * self.cfg.job.request_timeout_s
+        try:
+            entries = list(os.scandir(self.dump_dir))
+        except FileNotFoundError:
+            return
+        for e in entries:
+            try:
+                if e.stat().st_mtime < cutoff:
+                    os.unlink(e.path)
+            except FileNotFoundError:
+                pass
 
     def _commit(self, idx: int, rid: str, meta: dict) -> None:
         self.store.commit(
@@ -229,9 +255,13 @@ class Extractor:
         """While paused, re-check every CHECK_S seconds, or at once when woken (SIGUSR1)."""
         from .disk import CHECK_S
 
+        last_sweep = time.monotonic()
         while self.guard is not None and not self.stopping.is_set():
             if not self.space_ok.is_set() and self.guard.ok():
                 self.space_ok.set()
+            if time.monotonic() - last_sweep > SWEEP_S:
+                last_sweep = time.monotonic()
+                await asyncio.to_thread(self._sweep)
             try:
                 await asyncio.wait_for(self._wake.wait(), CHECK_S)
             except asyncio.TimeoutError:

@@ -2,7 +2,8 @@
 of a backend (``[server] python`` points at a wrapper that runs this with a mode).
 
 Modes: never_ready, bad_dump (ready, but the dump has the wrong shape), die_on_request,
-good_once (one well-shaped dump of zeros, then it dies on the next request)."""
+good_once (one well-shaped dump of zeros, then it dies on the next request), flaky (every
+second request writes its data file but no sidecar, as a server that failed mid-dump)."""
 
 from __future__ import annotations
 
@@ -46,6 +47,8 @@ def main() -> None:
             hidden_state=torch.zeros(1, n, 64, dtype=torch.bfloat16),
             aux_hidden_state=torch.zeros(1, n, 192, dtype=torch.bfloat16),
         )  # fmt: skip
+        if mode == "flaky" and len(served) % 2 == 0:
+            return web.json_response({"meta_info": {"id": rid}})
         dump.write_sidecar(dump_dir, rid, {"seq": n, "bytes": nbytes, "checksum": ck})
         return web.json_response({"meta_info": {"id": rid}})
 

@@ -85,3 +85,11 @@ def test_unit_of_finds_the_service_owning_a_process():
     assert unit_of("12:pids:/system.slice/vllm-kimi.service/worker\n") == "vllm-kimi.service"
     assert unit_of("0::/user.slice/user-0.slice/session-3.scope\n") is None
     assert unit_of("0::/user.slice/user-0.slice/user@0.service/app.slice\n") is None
+
+
+def test_failed_attempts_leave_no_dump_behind(job, tmp_path):
+    conf = job(samples=12, server__python=fake(tmp_path, "flaky"), job__concurrency=1)
+    assert runner("run", "--config", conf).returncode == 0
+    st = status(conf)
+    assert st["phase"] == "done" and done_count(conf) == 12
+    assert os.listdir(os.path.join(out_dir(conf), ".tmp")) == []  # retried attempts cleaned up
