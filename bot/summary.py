@@ -165,8 +165,10 @@ def _phase_lines(rec: StatusRecord, now: dt.datetime) -> list[str]:
     if p is Phase.DONE:
         written = rec.done
         tail = f", {rec.failed:,} failed with a reason (see failed.jsonl)" if rec.failed else ""
+        t = parse_iso(rec.phase_since)
+        when = f" · finished {clock(t, now)} ({human_duration((now - t).total_seconds())} ago)" if t else ""
         return [
-            f"Done: {written:,} / {rec.total:,} written{tail} {_since(rec.phase_since, now)}".rstrip(),
+            f"Done: {written:,} / {rec.total:,} written{tail}{when}",
             disk_line(rec),
         ]
     if p in (Phase.FAILED, Phase.CRASHED):

@@ -67,7 +67,11 @@ def _spawn(args, cfg: Config, resume: bool) -> int:
     while time.monotonic() < deadline:
         held, hpid = lock.is_held(out)
         if held and hpid == p.pid:
-            _emit(args, {"started": True, "pid": p.pid, "verb": verb}, f"{verb}ed: runner pid {p.pid}")
+            _emit(
+                args,
+                {"started": True, "pid": p.pid, "verb": verb},
+                f"{'resumed' if resume else 'started'}: runner pid {p.pid}",
+            )
             return 0
         code = p.poll()
         if code is not None:

@@ -6,6 +6,7 @@ are computed. Rate counts only samples extracted this run (skips never inflate i
 from __future__ import annotations
 
 import collections
+import logging
 import os
 import shutil
 import socket
@@ -15,7 +16,8 @@ import orjson
 
 from .status import EVENTS, STATUS, Disk, Phase, StatusRecord, now_iso, write_record
 
-PROGRESS_EVENT_S = 60.0  # a progress point for charts at most this often
+PROGRESS_EVENT_S = 60.0
+log = logging.getLogger("hsx.record")  # a progress point for charts at most this often
 
 
 class Recorder:
@@ -77,6 +79,8 @@ class Recorder:
         self.write()
 
     def event(self, kind: str, **fields) -> None:
+        if kind != "progress":  # the log tells the same story as the events, minus chart points
+            log.info("%s %s", kind, " ".join(f"{k}={v}" for k, v in fields.items() if v is not None))
         line = orjson.dumps({"t": now_iso(), "event": kind, **fields})
         with open(self.events_path, "ab") as f:
             f.write(line + b"\n")
