@@ -71,6 +71,13 @@ def cmd_bot(args) -> int:
     return 0
 
 
+def cmd_deploy(args) -> int:
+    from .deploy import Options, main
+
+    opts = Options(args.wheel, args.python, args.deps_from, args.autostart, args.job_config)
+    return main(load(args.config), opts, args.json)
+
+
 def cmd_demo(args) -> int:
     from runner import demo_assets
 
@@ -139,6 +146,22 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--config", default=None)
     s.add_argument("--http", type=int, default=None, metavar="PORT")
     s.set_defaults(fn=cmd_bot)
+    s = sub.add_parser(
+        "deploy", help="install or update hsx-runner, the patch and the job config on the GPU box"
+    )
+    s.add_argument("--config", default=None)
+    s.add_argument("--json", action="store_true")
+    s.add_argument("--wheel", default="", help="an hsx-ops wheel (default: build one from this checkout)")
+    s.add_argument("--python", default="python3", help="interpreter on the box that creates the venv")
+    s.add_argument(
+        "--deps-from", default="", metavar="PYTHON",
+        help="reuse this interpreter's packages on the box (same Python) instead of installing from the index",
+    )  # fmt: skip
+    s.add_argument(
+        "--autostart", action="store_true", help="start the runner at boot (systemd); off by default"
+    )
+    s.add_argument("--job-config", default="", help="install this file as runner_config (default: --config)")
+    s.set_defaults(fn=cmd_deploy)
     s = sub.add_parser("demo", help="the whole loop on this machine: no GPU, Slack or SSH")
     s.add_argument("--workdir", default="hsx-demo")
     s.add_argument("--samples", type=int, default=500)

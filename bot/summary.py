@@ -186,10 +186,32 @@ def _phase_lines(rec: StatusRecord, now: dt.datetime) -> list[str]:
     return [f"phase {p.value}", progress_line(rec)]  # pragma: no cover - every phase is handled
 
 
+RANK_WORDS = ("running", "pending", "done", "stopped")  # any other rank state counts as failed
+
+
+def ranks_line(rec: StatusRecord) -> str:
+    """A cluster run, when something is off: 'ranks: 7 running, 1 failed — NODE_FAIL on gpu-3'."""
+    ranks = rec.ranks or []
+    states = [str(r.get("state", "")) for r in ranks]
+    if not ranks or all(s in ("running", "done") for s in states):
+        return ""
+    counts = {w: states.count(w) for w in RANK_WORDS}
+    bad = [r for r in ranks if r.get("state") not in RANK_WORDS]
+    parts = [f"{n} {w}" for w, n in counts.items() if n] + ([f"{len(bad)} failed"] if bad else [])
+    line = "ranks: " + ", ".join(parts)
+    if bad:
+        r = bad[0]
+        word = r.get("slurm") if r.get("slurm") not in (None, "", "RUNNING") else str(r.get("state")).upper()
+        line += f" — {word}" + (f" on {r['node']}" if r.get("node") else "") + f" (rank {r.get('rank')})"
+    return line
+
+
 def render_text(rec: StatusRecord, now: dt.datetime | None = None, stale_s: float = STALE_HEARTBEAT_S) -> str:
     """The terse summary: what "progress?" answers."""
     now = _now(now)
     lines = _phase_lines(rec, now)
+    if ranks_line(rec):
+        lines.append(ranks_line(rec))
     if rec.phase is not Phase.EXTRACTING and rec.server.restarts and rec.phase is not Phase.STARTING_SERVER:
         lines.append(f"server restarts: {rec.server.restarts}")
     for extra in (stale_note(rec, now, stale_s), _error_tail(rec) if rec.phase is not Phase.DONE else ""):

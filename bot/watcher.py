@@ -24,6 +24,7 @@ log = logging.getLogger("hsx.watcher")
 PROGRESS_UPDATE_S = 60.0  # edit the pinned message at most this often, unless the phase changes
 ERROR_SPIKE = 10  # this many new errors between two polls is an alert
 MAX_KEYS = 500
+RANK_ALERTS = ("failed", "node_fail", "timeout", "preempted", "cancelled", "crashed", "lost")
 
 
 @dataclass
@@ -97,7 +98,15 @@ def _conditions(
     """Alert keys that are true now → (headline, offer Resume). A key names one episode."""
     run = rec.started_at or ""
     out: dict[str, tuple[str, bool]] = {}
-    if rec.phase.is_failed():
+    bad_ranks = [r for r in rec.ranks or [] if r.get("state") in RANK_ALERTS]
+    for r in bad_ranks:  # one alert per rank episode: its Slurm task and what happened to it
+        where = f" (node {r['node']})" if r.get("node") else ""
+        word = r.get("slurm") or str(r.get("state")).upper()
+        out[f"rank:{r.get('rank')}:{r.get('job')}:{r.get('state')}"] = (
+            f"Rank {r.get('rank')} {word}{where}",
+            True,
+        )
+    if rec.phase.is_failed() and not bad_ranks:  # a cluster run's failure is its ranks' alerts
         out[f"{rec.phase.value}:{run}:{rec.phase_since}"] = (f"Extraction {rec.phase.value.upper()}", True)
     age = summary.heartbeat_age(rec, now)
     if rec.phase.is_active() and age is not None and age > lim.heartbeat_stale_s:

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import paramiko
 
 from . import retry
-from .errors import AuthFailed, CommandTimeout, HostKeyMismatch, Unreachable
+from .errors import AuthFailed, CommandTimeout, HostKeyMismatch, RemoteError, Unreachable
 from .transport import Result
 
 MAX_COMMAND_BYTES = 100_000  # the shell gets the command as one argument (Linux: 128 KiB at most)
@@ -141,6 +141,44 @@ class SSHTransport:
             attempts=self.attempts,
             total_s=self.retry_total_s,
         )
+
+    def upload(self, data: bytes, path: str, mode: int = 0o644, timeout_s: float = 600.0) -> None:
+        """Write data to an absolute path on the GPU box over SFTP on the same connection: a
+        temp file beside it, then a rename, so a reader sees the old file or the new one."""
+        if not isinstance(data, bytes) or not isinstance(path, str) or not path.startswith("/"):
+            raise ValueError("ssh upload: data must be bytes and path an absolute path")
+        retry.call(
+            lambda: self._upload_once(data, path, mode, timeout_s),
+            on_retry=self.on_retry,
+            attempts=self.attempts,
+            total_s=self.retry_total_s,
+        )
+
+    def _upload_once(self, data: bytes, path: str, mode: int, timeout_s: float) -> None:
+        t = self._connection()
+        try:
+            sftp = paramiko.SFTPClient.from_transport(t)
+        except (paramiko.SSHException, EOFError, OSError) as e:
+            if t.is_active() and self._probe.answers(t, PROBE_S):
+                raise RemoteError(
+                    f"{self.target.host}: the GPU box's sshd offers no SFTP ({e or type(e).__name__}); "
+                    "enable it with `Subsystem sftp internal-sftp` in its sshd_config"
+                ) from None
+            raise self._lost(t, f"cannot open SFTP: {e or type(e).__name__}") from None
+        tmp = f"{path}.hsx-part"
+        try:
+            sftp.get_channel().settimeout(timeout_s)
+            with sftp.open(tmp, "wb") as f:
+                f.set_pipelined(True)
+                f.write(data)
+            sftp.chmod(tmp, mode)
+            sftp.posix_rename(tmp, path)
+        except (paramiko.SSHException, EOFError, OSError) as e:
+            if t.is_active() and isinstance(e, OSError) and e.errno is not None:
+                raise RemoteError(f"upload to {path} on the GPU box failed: {e}") from None
+            raise self._lost(t, f"connection lost during an upload: {e or type(e).__name__}") from None
+        finally:
+            sftp.close()
 
     def close(self) -> None:
         with self._lock:

@@ -24,19 +24,38 @@ def _emit(args, obj: dict, text: str) -> None:
     print(json.dumps(obj) if args.json else text)
 
 
+def _slurm(cfg: Config) -> bool:
+    return cfg.cluster.engine == "slurm"
+
+
 def cmd_run(args, cfg: Config) -> int:
     from .job import run
 
+    if (args.rank is None) != (args.world is None):
+        print("hsx-runner: --rank and --world go together", file=sys.stderr)
+        return 2
     try:
+        if args.rank is not None:
+            return run(cfg, args.rank, args.world)
         return run(cfg)
     except LockedError as e:
         print(f"hsx-runner: {e}", file=sys.stderr)
         return REFUSED
 
 
+def _submit(args, cfg: Config, resume: bool) -> int:
+    from . import slurm
+
+    ok, obj, text = slurm.submit(cfg, resume)
+    _emit(args, {"started": ok, "verb": "resume" if resume else "start", **obj}, text)
+    return 0 if ok else REFUSED
+
+
 def _spawn(args, cfg: Config, resume: bool) -> int:
     import subprocess
 
+    if _slurm(cfg):
+        return _submit(args, cfg, resume)
     out = cfg.job.out
     held, pid = lock.is_held(out)
     verb = "resume" if resume else "start"
@@ -89,6 +108,12 @@ def _spawn(args, cfg: Config, resume: bool) -> int:
 
 
 def cmd_stop(args, cfg: Config) -> int:
+    if _slurm(cfg):
+        from . import slurm
+
+        ok, obj, text = slurm.cancel(cfg, args.wait)
+        _emit(args, {"stopped": ok, **obj}, text)
+        return 0 if ok or obj.get("signalled") else REFUSED
     held, pid = lock.is_held(cfg.job.out)
     if not held or not pid:
         _emit(args, {"stopped": False, "reason": "not running"}, "not running")
@@ -104,7 +129,12 @@ def cmd_stop(args, cfg: Config) -> int:
 
 
 def cmd_status(args, cfg: Config) -> int:
-    rec = view.current(cfg.job.out)
+    if _slurm(cfg):
+        from . import slurm
+
+        rec = slurm.merged(cfg)
+    else:
+        rec = view.current(cfg.job.out)
     if args.json:
         print(json.dumps(rec.to_dict()))
     else:
@@ -115,7 +145,25 @@ def cmd_status(args, cfg: Config) -> int:
 
 
 def cmd_logs(args, cfg: Config) -> int:
-    path = os.path.join(cfg.job.out, "logs", "server.log" if args.server else "runner.log")
+    from .ranks import Names
+
+    if args.rank is None and _slurm(cfg):  # every rank's tail, each line marked with its rank
+        from . import slurm
+
+        st = slurm.load_state(cfg.job.out) or {"ranges": []}
+        world = len(st["ranges"])
+        each = max(1, args.n // max(1, world))
+        lines = []
+        for r in range(world):
+            names = Names(cfg.job.out, r)
+            lines += [
+                f"[rank {r}] {x}"
+                for x in view.tail(names.server_log if args.server else names.runner_log, each)
+            ]
+        _emit(args, {"path": os.path.join(cfg.job.out, "logs"), "lines": lines}, "\n".join(lines))
+        return 0
+    names = Names(cfg.job.out, args.rank)
+    path = names.server_log if args.server else names.runner_log
     lines = view.tail(path, args.n)
     _emit(args, {"path": path, "lines": lines}, "\n".join(lines))
     return 0
@@ -125,6 +173,13 @@ def cmd_events(args, cfg: Config) -> int:
     import orjson
 
     lines = view.tail(os.path.join(cfg.job.out, "events.jsonl"), args.n)
+    if _slurm(cfg):  # the ranks' events, in time order
+        from .ranks import Names
+        from .slurm import load_state
+
+        world = len((load_state(cfg.job.out) or {"ranges": []})["ranges"])
+        lines = [x for r in range(world) for x in view.tail(Names(cfg.job.out, r).events, args.n)]
+        lines = sorted(lines, key=lambda x: x[:30])[-args.n :]
     events = []
     for line in lines:
         try:
@@ -165,7 +220,9 @@ def parser() -> argparse.ArgumentParser:
         s.set_defaults(fn=fn)
         return s
 
-    verb("run", cmd_run, "run the job in the foreground (resumes what is there)")
+    s = verb("run", cmd_run, "run the job in the foreground (resumes what is there)")
+    s.add_argument("--rank", type=int, default=None, help="run only this rank's samples (a Slurm array task)")
+    s.add_argument("--world", type=int, default=None, help="the number of ranks the job is split into")
     verb("start", lambda a, c: _spawn(a, c, False), "run the job detached")
     verb("resume", lambda a, c: _spawn(a, c, True), "resume a job detached")
     s = verb("stop", cmd_stop, "stop the running job (SIGTERM, drains in-flight requests)")
@@ -174,6 +231,7 @@ def parser() -> argparse.ArgumentParser:
     s = verb("logs", cmd_logs, "tail of the runner's log")
     s.add_argument("-n", type=int, default=20)
     s.add_argument("--server", action="store_true", help="the server's log instead")
+    s.add_argument("--rank", type=int, default=None, help="this rank's log (a cluster run)")
     s = verb("events", cmd_events, "recent events (phases, milestones, errors, progress points)")
     s.add_argument("-n", type=int, default=2000)
     s = verb("verify", cmd_verify, "check every sample")

@@ -92,12 +92,26 @@ class WatcherConfig:
 
 
 @dataclass
+class ClusterConfig:
+    engine: str = "local"  # "local": this box; "slurm": one array task per rank
+    ranks: int = 4  # array tasks; never more than the job's 2000-sample shards
+    partition: str = ""
+    gpus_per_node: int = 8  # sbatch --gpus-per-node (0: not asked for)
+    time_limit: str = ""  # sbatch --time, e.g. "2-00:00:00"
+    max_concurrent: int = 0  # the array's %N cap; 0: no cap
+    requeue: bool = True  # preempted tasks go back to the queue and resume by themselves
+    sbatch_args: list[str] = field(default_factory=list)  # more sbatch options, one per item
+    python: str = ""  # interpreter on the compute nodes; default: the one running hsx-runner
+
+
+@dataclass
 class Config:
     job: JobConfig = field(default_factory=JobConfig)
     server: ServerConfig = field(default_factory=ServerConfig)
     remote: RemoteConfig = field(default_factory=RemoteConfig)
     slack: SlackConfig = field(default_factory=SlackConfig)
     watcher: WatcherConfig = field(default_factory=WatcherConfig)
+    cluster: ClusterConfig = field(default_factory=ClusterConfig)
     path: str = ""  # where it was loaded from
 
     @property
@@ -110,7 +124,21 @@ _PATH_KEYS = {
     "remote": ("identity_file", "known_hosts"),
     "slack": ("audit_log",),
     "watcher": ("state_file",),
+    "cluster": ("python",),
 }
+# sbatch options hsx sets itself: a second value would silently break the rank layout.
+SBATCH_OWNED = (
+    "--array",
+    "-a",
+    "--output",
+    "-o",
+    "--error",
+    "-e",
+    "--parsable",
+    "--wrap",
+    "--job-name",
+    "-J",
+)
 
 
 def find_path(explicit: str | None = None) -> str:
@@ -193,8 +221,24 @@ def validate(cfg: Config) -> None:
         raise ConfigError(f"[remote] transport must be 'local' or 'ssh', got {r.transport!r}")
     if r.transport == "ssh" and not r.host:
         raise ConfigError("[remote] host is required when transport = 'ssh'")
+    validate_cluster(cfg)
     if not j.tokenizer:
         j.tokenizer = j.model
+
+
+def validate_cluster(cfg: Config) -> None:
+    c = cfg.cluster
+    if c.engine not in ("local", "slurm"):
+        raise ConfigError(f"[cluster] engine must be 'local' or 'slurm', got {c.engine!r}")
+    if c.ranks < 1:
+        raise ConfigError("[cluster] ranks must be at least 1")
+    if c.gpus_per_node < 0 or c.max_concurrent < 0:
+        raise ConfigError("[cluster] gpus_per_node and max_concurrent must not be negative")
+    for a in c.sbatch_args:
+        if not isinstance(a, str):
+            raise ConfigError(f"[cluster] sbatch_args must be strings, got {a!r}")
+        if a.split("=", 1)[0] in SBATCH_OWNED:
+            raise ConfigError(f"[cluster] sbatch_args: {a!r} is set by hsx itself; remove it")
 
 
 def require_job(cfg: Config) -> None:

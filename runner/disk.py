@@ -39,12 +39,9 @@ class DiskGuard:
     def free(self) -> int:
         return shutil.disk_usage(self.path).free
 
-    def reason(self, free: int) -> str:
-        r = self.rec.rec
-        need = r.disk.need
-        left = max(0, r.total - r.done - r.failed)
-        proj = f"; ~{fmt(need)} still needed for {left:,} samples" if need else ""
-        return f"disk low: {fmt(free)} free at {self.path}, below the {fmt(self.reserve())} reserve{proj}"
+    def reason(self) -> str:
+        """Stable while paused: the moving numbers (free, need) live in the record's disk."""
+        return f"disk low: free space at {self.path} is below the {fmt(self.reserve())} reserve"
 
     def ok(self) -> bool:
         """True when there is room; moves the record to paused / extracting on a change."""
@@ -53,7 +50,7 @@ class DiskGuard:
         if free < self.reserve():
             if not paused:
                 self.rec.event("disk_low", free=free, reserve=self.reserve(), need=self.rec.rec.disk.need)
-            self.rec.phase(Phase.PAUSED, self.reason(free))
+            self.rec.phase(Phase.PAUSED, self.reason())
             return False
         if paused:
             self.rec.event("disk_ok", free=free)

@@ -4,13 +4,14 @@ then done / failed / stopped. Holds the lock for its whole life and keeps the re
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import logging
 import os
 import signal
 import uuid
 
-from . import dump, layers
+from . import dump, layers, ranks
 from .config import Config, require_job
 from .dataset import Dataset, RowError, load_tokenizer
 from .disk import DiskGuard, worst_case_bytes
@@ -29,9 +30,9 @@ FORMAT = "hsx-specforge-v1"
 STOP_GRACE_S = 60.0
 
 
-def setup_logging(out: str) -> str:
+def setup_logging(out: str, path: str | None = None) -> str:
     os.makedirs(os.path.join(out, LOG_DIR), exist_ok=True)
-    path = os.path.join(out, LOG_DIR, "runner.log")
+    path = path or os.path.join(out, LOG_DIR, "runner.log")
     handler = logging.FileHandler(path)
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     root = logging.getLogger("hsx")
@@ -84,11 +85,17 @@ def check_or_write_dataset_json(out: str, desc: dict) -> None:
 
 
 class Job:
-    def __init__(self, cfg: Config):
+    def __init__(self, cfg: Config, rank: int | None = None, world: int | None = None):
         require_job(cfg)
+        if rank is not None:  # each rank on a node has its own server port
+            cfg = dataclasses.replace(
+                cfg, server=dataclasses.replace(cfg.server, port=cfg.server.port + rank)
+            )
         self.cfg = cfg
         self.out = cfg.job.out
-        self.store = Store(self.out)
+        self.rank, self.world = rank, world
+        self.names = ranks.Names(self.out, rank)
+        self.store = Store(self.out, rank)
         self.server: Server | None = None
         self.extractor = None
         self._stop_requested = False
@@ -117,18 +124,23 @@ class Job:
         info = layers.model_info(cfg.job.model)
         aux = layers.resolve_aux_ids(cfg.job.aux_layer_ids, info["num_layers"])
         total = len(ds)
+        lo, hi = (0, total) if self.rank is None else ranks.rank_range(total, self.rank, self.world)
         check_or_write_dataset_json(self.out, describe(cfg, info, aux, total, cfg.job.tokenizer))
-        rec = Recorder(self.out, cfg.job.name, total, cfg.job.rate_window_s)
+        rec = Recorder(self.out, cfg.job.name, hi - lo, cfg.job.rate_window_s)
+        rec.path, rec.events_path = self.names.status, self.names.events
         self.rec = rec
-        plan = self.store.plan(total)
+        plan = self.store.plan(total, lo, hi)
         if plan.orphans:
             self._adopt(plan.orphans)
-            plan = self.store.plan(total)
+            plan = self.store.plan(total, lo, hi)
         rec.set_done(len(plan.committed), len(plan.failed), self._avg_bytes(plan.committed))
         rec.rec.server.backend = cfg.server.backend
         rec.phase(Phase.PREFLIGHT)
         if removed:
             rec.event("cleanup", removed_temp_files=removed)
+        if self.rank is not None:
+            log.info("rank %d of %d: samples %d..%d", self.rank, self.world, lo, hi - 1)
+            rec.event("rank", rank=self.rank, world=self.world, lo=lo, hi=hi)
         log.info(
             "plan: %d committed, %d failed, %d remaining",
             len(plan.committed),
@@ -167,7 +179,8 @@ class Job:
 
         cfg, rec = self.cfg, self.rec
         dump_dir = self.store.tmp
-        self.server = Server(cfg, aux, dump_dir, os.path.join(self.out, LOG_DIR, "server.log"), self.out)
+        self.server = Server(cfg, aux, dump_dir, self.names.server_log, self.out)
+        self.server.pid_file = self.names.server_pid
         rec.phase(Phase.STARTING_SERVER)
         self.server.start()
         rec.rec.server.pid = self.server.proc.pid
@@ -290,12 +303,12 @@ class Job:
             self.rec.write()
 
 
-def claim_record(out: str, job: str) -> None:
+def claim_record(out: str, job: str, path: str | None = None) -> None:
     """Right after taking the lock: a record naming this runner, so a kill from here on reads
     as a crash; the previous run's counts stay until the plan replaces them."""
     from .status import STATUS, StatusError, StatusRecord, now_iso, read_record, write_record
 
-    path = os.path.join(out, STATUS)
+    path = path or os.path.join(out, STATUS)
     try:
         rec = read_record(path)
     except StatusError:
@@ -307,12 +320,15 @@ def claim_record(out: str, job: str) -> None:
     write_record(path, rec)
 
 
-def run(cfg: Config) -> int:
+def run(cfg: Config, rank: int | None = None, world: int | None = None) -> int:
+    """The job in the foreground; with a rank, only that rank's samples (see runner.ranks)."""
+    names = ranks.Names(cfg.job.out, rank)
     lock = JobLock(cfg.job.out)
+    lock.path = names.lock
     lock.acquire()  # LockedError names the running pid
-    claim_record(cfg.job.out, cfg.job.name)
-    setup_logging(cfg.job.out)
+    claim_record(cfg.job.out, cfg.job.name, names.status)
+    setup_logging(cfg.job.out, names.runner_log)
     try:
-        return asyncio.run(Job(cfg).main())
+        return asyncio.run(Job(cfg, rank, world).main())
     finally:
         lock.release()

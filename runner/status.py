@@ -86,10 +86,13 @@ class StatusRecord:
     last_error: str | None = None
     reason: str | None = None  # why paused / failed / stopped
     heartbeat_age_s: float | None = None  # filled by readers, not by the writer
+    ranks: list[dict] | None = None  # a cluster run only: one entry per rank (runner.slurm)
 
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
         d["phase"] = self.phase.value
+        if self.ranks is None:  # the single-box record stays exactly as it was
+            del d["ranks"]
         return d
 
     @classmethod
@@ -109,6 +112,9 @@ class StatusRecord:
         kw["server"] = ServerInfo(
             **{k: v for k, v in (d.get("server") or {}).items() if k in ServerInfo.__dataclass_fields__}
         )
+        ranks = kw.get("ranks")
+        if ranks is not None and not (isinstance(ranks, list) and all(isinstance(r, dict) for r in ranks)):
+            raise StatusError("status record field 'ranks' is not a list of objects")
         for k in ("total", "done", "done_this_run", "failed", "errors_this_run"):
             if not isinstance(kw.get(k, 0), int):
                 raise StatusError(f"status record field {k!r} is not an integer")

@@ -48,12 +48,21 @@ class Plan:
     manifest: dict[int, dict] = field(default_factory=dict)  # only filled when asked
 
 
+def rank_file(name: str, rank: int | None) -> str:
+    """manifest.jsonl -> manifest.rank3.jsonl: each rank appends only to its own files, since
+    appends from several nodes to one file are not safe on every shared filesystem (NFS)."""
+    if rank is None:
+        return name
+    stem, dot, ext = name.partition(".")
+    return f"{stem}.rank{rank}{dot}{ext}"
+
+
 class Store:
-    def __init__(self, out: str):
+    def __init__(self, out: str, rank: int | None = None):
         self.out = out
-        self.tmp = os.path.join(out, TMP_DIR)
-        self.manifest_path = os.path.join(out, MANIFEST)
-        self.failed_path = os.path.join(out, FAILED)
+        self.tmp = os.path.join(out, TMP_DIR) if rank is None else os.path.join(out, TMP_DIR, f"rank{rank}")
+        self.manifest_path = os.path.join(out, rank_file(MANIFEST, rank))
+        self.failed_path = os.path.join(out, rank_file(FAILED, rank))
         self._made: set[str] = set()
         self._settled: dict[str, int] = {}  # per open shard: committed + permanently failed
         self._lock = threading.Lock()  # commits run on worker threads
@@ -90,15 +99,16 @@ class Store:
             pass
 
     # --- reading -------------------------------------------------------------------------
-    def listing(self, skip: frozenset[str] = frozenset()) -> set[int]:
-        """Indices with a committed file: one listdir per shard directory not in skip."""
+    def listing(self, skip: frozenset[str] = frozenset(), lo: int = 0, hi: int | None = None) -> set[int]:
+        """Indices with a committed file: one listdir per shard directory not in skip (and
+        overlapping [lo, hi) when given: a rank lists only its own shards)."""
         found: set[int] = set()
         try:
             shards = [e.name for e in os.scandir(self.out) if e.is_dir() and SHARD_RE.match(e.name)]
         except FileNotFoundError:
             return found
         for s in shards:
-            if s in skip:
+            if s in skip or not _overlaps(s, lo, hi):
                 continue
             for name in os.listdir(os.path.join(self.out, s)):
                 if name.startswith("data_") and name.endswith(".ckpt"):
@@ -110,24 +120,26 @@ class Store:
 
     def manifest_indices(self) -> set[int]:
         """Fast path: lines are written as {"idx":N,...}; one regex over the file, no JSON."""
-        try:
-            with open(self.manifest_path, "rb") as f:
-                data = f.read()
-        except FileNotFoundError:
-            return set()
-        return set(map(int, _IDX_RE.findall(data)))
+        found: set[int] = set()
+        for path in _all_files(self.out, MANIFEST):
+            try:
+                with open(path, "rb") as f:
+                    found.update(map(int, _IDX_RE.findall(f.read())))
+            except FileNotFoundError:
+                pass
+        return found
 
     def manifest(self) -> dict[int, dict]:
         """Full manifest, last line per index wins (verify uses it)."""
         out: dict[int, dict] = {}
-        for rec in _read_jsonl(self.manifest_path):
+        for rec in _read_all(self.out, MANIFEST, "written_at"):
             if isinstance(rec.get("idx"), int):
                 out[rec["idx"]] = rec
         return out
 
     def failures(self) -> dict[int, dict]:
         out: dict[int, dict] = {}
-        for rec in _read_jsonl(self.failed_path):
+        for rec in _read_all(self.out, FAILED, "at"):
             if isinstance(rec.get("idx"), int):
                 if rec.get("requeued"):
                     out.pop(rec["idx"], None)
@@ -148,23 +160,25 @@ class Store:
         except FileNotFoundError:
             pass
 
-    def plan(self, total: int) -> Plan:
+    def plan(self, total: int, lo: int = 0, hi: int | None = None) -> Plan:
         """Complete shards (marker written after their last manifest line) are not listed;
-        the rest are listed and reconciled with the manifest."""
+        the rest are listed and reconciled with the manifest. [lo, hi) restricts the plan
+        to one rank's samples (the whole job by default)."""
         self.total = total
-        complete = self.complete_shards()
+        hi = total if hi is None else min(hi, total)
+        complete = {c for c in self.complete_shards() if _overlaps(c, lo, hi)}
         failures = self.failures()
-        permanent_all = {i for i, r in failures.items() if r.get("permanent", True) and i < total}
-        listed = {i for i in self.listing(frozenset(complete)) if i < total}
+        permanent_all = {i for i, r in failures.items() if r.get("permanent", True) and lo <= i < hi}
+        listed = {i for i in self.listing(frozenset(complete), lo, hi) if lo <= i < hi}
         committed = set(listed)
         for name in complete:
             m = SHARD_RE.match(name)
             if m:
                 g = int(m.group(1))
-                committed.update(i for i in range(g, min(g + SHARD, total)) if i not in permanent_all)
+                committed.update(i for i in range(max(g, lo), min(g + SHARD, hi)) if i not in permanent_all)
         orphans = sorted(listed - self.manifest_indices()) if listed else []
         permanent = permanent_all - committed
-        remaining = [i for i in range(total) if i not in committed and i not in permanent]
+        remaining = [i for i in range(lo, hi) if i not in committed and i not in permanent]
         self._settled = {}
         for i in listed | {i for i in permanent if shard_name(i) not in complete}:
             self._settled[shard_name(i)] = self._settled.get(shard_name(i), 0) + 1
@@ -237,6 +251,36 @@ def _append(path: str, line: bytes) -> None:
         os.write(fd, line + b"\n")
     finally:
         os.close(fd)
+
+
+def _overlaps(shard: str, lo: int, hi: int | None) -> bool:
+    m = SHARD_RE.match(shard)
+    if not m:
+        return False
+    g = int(m.group(1))
+    return g + SHARD > lo and (hi is None or g < hi)
+
+
+def _all_files(out: str, name: str) -> list[str]:
+    """The job's file and, after a cluster run, one per rank (manifest.rank{R}.jsonl)."""
+    stem, _, ext = name.partition(".")
+    try:
+        ranked = sorted(n for n in os.listdir(out) if n.startswith(stem + ".rank") and n.endswith("." + ext))
+    except FileNotFoundError:
+        return []
+    return [os.path.join(out, name)] + [os.path.join(out, n) for n in ranked]
+
+
+def _read_all(out: str, name: str, time_key: str):
+    """Records of every file in write order (by their time stamp when there are several
+    files: a repair's requeue in one file must follow the failure it cancels in another)."""
+    paths = _all_files(out, name)
+    if len(paths) <= 1:
+        yield from _read_jsonl(paths[0] if paths else os.path.join(out, name))
+        return
+    recs = [r for p in paths for r in _read_jsonl(p)]
+    recs.sort(key=lambda r: str(r.get(time_key) or ""))  # stable: lines keep their order on ties
+    yield from recs
 
 
 def _read_jsonl(path: str):

@@ -14,6 +14,17 @@ if ! command -v sshd >/dev/null 2>&1 && [ ! -x /usr/sbin/sshd ]; then
   fi
 fi
 
+# A real single-node Slurm for tests/cluster (started and stopped by the tests themselves).
+if ! command -v slurmctld >/dev/null 2>&1 || ! command -v munged >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ]; then
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends slurm-wlm munge >/dev/null
+  else
+    echo "scripts/test.sh: slurm-wlm and munge are needed for the cluster tests (apt-get install slurm-wlm munge)" >&2
+    exit 1
+  fi
+fi
+
 PY=${PYTHON:-python3}
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
 .venv/bin/pip install -q --upgrade pip >/dev/null
@@ -24,5 +35,5 @@ PY=${PYTHON:-python3}
 
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
-export HSX_REQUIRE_SSHD=1 HSX_REQUIRE_SGLANG_WHEEL=1
+export HSX_REQUIRE_SSHD=1 HSX_REQUIRE_SGLANG_WHEEL=1 HSX_REQUIRE_SLURM=1
 .venv/bin/python -m pytest -q -p no:cacheprovider "$@"

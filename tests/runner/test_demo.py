@@ -56,7 +56,7 @@ def test_console_answers_progress_and_verbs(tmp_path):
     assert proc.returncode == 0, err
     assert "40 / 40" in out  # the terse summary
     assert "unknown command `bogus`" in out and "/extract verify" in out  # help, not a shell
-    assert "plan:" in out  # the runner's log through `logs 3`
+    assert "phase phase=done" in out  # the runner's log through `logs 3`
 
 
 def test_interrupted_demo_resumes(tmp_path):

@@ -1,0 +1,58 @@
+"""A real single-node Slurm for the session (skipped where it cannot run, unless
+HSX_REQUIRE_SLURM=1), and jobs with a [cluster] section."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import tempfile
+
+import pytest
+
+from tests.cluster.slurmctl import Cluster, available
+from tests.conftest import write_job
+
+
+@pytest.fixture(scope="session")
+def slurm():
+    why = available()
+    if why:
+        if os.environ.get("HSX_REQUIRE_SLURM"):
+            pytest.fail(f"a test Slurm cannot start here: {why}")
+        pytest.skip(f"no test Slurm: {why}")
+    d = tempfile.mkdtemp(prefix="hsx-slurm-")  # under /tmp: munged must reach its socket
+    c = Cluster(d)
+    old = os.environ.get("SLURM_CONF")
+    try:
+        c.start()
+        os.environ["SLURM_CONF"] = c.conf  # hsx-runner and the tests' own squeue/scancel
+        yield c
+    finally:
+        c.stop()
+        if old is None:
+            os.environ.pop("SLURM_CONF", None)
+        else:
+            os.environ["SLURM_CONF"] = old
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def short_rows(n: int, seed: int = 0) -> list[str]:
+    """Pre-tokenized rows of three tokens: enough rows for several 2000-sample shards while
+    extraction stays fast on a CPU."""
+    rng = random.Random(seed)
+    return [json.dumps({"input_ids": [rng.randrange(5, 200) for _ in range(3)], "loss_mask": [0, 1, 1]}) + "\n"
+            for _ in range(n)]  # fmt: skip
+
+
+def cluster_job(dest, assets, rows: list[str] | None = None, samples: int | None = None, **cluster) -> str:
+    """write_job plus a [cluster] section (engine = "slurm" unless given)."""
+    extra = {"rows": rows} if rows is not None else {}
+    path = write_job(dest, assets, samples, **extra)
+    cluster = {"engine": "slurm", "gpus_per_node": 0, **cluster}
+    with open(path, "a") as f:
+        f.write("[cluster]\n")
+        for k, v in cluster.items():
+            f.write(f"{k} = {json.dumps(v)}\n")
+    return path

@@ -1,0 +1,143 @@
+"""The end-to-end world: two real sshd (jump + 'GPU box' = this machine), `hsx deploy` into a
+persistent prefix, the bot over real HTTP with signed requests, its Web API pointed at a local
+recording server, and the watcher on its real scheduler.
+
+The deployed venv reuses the test interpreter's packages (`hsx deploy --deps-from`) instead
+of downloading torch: the documented option for boxes whose image already has them."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import uuid
+
+import pytest
+
+from tests import sshd
+from tests.bot import slack_api
+from tests.bot.test_http import SECRET, Bot
+from tests.conftest import _toml, free_port, write_job
+
+HSX = os.path.join(os.path.dirname(sys.executable), "hsx")
+REQUIRE_ENV = "HSX_REQUIRE_SSHD"  # CI sets it: a missing sshd fails instead of skipping
+OPERATOR, STRANGER = "U0OPERATOR", "U0STRANGER"
+
+
+def need_sshd() -> None:
+    why = sshd.available()
+    if why:
+        if os.environ.get(REQUIRE_ENV):
+            pytest.fail(f"{why} ({REQUIRE_ENV} is set)")
+        pytest.skip(why)
+
+
+@pytest.fixture(autouse=True)
+def fast_retries(monkeypatch):
+    monkeypatch.setenv("HSX_RETRY_FAST", "1")
+
+
+class GpuBoxWorld:
+    """The sshd pair and the deploy prefix (outside /tmp: deploy refuses paths wiped at reboot)."""
+
+    def __init__(self, pair: sshd.TwoHop, prefix: str):
+        self.pair, self.prefix = pair, prefix
+
+    def ops_config(self, job_dir: str, assets, name: str, samples: int, **job) -> str:
+        """Write the job (dataset rows) and one hsx.toml for both sides, paths absolute."""
+        write_job(job_dir, assets, samples)  # the dataset; its config is replaced below
+        p = self.pair
+        sections = {
+            "job": {
+                "name": name, "model": os.path.join(str(assets), "model"),
+                "dataset": os.path.join(job_dir, "data.jsonl"), "out": os.path.join(job_dir, "out"),
+                "max_length": 256, "concurrency": 1, "status_interval_s": 0.3, "rate_window_s": 30.0,
+                "max_consecutive_failures": 10, "retries": 3, **job,
+            },
+            "server": {"backend": "reference", "threads": 1, "port": free_port(), "start_timeout_s": 120.0},
+            "remote": {
+                "transport": "ssh", "host": p.target.addr, "port": p.target.port, "user": p.user,
+                "jump": p.jump_spec, "identity_file": p.client_key, "known_hosts": p.known_hosts,
+                "runner": f"{self.prefix}/venv/bin/hsx-runner", "runner_config": f"{self.prefix}/{name}.toml",
+                "command_timeout_s": 120.0,
+            },
+            "slack": {
+                "channels": ["C0PROGRESS"], "alert_channel": "C0ALERTS", "operators": [OPERATOR],
+                "audit_log": os.path.join(job_dir, "ops", "audit.jsonl"),
+            },
+            "watcher": {"interval_s": 0.5, "milestone_pct": 10, "state_file": os.path.join(job_dir, "ops", "watch.json")},
+        }  # fmt: skip
+        path = os.path.join(job_dir, "hsx.toml")
+        with open(path, "w") as f:
+            for section, body in sections.items():
+                f.write(f"[{section}]\n" + "".join(f"{k} = {_toml(v)}\n" for k, v in body.items()))
+        return path
+
+    def deploy(self, conf: str, *extra: str) -> tuple[int, dict]:
+        p = subprocess.run(
+            [HSX, "deploy", "--config", conf, "--json", "--deps-from", sys.executable, *extra],
+            capture_output=True, text=True, timeout=600, env={**os.environ, "HSX_RETRY_FAST": "1"},
+        )  # fmt: skip
+        try:
+            return p.returncode, json.loads(p.stdout)
+        except json.JSONDecodeError:
+            raise AssertionError(f"hsx deploy -> {p.returncode}\n{p.stdout}\n{p.stderr}") from None
+
+
+@pytest.fixture(scope="session")
+def gpu_box(tmp_path_factory):
+    need_sshd()
+    pair = sshd.TwoHop(str(tmp_path_factory.mktemp("sshd")))
+    prefix = os.path.join(os.path.expanduser("~"), ".cache", "hsx-tests", f"e2e-{uuid.uuid4().hex[:8]}")
+    try:
+        pair.setup()
+        with open(pair.target.config, "a") as f:
+            f.write("Subsystem sftp internal-sftp\n")  # deploy uploads over SFTP, as a stock sshd allows
+        pair.start()
+        yield GpuBoxWorld(pair, prefix)
+    finally:
+        pair.stop()
+        shutil.rmtree(prefix, ignore_errors=True)
+        with contextlib.suppress(OSError):
+            os.rmdir(os.path.dirname(prefix))  # only when no other run's prefix is there
+
+
+class Ops:
+    """The ops side as it runs in production: `hsx bot --http` wiring plus the watcher."""
+
+    def __init__(self, conf: str):
+        from bot.app import build_app
+        from bot.http import make_http_server
+        from bot.watcher import start_watcher
+        from runner.config import load
+
+        self.cfg = load(conf)
+        self.rec = slack_api.Recorder()
+        self.api_server, api = slack_api.start(self.rec)
+        env = {"SLACK_BOT_TOKEN": "xoxb-test", "SLACK_SIGNING_SECRET": SECRET, "SLACK_API_URL": api}
+        app, self.rt = build_app(self.cfg, env=env, http=True)
+        self.server = make_http_server(app, 0, "127.0.0.1")
+        threading.Thread(target=self.server.serve_forever, args=(0.05,), daemon=True).start()
+        self.scheduler = start_watcher(self.rt.handlers.box, self.cfg, app.client)
+        self.bot = Bot(
+            f"http://127.0.0.1:{self.server.server_port}/slack/events", self.rec, api, None, self.cfg
+        )
+
+    def close(self) -> None:
+        self.scheduler.shutdown(wait=True)
+        self.server.shutdown()
+        self.server.server_close()
+        self.api_server.shutdown()
+        self.api_server.server_close()
+        self.rt.handlers.box.close()
+
+    def posts(self, channel: str, needle: str) -> list[dict]:
+        return [
+            p
+            for p in self.rec.named("chat.postMessage")
+            if p.get("channel") == channel and needle in p.get("text", "")
+        ]

@@ -1,0 +1,89 @@
+"""Disk exhaustion, the seeds' root cause: the output on a small tmpfs. The runner pauses before
+it runs out (phase paused, the reason, the projected need), the bot alerts once, no partial file
+is left; once space is freed, /extract resume finishes the job."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+
+import pytest
+
+from tests.conftest import runner
+from tests.runner.helpers import wait_for
+
+from .conftest import REQUIRE_ENV, Ops
+from .test_story import _done, _status
+
+SAMPLES = 160
+MB = 1_000_000
+ALERT = ":rotating_light: Disk will run out"
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    if os.geteuid() != 0:
+        if os.environ.get(REQUIRE_ENV):
+            pytest.fail(f"mounting a tmpfs needs root ({REQUIRE_ENV} is set)")
+        pytest.skip("mounting a tmpfs needs root")
+    out = tmp_path / "job" / "out"
+    out.mkdir(parents=True)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=24m", "hsx-test", str(out)], check=True)
+    yield str(out)
+    subprocess.run(["umount", "-l", str(out)], check=False)
+
+
+def test_full_disk_pauses_alerts_once_then_resume_finishes(gpu_box, demo_assets, tmp_path, small_disk):
+    out = small_disk
+    ballast = os.path.join(out, "ballast")
+    with open(ballast, "wb") as f:
+        f.write(b"\0" * 14 * MB)
+    conf = gpu_box.ops_config(
+        str(tmp_path / "job"), demo_assets, "disk", SAMPLES, min_free_bytes=4 * MB, concurrency=2
+    )
+    code, rep = gpu_box.deploy(conf)
+    assert code == 0, rep
+
+    ops = Ops(conf)
+    try:
+        bot, rec, box = ops.bot, ops.rec, ops.rt.handlers.box
+        bot.command("start")
+        rec.wait_for("response", timeout=60)
+        paused = wait_for(
+            lambda: (s := box.status()).phase.value == "paused" and s, timeout=90, what="the pause"
+        )
+        assert paused.alive and "disk low" in paused.reason, paused.reason
+        assert paused.disk.need and paused.disk.need > paused.disk.free, paused.disk
+        assert 0 < paused.done < SAMPLES and paused.errors_this_run == 0
+        # nothing half-written: no temp files, every committed sample loads
+        assert os.listdir(os.path.join(out, ".tmp")) == []
+        shards = [
+            n for d in os.listdir(out) if d.startswith("rows_") for n in os.listdir(os.path.join(out, d))
+        ]
+        assert shards and all(n.endswith(".ckpt") for n in shards)
+        quick = runner("verify", "--json", "--quick", "--config", conf)
+        assert '"corrupt": []' in quick.stdout, quick.stdout
+
+        # still paused a few watcher polls later, and alerted once
+        done_at_pause = _done(out)
+        wait_for(lambda: len(rec.named("chat.postMessage")) > 0, timeout=10)
+        time.sleep(6 * ops.cfg.watcher.interval_s)
+        assert _status(out)["phase"] == "paused" and _done(out) == done_at_pause
+        assert len(ops.posts("C0ALERTS", ALERT)) == 1, ops.posts("C0ALERTS", ALERT)
+
+        os.unlink(ballast)
+        n = len(rec.named("response"))
+        bot.command("resume")
+        (resumed,) = rec.wait_for("response", n + 1, timeout=60)[n:]
+        assert "refused" not in resumed["text"], resumed["text"]
+        wait_for(lambda: _status(out)["phase"] == "done", timeout=120, what="the job done")
+        n = len(rec.named("response"))
+        bot.command("verify")
+        (verified,) = rec.wait_for("response", n + 1, timeout=120)[n:]
+        assert "every sample is present and sound" in verified["text"], verified["text"]
+        assert len(ops.posts("C0ALERTS", ALERT)) == 1
+    finally:
+        ops.close()
+        if _status(out).get("alive"):
+            runner("stop", "--config", conf)
