@@ -123,7 +123,10 @@ def _conditions(
             f"Error spike: {new} new errors since the last check",
             False,
         )
-    if rec.phase.is_active() and rec.disk.need is not None and rec.disk.need > rec.disk.free:
+    # one disk episode per run: the forecast and the pause it leads to are the same story
+    if rec.phase is Phase.PAUSED:
+        out[f"disk:{run}"] = (f"Extraction PAUSED: {rec.reason or 'no reason given'}", True)
+    elif rec.phase.is_active() and rec.disk.need is not None and rec.disk.need > rec.disk.free:
         out[f"disk:{run}"] = ("Disk will run out before the job ends", False)
     return out
 

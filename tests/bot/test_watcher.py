@@ -89,6 +89,24 @@ def test_restarts_error_spike_and_disk_alerts():
     assert "alert" not in kinds(acts)
 
 
+def test_a_pause_for_disk_alerts_once_with_resume_even_without_a_forecast():
+    st = WatchState()
+    _, st = decide(st, Observation(T0, record=rec(heartbeat_at=T0.isoformat())), LIM)
+    paused = rec(
+        heartbeat_at=T0.isoformat(), phase="paused", reason="disk low: free space at /data is below the 2.1 GB reserve",
+        disk={"path": "/data", "used": 10, "free": 100, "need": 50},
+    )  # fmt: skip
+    acts, st = decide(st, Observation(T0 + dt.timedelta(seconds=30), record=paused), LIM)
+    (alert,) = [a for a in acts if a.kind == "alert"]
+    assert alert.text.startswith(":rotating_light: Extraction PAUSED: disk low") and alert.resume
+    for i in range(2, 4):  # still paused, then the forecast too: the same episode
+        later = rec(heartbeat_at=T0.isoformat(), disk={"path": "/data", "used": 10, "free": 100, "need": 500})
+        acts, st = decide(
+            st, Observation(T0 + dt.timedelta(seconds=30 * i), record=paused if i == 2 else later), LIM
+        )
+        assert "alert" not in kinds(acts)
+
+
 def test_unreachable_alerts_after_the_limit_once_then_recovers():
     err = Unreachable("jump root@10.1.2.6:22", "connection refused")
     st = WatchState()
