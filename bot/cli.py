@@ -74,8 +74,16 @@ def cmd_bot(args) -> int:
 def cmd_deploy(args) -> int:
     from .deploy import Options, main
 
-    opts = Options(args.wheel, args.python, args.deps_from, args.autostart, args.job_config)
-    return main(load(args.config), opts, args.json)
+    cfg = load(args.config)
+    d = cfg.deploy  # flags override the config's [deploy]
+    opts = Options(
+        args.wheel,
+        args.python or d.python,
+        args.deps_from or d.deps_from,
+        args.autostart or d.autostart,
+        args.job_config,
+    )
+    return main(cfg, opts, args.json)
 
 
 def cmd_demo(args) -> int:
@@ -152,13 +160,17 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--config", default=None)
     s.add_argument("--json", action="store_true")
     s.add_argument("--wheel", default="", help="an hsx-ops wheel (default: build one from this checkout)")
-    s.add_argument("--python", default="python3", help="interpreter on the box that creates the venv")
+    s.add_argument(
+        "--python", default="", help="interpreter on the box that creates the venv ([deploy] python)"
+    )
     s.add_argument(
         "--deps-from", default="", metavar="PYTHON",
         help="reuse this interpreter's packages on the box (same Python) instead of installing from the index",
     )  # fmt: skip
     s.add_argument(
-        "--autostart", action="store_true", help="start the runner at boot (systemd); off by default"
+        "--autostart",
+        action="store_true",
+        help="start the runner at boot (systemd; [deploy] autostart); off by default",
     )
     s.add_argument("--job-config", default="", help="install this file as runner_config (default: --config)")
     s.set_defaults(fn=cmd_deploy)

@@ -92,6 +92,15 @@ class WatcherConfig:
 
 
 @dataclass
+class DeployConfig:
+    autostart: bool = (
+        False  # start the runner at boot (systemd); off: a GPU service that starts itself can hold every GPU
+    )
+    python: str = "python3"  # interpreter on the GPU box that creates the venv
+    deps_from: str = ""  # an interpreter on the box whose packages the venv reuses (no download)
+
+
+@dataclass
 class ClusterConfig:
     engine: str = "local"  # "local": this box; "slurm": one array task per rank
     ranks: int = 4  # array tasks; never more than the job's 2000-sample shards
@@ -112,6 +121,7 @@ class Config:
     slack: SlackConfig = field(default_factory=SlackConfig)
     watcher: WatcherConfig = field(default_factory=WatcherConfig)
     cluster: ClusterConfig = field(default_factory=ClusterConfig)
+    deploy: DeployConfig = field(default_factory=DeployConfig)
     path: str = ""  # where it was loaded from
 
     @property
@@ -125,6 +135,7 @@ _PATH_KEYS = {
     "slack": ("audit_log",),
     "watcher": ("state_file",),
     "cluster": ("python",),
+    "deploy": (),  # paths on the GPU box: never resolved here
 }
 # sbatch options hsx sets itself: a second value would silently break the rank layout.
 SBATCH_OWNED = (

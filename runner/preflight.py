@@ -73,6 +73,8 @@ def preflight(cfg: Config, free_gpus: bool = False) -> dict:
         )
         checks.append(_check("gpus", ok, detail or "no other process holds a GPU", "" if ok else fix))
 
+    checks.append(autostart_check(cfg))
+
     if s.backend == "sglang":
         try:
             from patches.hooks import IncompatibleSGLang, check_installed
@@ -83,3 +85,30 @@ def preflight(cfg: Config, free_gpus: bool = False) -> dict:
         checks.append(_check("sglang patch", not problems, "; ".join(problems) or "hook points of SGLang 0.5.23 present",
                              "pip install 'hsx-ops[sglang]' (SGLang 0.5.23)"))  # fmt: skip
     return {"ok": all(c["ok"] for c in checks), "checks": checks}
+
+
+UNIT = "hsx-runner.service"
+
+
+def autostart_check(cfg: Config) -> dict:
+    """Does the runner start at boot as the config says? Off by default: after the seeds'
+    reboot, an auto-started GPU service held every GPU before anyone looked."""
+    want = cfg.deploy.autostart
+    say = "on" if want else "off"
+    if not shutil.which("systemctl") or not os.path.isdir("/run/systemd/system"):
+        detail = f"autostart {say}; no systemd here: nothing starts the runner at boot (/extract resume after a reboot)"
+        return _check(
+            "autostart", not want, detail, "" if not want else "autostart needs systemd on the GPU box"
+        )
+    import subprocess
+
+    p = subprocess.run(["systemctl", "is-enabled", UNIT], capture_output=True, text=True)
+    state = p.stdout.strip() or "not installed"
+    enabled = state == "enabled"
+    detail = f"autostart {say} in the config; {UNIT} is {state}"
+    return _check(
+        "autostart",
+        enabled == want,
+        detail,
+        "" if enabled == want else "run `hsx deploy` to apply [deploy] autostart",
+    )

@@ -67,6 +67,19 @@ def test_preflight_reports_each_check(job):
     assert p.returncode == 0 and rep["ok"]
     assert names["dataset"]["detail"].endswith("5 rows") and "H=64" in names["model"]["detail"]
     assert names["gpus"]["ok"]  # CPU reference backend: no GPU needed
+    assert names["autostart"]["ok"] and names["autostart"]["detail"].startswith("autostart off")
+
+
+def test_preflight_flags_autostart_it_cannot_honour(job):
+    conf = job(samples=5)
+    with open(conf, "a") as f:
+        f.write("[deploy]\nautostart = true\n")
+    rep = json.loads(runner("preflight", "--json", "--config", conf).stdout)
+    names = {c["name"]: c for c in rep["checks"]}
+    if os.path.isdir("/run/systemd/system"):  # a box with systemd: the unit is not installed here
+        assert not names["autostart"]["ok"] and "hsx deploy" in names["autostart"]["fix"]
+    else:
+        assert not names["autostart"]["ok"] and "needs systemd" in names["autostart"]["fix"]
 
 
 def test_preflight_refuses_sglang_without_it(job):
