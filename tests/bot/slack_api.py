@@ -16,6 +16,7 @@ class Recorder:
         self.calls: list[tuple[str, dict]] = []  # (method or "response" or "upload", body)
         self.lock = threading.Lock()
         self.fail: set[str] = set()  # methods that answer ok=false
+        self.socket_url = ""  # what apps.connections.open hands out (Socket Mode)
         self._ts = 0
 
     def add(self, name: str, body: dict) -> None:
@@ -80,11 +81,17 @@ def start(rec: Recorder) -> tuple[ThreadingHTTPServer, str]:
                 rec.add("upload", body)
                 return self._send({"ok": True})
             method = path.removeprefix("/api/")
+            if method == "apps.connections.open":  # the only call made with the xapp- token
+                body = {**body, "_auth": self.headers.get("Authorization", "")}
             rec.add(method, body)
             if method in rec.fail:
                 return self._send({"ok": False, "error": "fatal_error"})
             if method == "auth.test":
                 return self._send({"ok": True, "user_id": BOT_USER, "bot_id": "B0BOT", "team_id": "T0TEAM"})
+            if method == "apps.connections.open":
+                if not rec.socket_url:
+                    return self._send({"ok": False, "error": "internal_error"})
+                return self._send({"ok": True, "url": rec.socket_url})
             if method == "chat.postMessage":
                 return self._send({"ok": True, "channel": body.get("channel"), "ts": rec.next_ts()})
             if method == "files.getUploadURLExternal":
