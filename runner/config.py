@@ -39,6 +39,7 @@ class JobConfig:
     status_interval_s: float = 2.0
     rate_window_s: float = 120.0
     min_free_bytes: int = 0  # pause below this much free space on the output filesystem
+    disk_recheck_s: float = 2.0  # while paused for disk: how often to look again (resume looks at once)
 
 
 @dataclass

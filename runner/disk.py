@@ -5,13 +5,10 @@ the running average, or at the worst case before the first sample is measured)."
 
 from __future__ import annotations
 
-import os
 import shutil
 
 from .record import Recorder
 from .status import Phase
-
-CHECK_S = float(os.environ.get("HSX_DISK_CHECK_S", "2.0"))  # tests shrink it
 
 
 def worst_case_bytes(max_length: int, hidden_size: int, dtype_bytes: int = 2) -> int:

@@ -26,5 +26,9 @@ class ServerError(HsxError):
     """The inference server failed to start, crashed, or failed its self-test."""
 
 
+class ServerExited(ServerError):
+    """The server process ended while starting: worth a (capped) restart, unlike a timeout."""
+
+
 class JobFailed(HsxError):
     """The job stopped itself with a reason (consecutive failures, self-test, ...)."""

@@ -252,9 +252,7 @@ class Extractor:
                 self.rec.error(str(e))  # next loop sees it dead and counts another restart
 
     async def _watch_disk(self) -> None:
-        """While paused, re-check every CHECK_S seconds, or at once when woken (SIGUSR1)."""
-        from .disk import CHECK_S
-
+        """While paused, re-check every disk_recheck_s, or at once when woken (SIGUSR1)."""
         last_sweep = time.monotonic()
         while self.guard is not None and not self.stopping.is_set():
             if not self.space_ok.is_set() and self.guard.ok():
@@ -263,7 +261,7 @@ class Extractor:
                 last_sweep = time.monotonic()
                 await asyncio.to_thread(self._sweep)
             try:
-                await asyncio.wait_for(self._wake.wait(), CHECK_S)
+                await asyncio.wait_for(self._wake.wait(), self.cfg.job.disk_recheck_s)
             except asyncio.TimeoutError:
                 pass
             self._wake.clear()

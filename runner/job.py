@@ -15,11 +15,11 @@ from . import dump, layers, ranks
 from .config import Config, require_job
 from .dataset import Dataset, RowError, load_tokenizer
 from .disk import DiskGuard, worst_case_bytes
-from .errors import ConfigError, JobFailed, ServerError
+from .errors import ConfigError, JobFailed, ServerError, ServerExited
 from .lock import JobLock
 from .record import Recorder
 from .server import Server
-from .status import Phase
+from .status import Phase, now_iso
 from .store import Store, sample_path
 
 log = logging.getLogger("hsx.job")
@@ -182,12 +182,7 @@ class Job:
         self.server = Server(cfg, aux, dump_dir, self.names.server_log, self.out)
         self.server.pid_file = self.names.server_pid
         rec.phase(Phase.STARTING_SERVER)
-        self.server.start()
-        rec.rec.server.pid = self.server.proc.pid
-        rec.rec.server.url = self.server.url
-        rec.rec.server.started_at = rec.rec.phase_since
-        await self.server.wait_ready(lambda: setattr(rec.rec.server, "activity", self.server.activity))
-        rec.rec.server.activity = "ready"
+        await self._start_server()
         rec.phase(Phase.SELF_TEST)
         await self._self_test(ds, remaining, dump_dir)
         rec.phase(Phase.EXTRACTING)
@@ -213,6 +208,31 @@ class Job:
             return 1
         rec.phase(Phase.DONE)
         return 0
+
+    async def _start_server(self) -> None:
+        """Start and wait; a server that dies while starting is restarted like one that dies
+        later (same cap, same backoff); one that never gets ready is not."""
+        from .extractor import BACKOFF_INITIAL_S
+
+        rec, cap = self.rec, self.cfg.server.max_restarts
+        while True:
+            self.server.start()
+            rec.rec.server.pid = self.server.proc.pid
+            rec.rec.server.url = self.server.url
+            rec.rec.server.started_at = now_iso()
+            try:
+                await self.server.wait_ready(
+                    lambda: setattr(rec.rec.server, "activity", self.server.activity)
+                )
+                rec.rec.server.activity = "ready"
+                return
+            except ServerExited as e:
+                if self.server.restarts >= cap:
+                    raise ServerError(f"restart cap {cap} spent; last start: {e}") from None
+                self.server.restarts += 1
+                rec.rec.server.restarts = self.server.restarts
+                rec.error(f"server died during start-up; restart {self.server.restarts}/{cap}")
+                await asyncio.sleep(min(2 ** (self.server.restarts - 1), 30) * BACKOFF_INITIAL_S)
 
     async def _self_test(self, ds: Dataset, remaining: list[int], dump_dir: str) -> None:
         """One real request through the dump path before any sample is written."""
@@ -306,7 +326,7 @@ class Job:
 def claim_record(out: str, job: str, path: str | None = None) -> None:
     """Right after taking the lock: a record naming this runner, so a kill from here on reads
     as a crash; the previous run's counts stay until the plan replaces them."""
-    from .status import STATUS, StatusError, StatusRecord, now_iso, read_record, write_record
+    from .status import STATUS, StatusError, StatusRecord, read_record, write_record
 
     path = path or os.path.join(out, STATUS)
     try:

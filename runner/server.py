@@ -18,7 +18,7 @@ import aiohttp
 
 from . import dump
 from .config import Config
-from .errors import ServerError
+from .errors import ServerError, ServerExited
 
 READY_LINE = "The server is fired up and ready to roll!"
 # What a starting server is doing, from its log: weight loading and its progress bars.
@@ -146,7 +146,7 @@ class Server:
             while True:
                 if self.proc is None or self.proc.poll() is not None:
                     code = None if self.proc is None else self.proc.returncode
-                    raise ServerError(
+                    raise ServerExited(
                         f"server exited with code {code} during start-up; log tail:\n{self.log_tail()}"
                     )
                 seen_line = self._scan_log() or seen_line

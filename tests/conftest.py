@@ -15,7 +15,6 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BIN = os.path.dirname(sys.executable)
 RUNNER = os.path.join(BIN, "hsx-runner")
 os.environ.setdefault("HSX_BACKOFF_S", "0.05")  # retries back off fast in tests
-os.environ.setdefault("HSX_DISK_CHECK_S", "0.2")
 
 
 def free_port() -> int:

@@ -40,7 +40,13 @@ def test_full_disk_pauses_alerts_once_then_resume_finishes(gpu_box, demo_assets,
     with open(ballast, "wb") as f:
         f.write(b"\0" * 14 * MB)
     conf = gpu_box.ops_config(
-        str(tmp_path / "job"), demo_assets, "disk", SAMPLES, min_free_bytes=4 * MB, concurrency=2
+        str(tmp_path / "job"),
+        demo_assets,
+        "disk",
+        SAMPLES,
+        min_free_bytes=4 * MB,
+        concurrency=2,
+        disk_recheck_s=600.0,  # the pause ends by /extract resume, not by a timer racing it
     )
     code, rep = gpu_box.deploy(conf)
     assert code == 0, rep

@@ -110,7 +110,8 @@ def test_deploy_start_crash_resume_verify(gpu_box, demo_assets, tmp_path):
         second = _live_runner(out, on_box, not_pid=first)
 
         # kill -9 again; two /extract resume at once start exactly one runner
-        wait_for(lambda: _done(out) >= _status(out)["done"] + 5, timeout=60, what="progress after resume")
+        base = _done(out)
+        wait_for(lambda: _done(out) >= base + 5, timeout=60, what="progress after resume")
         _kill9(second)
         wait_for(lambda: len(ops.posts("C0ALERTS", "CRASHED")) == 2, timeout=30, what="the second alert")
         n = len(rec.named("response"))

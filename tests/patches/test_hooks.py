@@ -189,6 +189,6 @@ def test_install_patches_the_stand_in_classes(fake, tmp_path):
         )
         assert name == "_append_prefill_hidden_states" and args["hidden_state_offset"] == 3
         assert args["store"] is True
+        assert state is not None
     finally:
         scheduler_patch._STATE.writer.close()
-        assert state is not None

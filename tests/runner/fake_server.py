@@ -2,7 +2,8 @@
 of a backend (``[server] python`` points at a wrapper that runs this with a mode).
 
 Modes: never_ready, bad_dump (ready, but the dump has the wrong shape), die_on_request,
-good_once (one well-shaped dump of zeros, then it dies on the next request), flaky (every
+good_once (one well-shaped dump of zeros, then it dies on the next request),
+dies_first_start (exits during its first start, then serves well-shaped zeros), flaky (every
 second request writes its data file but no sidecar, as a server that failed mid-dump)."""
 
 from __future__ import annotations
@@ -21,6 +22,11 @@ def main() -> None:
     ap.add_argument("--port", type=int)
     args, _ = ap.parse_known_args(sys.argv[2:])
     print("Load weight begin. fake", flush=True)
+    if mode == "dies_first_start":  # the first start dies (OOM, CUDA init), the next one serves
+        marker = os.path.join(os.environ["HSX_DUMP_DIR"], "..", "first-start-done")
+        if not os.path.exists(marker):
+            open(marker, "w").close()
+            sys.exit(1)
     if mode == "never_ready":
         time.sleep(3600)
     from aiohttp import web

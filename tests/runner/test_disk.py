@@ -32,10 +32,10 @@ def small_fs(tmp_path):
 
 
 def test_pauses_before_the_disk_is_full_and_resumes_when_space_returns(job, small_fs):
-    conf = job(samples=80)
+    conf = job(samples=80, job__disk_recheck_s=600.0)  # only resume's wake-up ends the pause
     out = out_dir(conf)
     small_fs(out, "3M")
-    p = start_run(conf, HSX_DISK_CHECK_S="600")  # only the first check and resume's wake-up act
+    p = start_run(conf)
     try:
         wait_for(lambda: status(conf)["phase"] == "paused", timeout=120, every=0.2, what="pause")
         st = status(conf)

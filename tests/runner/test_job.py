@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import time
 
 import pytest
 
@@ -206,6 +205,7 @@ def test_server_that_never_starts_fails_the_job_with_the_reason(job):
     assert p.returncode == 1
     st = status(conf)
     assert st["phase"] == "failed" and "exited with code 1 during start-up" in st["reason"]
+    assert "restart cap 3 spent" in st["reason"] and st["server"]["restarts"] == 3
     assert done_count(conf) == 0
 
 
@@ -233,7 +233,7 @@ def test_start_twice_at_once_starts_exactly_one_runner(job):
     assert sorted(r["started"] for r in replies) == [False, True], replies
     wait_for(lambda: status(conf)["phase"] in ("done", "failed"), timeout=120, every=0.3, what="job end")
     assert status(conf)["phase"] == "done"
-    time.sleep(0.2)
+    wait_for(lambda: not status(conf)["alive"], timeout=30, what="the runner to exit")
 
 
 def test_deleted_sample_in_a_complete_shard_is_repaired(job):

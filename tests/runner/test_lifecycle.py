@@ -32,6 +32,13 @@ def test_server_never_ready_times_out_with_what_it_was_doing(job, tmp_path):
     assert done_count(conf) == 0
 
 
+def test_server_dying_while_starting_is_restarted(job, tmp_path):
+    conf = job(samples=6, server__python=fake(tmp_path, "dies_first_start"))
+    assert runner("run", "--config", conf).returncode == 0
+    st = status(conf)
+    assert st["phase"] == "done" and st["server"]["restarts"] == 1 and done_count(conf) == 6
+
+
 def test_wrong_self_test_output_stops_before_any_sample(job, tmp_path):
     conf = job(samples=5, server__python=fake(tmp_path, "bad_dump"))
     assert runner("run", "--config", conf).returncode == 1
