@@ -6,13 +6,33 @@ from __future__ import annotations
 import subprocess
 import sys
 
+from runner.status import Phase, StatusRecord, write_record
+from tests.conftest import RUNNER
+
+CHECK = (
+    "import sys\n"
+    "import bot.app, bot.cli, bot.watcher, bot.deploy, bot.console, remote.connect, remote.ssh, runner.view\n"
+    "{body}"
+    "heavy = [m for m in ('torch', 'transformers', 'sglang', 'aiohttp') if m in sys.modules]\n"
+    "print(heavy); sys.exit(1 if heavy else 0)\n"
+)
+
 
 def test_ops_modules_do_not_import_torch():
-    code = (
-        "import sys\n"
-        "import bot.app, bot.cli, bot.watcher, bot.deploy, bot.console, remote.connect, remote.ssh, runner.view\n"
-        "heavy = [m for m in ('torch', 'transformers', 'sglang', 'aiohttp') if m in sys.modules]\n"
-        "print(heavy); sys.exit(1 if heavy else 0)\n"
-    )
-    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    p = subprocess.run([sys.executable, "-c", CHECK.format(body="")], capture_output=True, text=True)
     assert p.returncode == 0, p.stdout + p.stderr
+
+
+def test_hsx_status_answers_without_torch(tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    write_record(str(out / "status.json"), StatusRecord(job="j", phase=Phase.DONE, total=3, done=3))
+    conf = tmp_path / "hsx.toml"
+    conf.write_text(
+        f'[job]\nmodel = "m"\ndataset = "d.jsonl"\nout = "out"\n'
+        f'[remote]\ntransport = "local"\nrunner = "{RUNNER}"\nrunner_config = "{conf}"\n'
+    )
+    body = f"rc = bot.cli.main(['status', '--config', {str(conf)!r}])\nassert rc == 0, rc\n"
+    p = subprocess.run([sys.executable, "-c", CHECK.format(body=body)], capture_output=True, text=True)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "Done: 3 / 3 written" in p.stdout

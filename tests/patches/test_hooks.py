@@ -192,3 +192,19 @@ def test_install_patches_the_stand_in_classes(fake, tmp_path):
         assert state is not None
     finally:
         scheduler_patch._STATE.writer.close()
+
+
+def test_the_simulated_stock_path_has_the_pinned_signature():
+    """tests/patches/sim.py stands in for SGLang's hook in CPU tests: it must keep the exact
+    parameters that the hook table (checked against the wheel) pins."""
+    import inspect
+
+    from tests.patches import sim
+
+    (hook,) = [h for h in hooks.HOOKS if h.target.endswith("._append_prefill_hidden_states")]
+    params = []
+    for p in inspect.signature(sim.stock_append).parameters.values():
+        if p.kind is p.KEYWORD_ONLY and "*" not in params:
+            params.append("*")
+        params.append(p.name)
+    assert tuple(params) == tuple(hook.params)
