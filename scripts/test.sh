@@ -4,23 +4,18 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-if ! command -v sshd >/dev/null 2>&1 && [ ! -x /usr/sbin/sshd ]; then
+# System packages: sshd for the SSH tests, a real single-node Slurm (slurm-wlm, munge) for
+# tests/cluster; the tests start and stop the daemons themselves.
+missing=()
+[ -x /usr/sbin/sshd ] || command -v sshd >/dev/null 2>&1 || missing+=(openssh-server)
+{ [ -x /usr/sbin/slurmctld ] || command -v slurmctld >/dev/null 2>&1; } || missing+=(slurm-wlm)
+{ [ -x /usr/sbin/munged ] || command -v munged >/dev/null 2>&1; } || missing+=(munge)
+if [ ${#missing[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ]; then
     apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openssh-server >/dev/null
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
   else
-    echo "scripts/test.sh: openssh-server is needed for the SSH tests (apt-get install openssh-server)" >&2
-    exit 1
-  fi
-fi
-
-# A real single-node Slurm for tests/cluster (started and stopped by the tests themselves).
-if ! command -v slurmctld >/dev/null 2>&1 || ! command -v munged >/dev/null 2>&1; then
-  if [ "$(id -u)" = 0 ]; then
-    apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends slurm-wlm munge >/dev/null
-  else
-    echo "scripts/test.sh: slurm-wlm and munge are needed for the cluster tests (apt-get install slurm-wlm munge)" >&2
+    echo "scripts/test.sh: as root, or install first: apt-get install ${missing[*]}" >&2
     exit 1
   fi
 fi
