@@ -113,7 +113,8 @@ def cmd_demo(args) -> int:
         if rec.phase.is_active():
             print("hsx demo: stopping the job; run the same command again to resume")
             box.stop()
-        print(f"inspect: hsx-runner status --config {conf} --json; hsx-runner verify --config {conf} --json")
+        r = cfg.remote.runner  # absolute: a venv's bin is often not on PATH
+        print(f"inspect: {r} status --config {conf} --json; {r} verify --config {conf} --json")
         box.close()
 
 
