@@ -7,14 +7,12 @@ therefore has at most as many ranks as shards."""
 
 from __future__ import annotations
 
-import fcntl
 import os
 import socket
 from dataclasses import dataclass
 
 from .errors import ConfigError
 from .lock import NAME as LOCK
-from .lock import holder_pid
 from .status import EVENTS, STATUS
 from .store import SHARD, rank_file
 
@@ -81,21 +79,3 @@ class Names:
         if self.rank is None:
             return os.path.join(self.out, "server.pid")
         return os.path.join(self.out, f"server.rank{self.rank}.{socket.gethostname()}.pid")
-
-
-def lock_held(path: str) -> tuple[bool, int | None]:
-    """(held, pid) of a rank's lock without disturbing the holder (visible on this host; a
-    cluster filesystem may not show another node's flock, so the Slurm state comes first)."""
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except FileNotFoundError:
-        return False, None
-    try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return True, holder_pid(path)
-    else:
-        fcntl.flock(fd, fcntl.LOCK_UN)
-        return False, holder_pid(path)
-    finally:
-        os.close(fd)
