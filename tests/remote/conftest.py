@@ -2,21 +2,11 @@
 
 from __future__ import annotations
 
-import os
-
 import pytest
 
 from tests import sshd
 
-REQUIRE_ENV = "HSX_REQUIRE_SSHD"  # CI sets it: a missing sshd fails instead of skipping
-
-
-def _need_sshd() -> None:
-    why = sshd.available()
-    if why:
-        if os.environ.get(REQUIRE_ENV):
-            pytest.fail(f"{why} ({REQUIRE_ENV} is set)")
-        pytest.skip(why)
+_need_sshd = sshd.need_sshd
 
 
 @pytest.fixture(autouse=True)
