@@ -56,7 +56,7 @@ class GpuBoxWorld:
                 "transport": "ssh", "host": p.target.addr, "port": p.target.port, "user": p.user,
                 "jump": p.jump_spec, "identity_file": p.client_key, "known_hosts": p.known_hosts,
                 "runner": f"{self.prefix}/venv/bin/hsx-runner", "runner_config": f"{self.prefix}/{name}.toml",
-                "command_timeout_s": 120.0,
+                "command_timeout_s": 30.0,  # a stuck call must not hold the watcher's single tick for long
             },
             "slack": {
                 "channels": ["C0PROGRESS"], "alert_channel": "C0ALERTS", "operators": [OPERATOR],
