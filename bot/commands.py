@@ -287,9 +287,16 @@ def render_verify(reply: dict) -> str:
     for k, v in parts.items():
         if _indices(v):
             lines.append(f"{k}: {_indices(v)}")
+    if _count(reply.get("unrecorded")):
+        lines.append(
+            f"sound but not yet in the manifest (the next run records them): {_indices(reply['unrecorded'])}"
+        )
     if reply.get("repaired") is not None:
         lines.append(f"re-queued: {_count(reply.get('repaired')):,}")
-    if all(_count(v) == 0 for k, v in parts.items() if k != "failed") and isinstance(total, int):
+    settled = not _count(reply.get("unrecorded")) and all(
+        _count(v) == 0 for k, v in parts.items() if k != "failed"
+    )
+    if settled and isinstance(total, int):
         lines.append(
             "every sample is present and sound"
             if not _count(parts["failed"])

@@ -11,6 +11,7 @@ import datetime as dt
 import json
 import logging
 import os
+import time
 from dataclasses import asdict, dataclass, field
 
 from remote.errors import RemoteError
@@ -227,8 +228,10 @@ class Watcher:
             return Observation(now, error=e)
 
     def tick(self) -> list[Action]:
+        t0 = time.monotonic()
         prev = WatchState.load(self.path)
         obs = self.observe()
+        looked = time.monotonic() - t0
         if obs.record is not None:
             history.append(self.cfg, obs.record)
         actions, st = decide(prev, obs, self.lim)
@@ -244,6 +247,9 @@ class Watcher:
                 if a.kind in ("milestone", "done"):
                     st.milestone = prev.milestone
         st.save(self.path)
+        took = time.monotonic() - t0
+        if took > max(5.0, self.cfg.watcher.interval_s):  # later ticks were skipped meanwhile
+            log.warning("slow watcher tick: %.1fs (status %.1fs, %d posts)", took, looked, len(actions))
         return done
 
     def deliver(self, a: Action, st: WatchState) -> None:

@@ -195,7 +195,8 @@ def cmd_verify(args, cfg: Config) -> int:
 
     report = verify(cfg, repair=args.repair, quick=args.quick)
     text = (f"{report['ok']}/{report['total']} sound; missing {len(report['missing'])}, "
-            f"corrupt {len(report['corrupt'])}, failed {len(report['failed'])}")  # fmt: skip
+            f"corrupt {len(report['corrupt'])}, failed {len(report['failed'])}"
+            + (f", unrecorded {len(report['unrecorded'])}" if report["unrecorded"] else ""))  # fmt: skip
     _emit(args, report, text)
     return 0 if report["complete"] else 1
 

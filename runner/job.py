@@ -290,19 +290,12 @@ class Job:
 
     def _adopt(self, orphans: list[int]) -> None:
         """Files committed just before a crash lost their manifest line: record them now."""
-        from .ckpt import CorruptSample, file_checksum, load_sample
+        from .ckpt import CorruptSample
 
         for idx in orphans:
             path = sample_path(self.out, idx)
             try:
-                seq = int(load_sample(path)["input_ids"].shape[0])
-                self.store.append_manifest(
-                    idx,
-                    seq,
-                    os.path.getsize(path),
-                    file_checksum(path),
-                    os.path.basename(os.path.dirname(path)),
-                )
+                self.store.adopt(idx)
             except (CorruptSample, KeyError, OSError) as e:
                 log.warning("orphan %s unusable (%s): removing it to redo the sample", path, e)
                 os.unlink(path)

@@ -227,6 +227,15 @@ class Store:
         )
         _append(self.manifest_path, line)
 
+    def adopt(self, idx: int) -> None:
+        """Record a file committed just before a crash that lost its manifest line; raises
+        CorruptSample or OSError when it does not load."""
+        from .ckpt import file_checksum, load_sample
+
+        path = sample_path(self.out, idx)
+        seq = int(load_sample(path)["input_ids"].shape[0])
+        self.append_manifest(idx, seq, os.path.getsize(path), file_checksum(path), shard_name(idx))
+
     def fail(self, idx: int, reason: str, attempts: int, permanent: bool = True) -> None:
         rec = {
             "idx": idx,

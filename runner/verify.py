@@ -34,20 +34,20 @@ def _scan(out: str) -> dict[int, list[str]]:
 def check_sample(
     path: str, idx: int, want_ids: list[int] | None, entry: dict | None, desc: dict, quick: bool
 ) -> str | None:
-    """The reason this file is unsound, or None."""
+    """The reason this file is unsound, or None. Without a manifest ``entry`` (a crash between
+    the rename and the line) only the contents are checked."""
     import torch
 
     from .ckpt import CorruptSample, file_checksum, load_sample
 
     if os.path.basename(os.path.dirname(path)) != shard_name(idx):
         return f"in the wrong shard ({path})"
-    if entry is None:
-        return "no manifest line"
-    size = os.path.getsize(path)
-    if size != entry.get("bytes"):
-        return f"size {size} != manifest {entry.get('bytes')}"
-    if not quick and file_checksum(path) != entry.get("checksum"):
-        return "checksum differs from the manifest"
+    if entry is not None:
+        size = os.path.getsize(path)
+        if size != entry.get("bytes"):
+            return f"size {size} != manifest {entry.get('bytes')}"
+        if not quick and file_checksum(path) != entry.get("checksum"):
+            return "checksum differs from the manifest"
     try:
         t = load_sample(path)
     except CorruptSample as e:
@@ -66,11 +66,11 @@ def check_sample(
         return f"shapes hidden {tuple(hs.shape)} aux {tuple(aux.shape)} for seq {seq}, H {h}"
     if dtype is not None and (hs.dtype != dtype or aux.dtype != dtype):
         return f"dtype {hs.dtype}/{aux.dtype}, want {dtype}"
-    if seq != entry.get("seq"):
+    if entry is not None and seq != entry.get("seq"):
         return f"seq {seq} != manifest {entry.get('seq')}"
     if want_ids is not None and ids.tolist() != want_ids:
         return "input_ids differ from the dataset's tokens"
-    if not quick and not (torch.isfinite(hs).all() and torch.isfinite(aux).all()):
+    if (entry is None or not quick) and not (torch.isfinite(hs).all() and torch.isfinite(aux).all()):
         return "non-finite values"
     return None
 
@@ -89,7 +89,7 @@ def verify(cfg: Config, repair: bool = False, quick: bool = False) -> dict:
     manifest = store.manifest()
     failures = store.failures()
     found = _scan(out)
-    ok, missing, failed = 0, [], []
+    ok, missing, failed, unrecorded = 0, [], [], []
     corrupt: dict[int, str] = {}
     for idx in range(total):
         paths = found.get(idx, [])
@@ -104,9 +104,12 @@ def verify(cfg: Config, repair: bool = False, quick: bool = False) -> dict:
         except RowError as e:
             corrupt[idx] = f"committed, but the dataset row is unusable now ({e})"
             continue
-        reason = check_sample(paths[0], idx, want, manifest.get(idx), desc, quick)
+        entry = manifest.get(idx)
+        reason = check_sample(paths[0], idx, want, entry, desc, quick)
         if reason:
-            corrupt[idx] = reason
+            corrupt[idx] = reason + ("" if entry else " (and no manifest line)")
+        elif entry is None:
+            unrecorded.append(idx)  # sound; the next run (or --repair) records it
         else:
             ok += 1
     stray = sorted(i for i in found if i >= total)
@@ -128,12 +131,16 @@ def verify(cfg: Config, repair: bool = False, quick: bool = False) -> dict:
             else:
                 store.reopen(idx)  # its shard may be marked complete: list it again
             repaired.append(idx)
+        for idx in unrecorded:
+            store.adopt(idx)
+            repaired.append(idx)
     return {
         "total": total,
         "ok": ok,
         "missing": missing,
         "corrupt": sorted(corrupt),
         "failed": failed,
+        "unrecorded": unrecorded,
         "reasons": {str(k): v for k, v in sorted(corrupt.items())},
         "failed_reasons": {str(i): failures[i].get("reason") for i in failed},
         "stray": stray,

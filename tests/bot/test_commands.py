@@ -86,6 +86,11 @@ def test_verify_and_refused_start_are_rendered(fake, cfg):
     assert h.ask("verify", "anyone").text.startswith(
         "verify: 3 / 5 sound — 1 missing, 0 corrupt, 1 failed\nmissing: 2"
     )
+    fake.reply(
+        "verify", {"total": 5, "ok": 4, "missing": [], "corrupt": [], "failed": [], "unrecorded": [3]}, code=1
+    )
+    text = h.ask("verify", "anyone").text
+    assert "not yet in the manifest (the next run records them): 3" in text and "every sample" not in text
     fake.reply("start", {"ok": False, "message": "job is already running (pid 77)"}, code=3)
     reply = h.ask("start", "U0OPERATOR")
     assert reply.text == "`start` refused: job is already running (pid 77)" and "→ refused" in reply.audit

@@ -250,3 +250,34 @@ def test_deleted_sample_in_a_complete_shard_is_repaired(job):
     assert rep["repaired"] == [3]
     runner("run", "--config", conf, check=True)
     assert verify(conf)[0] == 0
+
+
+def test_file_committed_without_its_manifest_line_is_not_corrupt(job):
+    """A kill between the rename and the manifest line leaves a sound file with no line
+    (seen in crash torture, seed 9789): verify says so, and a run or --repair adopts it."""
+    conf = job(samples=12)
+    runner("run", "--config", conf, check=True)
+    before = tensors(conf)
+    out = out_dir(conf)
+    from runner.store import COMPLETE_DIR, sample_path
+
+    manifest = os.path.join(out, "manifest.jsonl")
+    with open(manifest) as f:
+        lines = [x for x in f if json.loads(x)["idx"] not in (5, 7)]
+    with open(manifest, "w") as f:
+        f.writelines(lines)
+    for name in os.listdir(os.path.join(out, COMPLETE_DIR)):  # the crash came before the marker
+        os.unlink(os.path.join(out, COMPLETE_DIR, name))
+    torn = sample_path(out, 7)
+    os.truncate(torn, os.path.getsize(torn) // 2)  # an orphan that is unsound
+    code, rep = verify(conf, "--quick")
+    assert code == 1 and rep["unrecorded"] == [5] and rep["corrupt"] == [7], rep
+    assert rep["ok"] == 10 and not rep["complete"]
+    code, rep = verify(conf, "--repair")
+    assert sorted(rep["repaired"]) == [5, 7]
+    code, rep = verify(conf)
+    assert rep["ok"] == 11 and rep["missing"] == [7] and rep["unrecorded"] == []
+    runner("run", "--config", conf, check=True)
+    code, rep = verify(conf)
+    assert code == 0 and rep["ok"] == 12
+    assert_same_tensors(before, tensors(conf))
