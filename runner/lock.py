@@ -1,16 +1,26 @@
-"""Single-instance lock: an flock on ``<out>/.lock`` holding the runner's pid.
+"""Single-instance lock: an open-file-description lock on ``<out>/.lock`` holding the
+runner's pid.
 
 The kernel releases it when the process dies (even by SIGKILL), so a held lock is proof
-of a live runner, and ``status`` can tell a crash from a run without trusting a pid file."""
+of a live runner, and ``status`` can tell a crash from a run without trusting a pid file.
+Readers test it with F_OFD_GETLK, which never takes it: a status poll (the watcher polls
+every few seconds) must not make a runner starting at that moment think it is taken."""
 
 from __future__ import annotations
 
 import fcntl
 import os
+import struct
 
 from .errors import LockedError
 
 NAME = ".lock"
+# struct flock on Linux LP64: l_type, l_whence, l_start, l_len, l_pid (padded to 32 bytes)
+_FLOCK = "hhqqi4x"
+
+
+def _flock(kind: int) -> bytes:
+    return struct.pack(_FLOCK, kind, os.SEEK_SET, 0, 0, 0)  # the whole file; l_pid must be 0
 
 
 class JobLock:
@@ -22,8 +32,8 @@ class JobLock:
         os.makedirs(os.path.dirname(self.path), exist_ok=True)
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
+            fcntl.fcntl(fd, fcntl.F_OFD_SETLK, _flock(fcntl.F_WRLCK))
+        except OSError:  # EAGAIN or EACCES: another open file description holds it
             os.close(fd)
             raise LockedError(holder_pid(self.path), self.path) from None
         os.ftruncate(fd, 0)
@@ -46,18 +56,15 @@ def holder_pid(path: str) -> int | None:
 
 
 def is_held(out: str) -> tuple[bool, int | None]:
-    """(held, pid) without disturbing the holder."""
+    """(held, pid) without taking the lock, so it never disturbs a runner taking it."""
     path = os.path.join(out, NAME)
     try:
         fd = os.open(path, os.O_RDONLY)
     except FileNotFoundError:
         return False, None
     try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return True, holder_pid(path)
-    else:
-        fcntl.flock(fd, fcntl.LOCK_UN)
-        return False, holder_pid(path)
+        got = fcntl.fcntl(fd, fcntl.F_OFD_GETLK, _flock(fcntl.F_WRLCK))
     finally:
         os.close(fd)
+    held = struct.unpack(_FLOCK, got)[0] != fcntl.F_UNLCK
+    return held, holder_pid(path)

@@ -4,19 +4,16 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import threading
 
 from slack_sdk import WebClient
 
-from bot.app import build_app
-from bot.http import make_http_server
 from bot.watcher import Limits, Observation, Watcher, WatchState, decide
 from remote.errors import Unreachable
 from runner.status import StatusRecord
 
 from . import slack_api
 from .conftest import EXTRACTING
-from .test_http import SECRET, STRANGER, Bot
+from .http_bot import STRANGER, serve
 
 T0 = dt.datetime(2030, 1, 1, 11, 43, tzinfo=dt.timezone.utc)
 LIM = Limits(milestone_pct=10, heartbeat_stale_s=120, unreachable_alert_s=300)
@@ -171,37 +168,25 @@ def test_restart_neither_repeats_nor_misses(fake, cfg):
 
 
 def test_resume_button_resumes_once(fake, cfg):
-    rec_ = slack_api.Recorder()
-    api_server, api = slack_api.start(rec_)
-    env = {"SLACK_BOT_TOKEN": "xoxb-test", "SLACK_SIGNING_SECRET": SECRET, "SLACK_API_URL": api}
-    app, _ = build_app(cfg, box=fake.box(), env=env, http=True)
-    server = make_http_server(app, 0, "127.0.0.1")
-    threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()
-    bot = Bot(f"http://127.0.0.1:{server.server_port}/slack/events", rec_, api, fake, cfg)
-    try:
+    with serve(cfg, box=fake.box(), fake=fake) as (bot, _, _):
         fake.set_status(phase="crashed", phase_since=T0.isoformat(), heartbeat_at=T0.isoformat())
-        Watcher(fake.box(), cfg, WebClient(token="x", base_url=api), clock=lambda: T0).tick()
-        (alert,) = [p for p in rec_.named("chat.postMessage") if ":rotating_light:" in p["text"]]
+        Watcher(fake.box(), cfg, WebClient(token="x", base_url=bot.api), clock=lambda: T0).tick()
+        (alert,) = [p for p in bot.rec.named("chat.postMessage") if ":rotating_light:" in p["text"]]
         blocks = json.loads(alert["blocks"]) if isinstance(alert["blocks"], str) else alert["blocks"]
         button = blocks[1]["elements"][0]
         assert button["action_id"] == "hsx_resume"
 
         assert bot.click("hsx_resume", button["value"], user=STRANGER) == 200
-        (refusal,) = rec_.wait_for("response")
+        (refusal,) = bot.rec.wait_for("response")
         assert "refused" in refusal["text"] and fake.verbs().count("resume") == 0
 
         assert bot.click("hsx_resume", button["value"]) == 200
-        rec_.wait_for("response", 2)
+        bot.rec.wait_for("response", 2)
         assert bot.click("hsx_resume", button["value"]) == 200
-        third = rec_.wait_for("response", 3)[2]
+        third = bot.rec.wait_for("response", 3)[2]
         assert "already resumed" in third["text"]
         assert fake.verbs().count("resume") == 1
         assert [(e["user"], e["result"][:7]) for e in bot.audit()] == [
             (STRANGER, "refused"),
             ("U0OPERATOR", "ok"),
         ]
-    finally:
-        server.shutdown()
-        server.server_close()
-        api_server.shutdown()
-        api_server.server_close()

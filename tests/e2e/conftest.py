@@ -13,14 +13,12 @@ import os
 import shutil
 import subprocess
 import sys
-import threading
 import uuid
 
 import pytest
 
 from tests import sshd
-from tests.bot import slack_api
-from tests.bot.test_http import SECRET, Bot
+from tests.bot.http_bot import serve
 from tests.conftest import _toml, free_port, write_job
 
 HSX = os.path.join(os.path.dirname(sys.executable), "hsx")
@@ -103,30 +101,19 @@ class Ops:
     """The ops side as it runs in production: `hsx bot --http` wiring plus the watcher."""
 
     def __init__(self, conf: str):
-        from bot.app import build_app
-        from bot.http import make_http_server
         from bot.watcher import start_watcher
         from runner.config import load
 
         self.cfg = load(conf)
-        self.rec = slack_api.Recorder()
-        self.api_server, api = slack_api.start(self.rec)
-        env = {"SLACK_BOT_TOKEN": "xoxb-test", "SLACK_SIGNING_SECRET": SECRET, "SLACK_API_URL": api}
-        app, self.rt = build_app(self.cfg, env=env, http=True)
-        self.server = make_http_server(app, 0, "127.0.0.1")
-        threading.Thread(target=self.server.serve_forever, args=(0.05,), daemon=True).start()
+        self._stack = contextlib.ExitStack()
+        self.bot, app, self.rt = self._stack.enter_context(serve(self.cfg))
+        self._stack.callback(self.rt.handlers.box.close)
+        self.rec = self.bot.rec
         self.scheduler = start_watcher(self.rt.handlers.box, self.cfg, app.client)
-        self.bot = Bot(
-            f"http://127.0.0.1:{self.server.server_port}/slack/events", self.rec, api, None, self.cfg
-        )
 
     def close(self) -> None:
         self.scheduler.shutdown(wait=True)
-        self.server.shutdown()
-        self.server.server_close()
-        self.api_server.shutdown()
-        self.api_server.server_close()
-        self.rt.handlers.box.close()
+        self._stack.close()
 
     def posts(self, channel: str, needle: str) -> list[dict]:
         return [

@@ -114,7 +114,13 @@ def test_deploy_start_crash_resume_verify(gpu_box, demo_assets, tmp_path):
         wait_for(lambda: _done(out) >= base + 5, timeout=60, what="progress after resume")
         _kill9(second)
         # generous: a watcher tick stuck on one slow SSH call skips the next ones (seen once on 2 cores)
-        wait_for(lambda: len(ops.posts("C0ALERTS", "CRASHED")) == 2, timeout=90, what="the second alert")
+        try:
+            wait_for(lambda: len(ops.posts("C0ALERTS", "CRASHED")) == 2, timeout=90, what="the second alert")
+        except AssertionError:
+            with open(ops.cfg.watcher.state_file) as f:
+                seen = f.read()
+            raise AssertionError(f"no second alert; status {_status(out)}; watch state {seen}; "
+                                 f"alerts {ops.posts('C0ALERTS', '')}") from None  # fmt: skip
         n = len(rec.named("response"))
         with concurrent.futures.ThreadPoolExecutor(2) as pool:
             assert list(pool.map(lambda _: bot.command("resume"), range(2))) == [200, 200]

@@ -1,0 +1,112 @@
+"""The bot's real HTTP endpoint, served on loopback with its Web API pointed at a local
+recording server, and a client that sends it Slack-signed requests."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import hmac
+import json
+import threading
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+
+from bot.app import build_app
+from bot.audit import AuditLog
+from bot.http import make_http_server
+
+from . import slack_api
+
+SECRET = "test-signing-secret"
+OPERATOR, STRANGER = "U0OPERATOR", "U0STRANGER"
+
+
+class Bot:
+    def __init__(self, url: str, rec: slack_api.Recorder, api: str, fake, cfg):
+        self.url, self.rec, self.api, self.fake, self.cfg = url, rec, api, fake, cfg
+        self.response_url = api.replace("/api/", "/response/1")
+
+    def post(self, body: bytes, ctype: str, ts: int | None = None, secret: str = SECRET, headers=None) -> int:
+        ts = int(time.time()) if ts is None else ts
+        sig = "v0=" + hmac.new(secret.encode(), f"v0:{ts}:".encode() + body, hashlib.sha256).hexdigest()
+        h = {"Content-Type": ctype, "X-Slack-Request-Timestamp": str(ts), "X-Slack-Signature": sig}
+        h.update(headers or {})
+        req = urllib.request.Request(self.url, data=body, headers=h, method="POST")
+        try:
+            with urllib.request.urlopen(req, timeout=10) as r:
+                return r.status
+        except urllib.error.HTTPError as e:
+            return e.code
+
+    def command(self, text: str, user: str = OPERATOR, **kw) -> int:
+        form = {
+            "command": "/extract",
+            "text": text,
+            "user_id": user,
+            "channel_id": "C0PROGRESS",
+            "team_id": "T0TEAM",
+            "response_url": self.response_url,
+            "trigger_id": "1.2.3",
+        }
+        return self.post(urllib.parse.urlencode(form).encode(), "application/x-www-form-urlencoded", **kw)
+
+    def event(self, event: dict, event_id: str, retry: int | None = None) -> int:
+        body = {
+            "type": "event_callback",
+            "team_id": "T0TEAM",
+            "api_app_id": "A0APP",
+            "event_id": event_id,
+            "event_time": int(time.time()),
+            "event": event,
+        }
+        headers = {"X-Slack-Retry-Num": str(retry), "X-Slack-Retry-Reason": "http_timeout"} if retry else None
+        return self.post(json.dumps(body).encode(), "application/json", headers=headers)
+
+    def click(self, action_id: str, value: str, user: str = OPERATOR, message_text: str = "alert") -> int:
+        payload = {
+            "type": "block_actions",
+            "user": {"id": user},
+            "team": {"id": "T0TEAM"},
+            "api_app_id": "A0APP",
+            "trigger_id": "1.2.3",
+            "response_url": self.response_url,
+            "channel": {"id": "C0ALERTS"},
+            "container": {"type": "message", "channel_id": "C0ALERTS", "message_ts": "1.1"},
+            "message": {"ts": "1.1", "text": message_text},
+            "actions": [
+                {
+                    "action_id": action_id,
+                    "block_id": "b1",
+                    "type": "button",
+                    "value": value,
+                    "action_ts": "2.2",
+                }
+            ],
+        }
+        form = urllib.parse.urlencode({"payload": json.dumps(payload)}).encode()
+        return self.post(form, "application/x-www-form-urlencoded")
+
+    def audit(self) -> list[dict]:
+        return AuditLog(self.cfg.slack.audit_log).read()
+
+
+@contextlib.contextmanager
+def serve(cfg, box=None, fake=None):
+    """The app as `hsx bot --http` runs it -> (Bot client, the app, its runtime)."""
+    rec = slack_api.Recorder()
+    api_server, api = slack_api.start(rec)
+    env = {"SLACK_BOT_TOKEN": "xoxb-test", "SLACK_SIGNING_SECRET": SECRET, "SLACK_API_URL": api}
+    try:
+        app, rt = build_app(cfg, box=box, env=env, http=True)
+        server = make_http_server(app, 0, "127.0.0.1")
+        try:
+            threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()
+            yield Bot(f"http://127.0.0.1:{server.server_port}/slack/events", rec, api, fake, cfg), app, rt
+        finally:
+            server.shutdown()
+            server.server_close()
+    finally:
+        api_server.shutdown()
+        api_server.server_close()
