@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import sys
 import time
@@ -67,8 +68,19 @@ def cmd_verb(args) -> int:
 def cmd_bot(args) -> int:
     from .app import run_bot
 
-    run_bot(load(args.config), http_port=args.http)
-    return 0
+    cfg = load(args.config)  # a bad config is a clear error, not an exit code
+    try:
+        run_bot(cfg, http_port=args.http)
+        code = 0
+    except KeyboardInterrupt:
+        code = 130
+    # End now: at a normal exit the interpreter would first wait for every reply still in
+    # flight (an SSH call is bounded only by its own timeout). Their remote commands are
+    # bounded there by `timeout`, and the watcher's state is written atomically.
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def cmd_deploy(args) -> int:

@@ -1,13 +1,15 @@
 """Stands in for `hsx-runner <verb> --json --config F` on the GPU box.
 
 The fixture folder is the folder of F. Every call appends its argv to ``argv.jsonl`` there;
-the reply is ``<verb>.json`` (``status.json`` for status), the exit code ``<verb>.code``.
+the reply is ``<verb>.json`` (``status.json`` for status), the exit code ``<verb>.code``,
+and ``<verb>.sleep`` (seconds) makes it slow.
 A file that is not JSON is printed as is (a corrupt reply).
 """
 
 import json
 import os
 import sys
+import time
 
 
 def main() -> int:
@@ -19,6 +21,9 @@ def main() -> int:
     with open(os.path.join(folder, "argv.jsonl"), "a") as f:
         f.write(json.dumps(argv) + "\n")
     verb = argv[0]
+    slow = os.path.join(folder, f"{verb}.sleep")
+    if os.path.exists(slow):
+        time.sleep(float(open(slow).read()))
     path = os.path.join(folder, f"{verb}.json")
     if os.path.exists(path):
         with open(path) as f:

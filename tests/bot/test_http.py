@@ -3,14 +3,19 @@
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
 import time
 
 import pytest
 
 from bot.app import build_app, run_bot
+from runner.config import load
 from runner.errors import ConfigError
+from tests.conftest import BIN, free_port
+from tests.runner.helpers import wait_for
 
-from .http_bot import OPERATOR, STRANGER, serve
+from .http_bot import OPERATOR, SECRET, STRANGER, Bot, serve
 
 
 @pytest.fixture
@@ -147,3 +152,49 @@ def test_missing_secrets_are_a_clear_startup_error(cfg, fake):
         build_app(cfg, box=fake.box(), env={"SLACK_BOT_TOKEN": "xoxb-x"}, http=True)
     with pytest.raises(ConfigError, match="SLACK_APP_TOKEN"):
         run_bot(cfg, None, env={"SLACK_BOT_TOKEN": "xoxb-x"})
+
+
+HSX = os.path.join(BIN, "hsx")
+
+
+def test_ctrl_c_ends_the_bot_promptly_with_a_reply_in_flight(tmp_path, fake):
+    """An operator's Ctrl-C (or a service stop) must not wait on an SSH call still running."""
+    port = free_port()
+    conf = tmp_path / "bot.toml"
+    conf.write_text(
+        f'[remote]\ntransport = "local"\nrunner = "{fake.runner}"\nrunner_config = "{fake.config}"\n'
+        f'[slack]\nchannels = ["C0PROGRESS"]\noperators = ["{OPERATOR}"]\n'
+        f'audit_log = "{tmp_path / "audit.jsonl"}"\n[watcher]\ninterval_s = 3600\n'
+        f'state_file = "{tmp_path / "watch.json"}"\n'
+    )
+    with serve(load(str(conf))) as (client, _, _):  # only for its recording Web API server
+        env = {
+            **os.environ,
+            "SLACK_BOT_TOKEN": "xoxb-test",
+            "SLACK_SIGNING_SECRET": SECRET,
+            "SLACK_API_URL": client.api,
+        }
+        proc = subprocess.Popen(
+            [HSX, "bot", "--http", str(port), "--config", str(conf)],
+            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        )  # fmt: skip
+        try:
+            bot = Bot(f"http://127.0.0.1:{port}/slack/events", client.rec, client.api, fake, None)
+            wait_for(lambda: _answers(bot), timeout=30, what="the bot's HTTP endpoint")
+            with open(os.path.join(fake.folder, "status.sleep"), "w") as f:
+                f.write("60")
+            fake.reply("status", fake.status_dict())
+            assert bot.command("status") == 200
+            wait_for(lambda: fake.verbs().count("status") >= 1, timeout=10, what="the slow status call")
+            proc.send_signal(signal.SIGINT)
+            assert proc.wait(10) == 130, proc.stdout.read()
+        finally:
+            proc.kill()
+            proc.wait()
+
+
+def _answers(bot: Bot) -> bool:
+    try:
+        return bot.post(b"{}", "application/json", secret="wrong") == 401
+    except OSError:
+        return False

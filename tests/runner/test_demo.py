@@ -12,6 +12,7 @@ from tests.conftest import BIN
 from tests.runner.helpers import assert_same_tensors, done_count, status, tensors, verify, wait_for
 
 HSX = os.path.join(BIN, "hsx")
+INTERRUPTED = 600
 
 
 def demo(workdir, *args, inp: str | None = None, timeout=300) -> subprocess.CompletedProcess:
@@ -61,8 +62,9 @@ def test_console_answers_progress_and_verbs(tmp_path):
 
 def test_interrupted_demo_resumes(tmp_path):
     work = tmp_path / "i"
+    # big enough that the job cannot finish between Ctrl-C and the stop (~50 samples/s here)
     proc = subprocess.Popen(
-        [HSX, "demo", "--workdir", str(work), "--samples", "200", "--headless"],
+        [HSX, "demo", "--workdir", str(work), "--samples", str(INTERRUPTED), "--headless"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     conf = str(work / "hsx.toml")
@@ -72,12 +74,12 @@ def test_interrupted_demo_resumes(tmp_path):
     st = status(conf)
     assert st["phase"] == "stopped" and not st["alive"]
     first = st["done"]
-    assert 5 <= first < 200
-    p = subprocess.run([HSX, "demo", "--workdir", str(work), "--samples", "200", "--headless"],
+    assert 5 <= first < INTERRUPTED
+    p = subprocess.run([HSX, "demo", "--workdir", str(work), "--samples", str(INTERRUPTED), "--headless"],
                        capture_output=True, text=True, timeout=300)  # fmt: skip
     assert p.returncode == 0, p.stderr
     st = status(conf)
-    assert st["phase"] == "done" and st["done"] == 200
-    assert st["done_this_run"] == 200 - first
+    assert st["phase"] == "done" and st["done"] == INTERRUPTED
+    assert st["done_this_run"] == INTERRUPTED - first
     with open(os.path.join(work, "out", "dataset.json")) as f:
-        assert json.load(f)["total"] == 200
+        assert json.load(f)["total"] == INTERRUPTED
