@@ -23,6 +23,49 @@ SECRET = "test-signing-secret"
 OPERATOR, STRANGER = "U0OPERATOR", "U0STRANGER"
 
 
+def command_payload(text: str, user: str, response_url: str) -> dict:
+    """A /extract slash command as Slack sends it."""
+    return {
+        "command": "/extract",
+        "text": text,
+        "user_id": user,
+        "channel_id": "C0PROGRESS",
+        "team_id": "T0TEAM",
+        "api_app_id": "A0APP",
+        "response_url": response_url,
+        "trigger_id": "1.2.3",
+    }
+
+
+def event_payload(event: dict, event_id: str) -> dict:
+    return {
+        "type": "event_callback",
+        "team_id": "T0TEAM",
+        "api_app_id": "A0APP",
+        "event_id": event_id,
+        "event_time": int(time.time()),
+        "event": event,
+    }
+
+
+def click_payload(action_id: str, value: str, user: str, response_url: str, channel: str, text: str) -> dict:
+    """A button click (block_actions) on a message the bot posted in channel."""
+    return {
+        "type": "block_actions",
+        "user": {"id": user},
+        "team": {"id": "T0TEAM"},
+        "api_app_id": "A0APP",
+        "trigger_id": "1.2.3",
+        "response_url": response_url,
+        "channel": {"id": channel},
+        "container": {"type": "message", "channel_id": channel, "message_ts": "1.1"},
+        "message": {"ts": "1.1", "text": text},
+        "actions": [
+            {"action_id": action_id, "block_id": "b1", "type": "button", "value": value, "action_ts": "2.2"}
+        ],
+    }
+
+
 class Bot:
     def __init__(self, url: str, rec: slack_api.Recorder, api: str, fake, cfg):
         self.url, self.rec, self.api, self.fake, self.cfg = url, rec, api, fake, cfg
@@ -41,50 +84,17 @@ class Bot:
             return e.code
 
     def command(self, text: str, user: str = OPERATOR, **kw) -> int:
-        form = {
-            "command": "/extract",
-            "text": text,
-            "user_id": user,
-            "channel_id": "C0PROGRESS",
-            "team_id": "T0TEAM",
-            "response_url": self.response_url,
-            "trigger_id": "1.2.3",
-        }
+        form = command_payload(text, user, self.response_url)
         return self.post(urllib.parse.urlencode(form).encode(), "application/x-www-form-urlencoded", **kw)
 
     def event(self, event: dict, event_id: str, retry: int | None = None) -> int:
-        body = {
-            "type": "event_callback",
-            "team_id": "T0TEAM",
-            "api_app_id": "A0APP",
-            "event_id": event_id,
-            "event_time": int(time.time()),
-            "event": event,
-        }
         headers = {"X-Slack-Retry-Num": str(retry), "X-Slack-Retry-Reason": "http_timeout"} if retry else None
-        return self.post(json.dumps(body).encode(), "application/json", headers=headers)
+        return self.post(
+            json.dumps(event_payload(event, event_id)).encode(), "application/json", headers=headers
+        )
 
     def click(self, action_id: str, value: str, user: str = OPERATOR, message_text: str = "alert") -> int:
-        payload = {
-            "type": "block_actions",
-            "user": {"id": user},
-            "team": {"id": "T0TEAM"},
-            "api_app_id": "A0APP",
-            "trigger_id": "1.2.3",
-            "response_url": self.response_url,
-            "channel": {"id": "C0ALERTS"},
-            "container": {"type": "message", "channel_id": "C0ALERTS", "message_ts": "1.1"},
-            "message": {"ts": "1.1", "text": message_text},
-            "actions": [
-                {
-                    "action_id": action_id,
-                    "block_id": "b1",
-                    "type": "button",
-                    "value": value,
-                    "action_ts": "2.2",
-                }
-            ],
-        }
+        payload = click_payload(action_id, value, user, self.response_url, "C0ALERTS", message_text)
         form = urllib.parse.urlencode({"payload": json.dumps(payload)}).encode()
         return self.post(form, "application/x-www-form-urlencoded")
 

@@ -21,6 +21,7 @@ from bot.audit import AuditLog
 
 from . import slack_api
 from .conftest import EXTRACTING, FakeBox
+from .http_bot import click_payload, command_payload, event_payload
 from .socket_server import SocketModeServer, wait_until
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -58,53 +59,17 @@ class SocketBot:
             return f.read()[-4000:]
 
     def command(self, text: str, user: str) -> str:
-        payload = {
-            "token": "legacy-unused",
-            "team_id": "T0TEAM",
-            "api_app_id": "A0APP",
-            "channel_id": "C0PROGRESS",
-            "user_id": user,
-            "command": "/extract",
-            "text": text,
-            "response_url": self.response_url,
-            "trigger_id": "1.2.3",
-            "is_enterprise_install": "false",
-        }
+        payload = command_payload(text, user, self.response_url)
         return self.ws.send_envelope("slash_commands", payload, accepts_response_payload=True)
 
     def event(self, event: dict, event_id: str, retry: int = 0) -> str:
-        payload = {
-            "type": "event_callback",
-            "team_id": "T0TEAM",
-            "api_app_id": "A0APP",
-            "event_id": event_id,
-            "event_time": int(time.time()),
-            "event": event,
-        }
         extra = {"retry_attempt": retry, "retry_reason": "timeout" if retry else ""}
-        return self.ws.send_envelope("events_api", payload, **extra)
+        return self.ws.send_envelope("events_api", event_payload(event, event_id), **extra)
 
     def click(self, action_id: str, value: str, user: str) -> str:
-        payload = {
-            "type": "block_actions",
-            "user": {"id": user},
-            "team": {"id": "T0TEAM"},
-            "api_app_id": "A0APP",
-            "trigger_id": "1.2.3",
-            "response_url": self.response_url,
-            "channel": {"id": "C0PROGRESS"},
-            "container": {"type": "message", "channel_id": "C0PROGRESS", "message_ts": "1.1"},
-            "message": {"ts": "1.1", "text": "Stop the extraction?"},
-            "actions": [
-                {
-                    "action_id": action_id,
-                    "block_id": "b1",
-                    "type": "button",
-                    "value": value,
-                    "action_ts": "2.2",
-                }
-            ],
-        }
+        payload = click_payload(
+            action_id, value, user, self.response_url, "C0PROGRESS", "Stop the extraction?"
+        )
         return self.ws.send_envelope("interactive", payload)
 
     def acked(self, envelope_id: str) -> dict:
