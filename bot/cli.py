@@ -7,6 +7,7 @@ import argparse
 import json
 import logging
 import os
+import signal
 import sys
 import time
 
@@ -69,11 +70,14 @@ def cmd_bot(args) -> int:
     from .app import run_bot
 
     cfg = load(args.config)  # a bad config is a clear error, not an exit code
+    signal.signal(signal.SIGTERM, _terminate)  # a service stop: the same quick exit as Ctrl-C
     try:
         run_bot(cfg, http_port=args.http)
         code = 0
     except KeyboardInterrupt:
         code = 130
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else 1
     # End now: at a normal exit the interpreter would first wait for every reply still in
     # flight (an SSH call is bounded only by its own timeout). Their remote commands are
     # bounded there by `timeout`, and the watcher's state is written atomically.
@@ -81,6 +85,10 @@ def cmd_bot(args) -> int:
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)
+
+
+def _terminate(signum, frame) -> None:
+    raise SystemExit(128 + signum)
 
 
 def cmd_deploy(args) -> int:
@@ -201,6 +209,9 @@ def main(argv: list[str] | None = None) -> int:
     if getattr(args, "samples", 1) < 1:
         print("hsx: --samples must be at least 1", file=sys.stderr)
         return 2
+    # Ctrl-C works even when the shell that started us ignored SIGINT (a background job
+    # of a non-interactive shell inherits that, and Python then never raises KeyboardInterrupt).
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         return args.fn(args)
     except HsxError as e:

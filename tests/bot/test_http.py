@@ -157,8 +157,9 @@ def test_missing_secrets_are_a_clear_startup_error(cfg, fake):
 HSX = os.path.join(BIN, "hsx")
 
 
-def test_ctrl_c_ends_the_bot_promptly_with_a_reply_in_flight(tmp_path, fake):
-    """An operator's Ctrl-C (or a service stop) must not wait on an SSH call still running."""
+@pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_ctrl_c_or_stop_ends_the_bot_promptly_with_a_reply_in_flight(tmp_path, fake, sig, code):
+    """An operator's Ctrl-C or a service stop must not wait on an SSH call still running."""
     port = free_port()
     conf = tmp_path / "bot.toml"
     conf.write_text(
@@ -177,6 +178,7 @@ def test_ctrl_c_ends_the_bot_promptly_with_a_reply_in_flight(tmp_path, fake):
         proc = subprocess.Popen(
             [HSX, "bot", "--http", str(port), "--config", str(conf)],
             env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),  # as a background job gets it
         )  # fmt: skip
         try:
             bot = Bot(f"http://127.0.0.1:{port}/slack/events", client.rec, client.api, fake, None)
@@ -186,11 +188,22 @@ def test_ctrl_c_ends_the_bot_promptly_with_a_reply_in_flight(tmp_path, fake):
             fake.reply("status", fake.status_dict())
             assert bot.command("status") == 200
             wait_for(lambda: fake.verbs().count("status") >= 1, timeout=10, what="the slow status call")
-            proc.send_signal(signal.SIGINT)
-            assert proc.wait(10) == 130, proc.stdout.read()
+            proc.send_signal(sig)
+            assert proc.wait(10) == code, proc.stdout.read()
         finally:
             proc.kill()
             proc.wait()
+            _kill_slow_runners(fake.runner)  # the bot left its call running, as it should
+
+
+def _kill_slow_runners(path: str) -> None:
+    for pid in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if path.encode() in f.read():
+                    os.kill(int(pid), signal.SIGKILL)
+        except (OSError, ValueError):
+            continue
 
 
 def _answers(bot: Bot) -> bool:
