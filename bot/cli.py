@@ -84,6 +84,9 @@ def cmd_bot(args) -> int:
     logging.shutdown()
     sys.stdout.flush()
     sys.stderr.flush()
+    if code == 128 + signal.SIGTERM:  # die by the signal itself: systemd counts that a clean stop
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGTERM)
     os._exit(code)
 
 

@@ -157,7 +157,7 @@ def test_missing_secrets_are_a_clear_startup_error(cfg, fake):
 HSX = os.path.join(BIN, "hsx")
 
 
-@pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+@pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), (signal.SIGTERM, -signal.SIGTERM)])
 def test_ctrl_c_or_stop_ends_the_bot_promptly_with_a_reply_in_flight(tmp_path, fake, sig, code):
     """An operator's Ctrl-C or a service stop must not wait on an SSH call still running."""
     port = free_port()
