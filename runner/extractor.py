@@ -33,6 +33,18 @@ BACKOFF_MAX_S = 30.0
 SWEEP_S = 60.0
 
 
+async def count_restart(server: Server, rec: Recorder, cap: int, why: str) -> bool:
+    """One server restart under the cap: counted, recorded, backed off (1, 2, 4 … 30 times
+    BACKOFF_INITIAL_S). False, and nothing counted, when the cap is spent."""
+    if server.restarts >= cap:
+        return False
+    server.restarts += 1
+    rec.rec.server.restarts = server.restarts
+    rec.error(f"{why}; restart {server.restarts}/{cap}")
+    await asyncio.sleep(min(2 ** (server.restarts - 1), 30) * BACKOFF_INITIAL_S)
+    return True
+
+
 class Transient(Exception):
     """Worth retrying: connection trouble, timeouts, 5xx, a missing dump."""
 
@@ -233,13 +245,9 @@ class Extractor:
                 continue
             self.server_up.clear()
             code = self.server.proc.returncode if self.server.proc else None
-            if self.server.restarts >= cap:
+            if not await count_restart(self.server, self.rec, cap, f"server died (exit code {code})"):
                 self.abort(f"server died (exit code {code}) and the restart cap ({cap}) is spent")
                 return
-            self.server.restarts += 1
-            self.rec.rec.server.restarts = self.server.restarts
-            self.rec.error(f"server died (exit code {code}); restart {self.server.restarts}/{cap}")
-            await asyncio.sleep(min(2 ** (self.server.restarts - 1), 30) * BACKOFF_INITIAL_S)
             try:
                 await asyncio.to_thread(self.server.stop, 5.0)
                 self.server.start()

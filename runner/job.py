@@ -212,7 +212,7 @@ class Job:
     async def _start_server(self) -> None:
         """Start and wait; a server that dies while starting is restarted like one that dies
         later (same cap, same backoff); one that never gets ready is not."""
-        from .extractor import BACKOFF_INITIAL_S
+        from .extractor import count_restart
 
         rec, cap = self.rec, self.cfg.server.max_restarts
         while True:
@@ -227,12 +227,8 @@ class Job:
                 rec.rec.server.activity = "ready"
                 return
             except ServerExited as e:
-                if self.server.restarts >= cap:
+                if not await count_restart(self.server, rec, cap, "server died during start-up"):
                     raise ServerError(f"restart cap {cap} spent; last start: {e}") from None
-                self.server.restarts += 1
-                rec.rec.server.restarts = self.server.restarts
-                rec.error(f"server died during start-up; restart {self.server.restarts}/{cap}")
-                await asyncio.sleep(min(2 ** (self.server.restarts - 1), 30) * BACKOFF_INITIAL_S)
 
     async def _self_test(self, ds: Dataset, remaining: list[int], dump_dir: str) -> None:
         """One real request through the dump path before any sample is written."""
