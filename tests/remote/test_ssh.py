@@ -163,9 +163,7 @@ def test_threads_share_one_connection(shared_pair, closing):
 
 def test_status_over_the_two_hop_path(shared_pair, tmp_path):
     if not os.path.exists(RUNNER):
-        if os.environ.get("HSX_REQUIRE_SSHD"):  # CI installs it: missing is a failure there
-            pytest.fail(f"{RUNNER} missing")
-        pytest.skip(f"{RUNNER} not installed yet (pip install -e .)")
+        sshd.skip_or_fail(f"{RUNNER} not installed yet (pip install -e .)")
     out = tmp_path / "out"
     out.mkdir()
     rec = StatusRecord(job="fixture", phase=Phase.STOPPED, host="gpu-1", total=37312, done=25581, failed=3)
@@ -344,9 +342,7 @@ def test_hanging_command_times_out_and_is_killed(shared_pair, closing):
 
 def test_keys_from_the_agent(shared_pair, closing, tmp_path, monkeypatch):
     if not shutil.which("ssh-agent"):
-        if os.environ.get("HSX_REQUIRE_SSHD"):
-            pytest.fail("ssh-agent missing (openssh-client)")
-        pytest.skip("ssh-agent not installed")
+        sshd.skip_or_fail("ssh-agent not installed (openssh-client)")
     sock = str(tmp_path / "agent.sock")
     agent = subprocess.Popen(["ssh-agent", "-D", "-a", sock], stdout=subprocess.DEVNULL)
     try:
