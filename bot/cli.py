@@ -113,8 +113,9 @@ def cmd_demo(args) -> int:
     from runner import demo_assets
 
     workdir = os.path.abspath(args.workdir)
+    server = _sglang_cpu_server() if args.backend == "sglang" else None
     print(f"hsx demo: building a tiny model, tokenizer and {args.samples} conversations in {workdir} ...")
-    conf = demo_assets.build(workdir, args.samples, args.seed)
+    conf = demo_assets.build(workdir, args.samples, args.seed, server)
     cfg = load(conf)
     box = _box(cfg)
     started = box.start()
@@ -139,6 +140,21 @@ def cmd_demo(args) -> int:
         r = cfg.remote.runner  # absolute: a venv's bin is often not on PATH
         print(f"inspect: {r} status --config {conf} --json; {r} verify --config {conf} --json")
         box.close()
+
+
+def _sglang_cpu_server() -> dict:
+    """The real patched SGLang on this CPU: its own venv (built on first use, several minutes)
+    and the test-only CPU kernel stand-in, both from this source checkout."""
+    from runner import sglang_cpu
+
+    root = sglang_cpu.checkout_root()
+    if root is None:
+        raise SystemExit("hsx demo --backend sglang runs from a source checkout (it uses tests/sglang_cpu)")
+    py = sglang_cpu.python_of(os.path.join(root, ".cache"))
+    if py is None:
+        print("hsx demo: building the SGLang CPU venv once (~6 GB, several minutes) ...", flush=True)
+        py = sglang_cpu.build(os.path.join(root, ".cache"), say=lambda m: print(f"hsx demo: {m}", flush=True))
+    return sglang_cpu.server_section("llama", py, os.path.join(root, "tests", "sglang_cpu"))
 
 
 def _headless(box, pid: int | None) -> int:
@@ -203,6 +219,10 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--samples", type=int, default=500)
     s.add_argument("--seed", type=int, default=0)
     s.add_argument("--headless", action="store_true", help="no console; end with the job")
+    s.add_argument(
+        "--backend", choices=("reference", "sglang"), default="reference",
+        help="sglang: the real patched SGLang on this CPU (builds its venv on first use)",
+    )  # fmt: skip
     s.set_defaults(fn=cmd_demo)
     return p
 

@@ -28,7 +28,8 @@ class Hook:
     ``field`` (declared on the class: dataclass/struct field, enum member, class attribute),
     ``attribute`` (assigned on ``self`` in a method, e.g. ``Req.__init__``),
     ``flag`` (``target`` is a ServerArgs field, ``params`` holds its command-line spelling),
-    ``order`` (inside the callable ``target``, a call to ``params[0]`` comes before ``params[1]``).
+    ``order`` (inside the callable ``target``, a call to ``params[0]`` comes before ``params[1]``),
+    ``imported`` (``module`` imports ``target`` by name from ``params[0]``: patch it where it is used).
     """
 
     kind: str
@@ -135,6 +136,28 @@ HOOKS: tuple[Hook, ...] = (
         "GenerationBatchResult.copy_to_cpu",
         ("self", "return_logprob", "return_hidden_states"),
         "wrapped: with the overlap schedule, also copy last_hidden_states off the GPU in time",
+    ),
+    Hook(
+        "callable",
+        "sglang.srt.model_executor.model_runner_components.attention_backend_setup",
+        "configure_aux_hidden_state_capture",
+        (
+            "*",
+            "model",
+            "eagle_use_aux_hidden_state",
+            "eagle_aux_hidden_state_layer_ids",
+            "dflash_use_aux_hidden_state",
+            "dflash_target_layer_ids",
+            "is_dspark",
+        ),
+        "wrapped where model_runner imports it: capture exactly the named layers (patches/layer_ids.py)",
+    ),
+    Hook(
+        "imported",
+        "sglang.srt.model_executor.model_runner",
+        "configure_aux_hidden_state_capture",
+        ("sglang.srt.model_executor.model_runner_components.attention_backend_setup",),
+        "the name model_runner calls, so the wrapper is installed there",
     ),
     Hook("field", "sglang.srt.managers.utils", "GenerationBatchResult.logits_output", (), "holds the rows"),
     Hook("callable", "sglang.srt.utils.common", "async_d2h", ("tensor",), "pinned async device-to-host copy"),
@@ -385,6 +408,15 @@ def check_sources(path: str, hooks: tuple[Hook, ...] = HOOKS, version: str = SGL
             problems.append(f"module {hook.module} is missing")
             continue
         owner, _, leaf = hook.target.rpartition(".")
+        if hook.kind == "imported":
+            if not any(
+                isinstance(n, ast.ImportFrom)
+                and n.module == hook.params[0]
+                and any(a.name == leaf for a in n.names)
+                for n in ast.walk(tree)
+            ):
+                problems.append(f"{hook.module} no longer imports {leaf} from {hook.params[0]}")
+            continue
         if hook.kind in ("field", "attribute"):
             cls = _resolve_ast(tree, owner)
             if not isinstance(cls, ast.ClassDef):
@@ -500,6 +532,10 @@ def check_installed(hooks: tuple[Hook, ...] = HOOKS, version: str = SGLANG_VERSI
                 got = _sig_params(_getattr_path(mod, hook.target))
                 if got != hook.params:
                     problems.append(f"{where} has parameters {got}, expected {hook.params}")
+            elif hook.kind == "imported":
+                src = importlib.import_module(hook.params[0])
+                if inspect.unwrap(getattr(mod, leaf)) is not inspect.unwrap(getattr(src, leaf)):
+                    problems.append(f"{hook.module} no longer imports {leaf} from {hook.params[0]}")
             elif hook.kind == "order":
                 fn = inspect.unwrap(_getattr_path(mod, hook.target))
                 if p := _order_problem(hook, _source_ast(fn)):

@@ -12,7 +12,7 @@ import os
 
 from runner import dump
 
-from . import capture
+from . import capture, layer_ids
 from .writer import DumpWriter
 
 log = logging.getLogger("hsx.dump")
@@ -59,6 +59,11 @@ class DumpState:
 
 
 _STATE: DumpState | None = None
+
+
+def _env_ids() -> list[int]:
+    text = os.environ.get(dump.DUMP_LAYERS_ENV, "")
+    return [int(p) for p in text.replace(",", " ").split()]
 
 
 def _rid_of(req) -> str:
@@ -138,6 +143,24 @@ def make_copy_hook(original, async_d2h):
     return copy_to_cpu
 
 
+def make_capture_hook(original, ids_of):
+    """Wraps configure_aux_hidden_state_capture: the model captures the outputs of exactly the
+    layers hsx names (patches/layer_ids.py), or the scheduler refuses to start."""
+
+    def configure_aux_hidden_state_capture(*, model, eagle_use_aux_hidden_state, **kwargs):
+        ids = ids_of()
+        if eagle_use_aux_hidden_state and ids and hasattr(model, "set_eagle3_layers_to_capture"):
+            arg = layer_ids.configure(model, ids)
+            log.info(
+                "hsx dump: %s captures the outputs of layers %s (argument %s)", type(model).__name__, ids, arg
+            )
+            eagle_use_aux_hidden_state = False  # done; the stock call still sets up the rest
+        return original(model=model, eagle_use_aux_hidden_state=eagle_use_aux_hidden_state, **kwargs)
+
+    setattr(configure_aux_hidden_state_capture, _MARK, original)
+    return configure_aux_hidden_state_capture
+
+
 def _replace(cls, name: str, make) -> None:
     current = getattr(cls, name)
     if getattr(current, _MARK, None) is not None:  # already patched in this process
@@ -151,6 +174,7 @@ def install(dump_dir: str, writer_rank: bool) -> DumpState:
     from sglang.srt.managers.scheduler_components.batch_result_processor import SchedulerBatchResultProcessor
     from sglang.srt.managers.scheduler_components.output_streamer import SchedulerOutputStreamer
     from sglang.srt.managers.utils import GenerationBatchResult
+    from sglang.srt.model_executor import model_runner
     from sglang.srt.utils.common import async_d2h
 
     _STATE = DumpState(dump_dir, writer_rank)
@@ -162,6 +186,8 @@ def install(dump_dir: str, writer_rank: bool) -> DumpState:
     )
     _replace(SchedulerOutputStreamer, "stream_output", lambda o: make_stream_hook(o, state_of))
     _replace(GenerationBatchResult, "copy_to_cpu", lambda o: make_copy_hook(o, async_d2h))
+    ids = _env_ids()
+    _replace(model_runner, "configure_aux_hidden_state_capture", lambda o: make_capture_hook(o, lambda: ids))
     log.info("hsx dump patch installed (writer=%s, dump dir %s)", writer_rank, dump_dir)
     return _STATE
 

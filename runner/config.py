@@ -55,6 +55,8 @@ class ServerConfig:
     dp_size: int = 1
     mem_fraction: float = 0.85
     extra_args: list[str] = field(default_factory=list)
+    # more environment for the server, e.g. {SGLANG_USE_CPU_ENGINE = "1"} for SGLang on a CPU box
+    env: dict[str, str] = field(default_factory=dict)
     start_timeout_s: float = 1800.0
     max_restarts: int = 3
 
@@ -172,6 +174,8 @@ def _check_type(where: str, default: Any, value: Any) -> Any:
         ok = isinstance(value, str)
     elif isinstance(default, list):
         ok = isinstance(value, list)
+    elif isinstance(default, dict):
+        ok = isinstance(value, dict) and all(isinstance(v, str) for v in value.values())
     else:
         ok = True
     if not ok:

@@ -56,23 +56,62 @@ def build_tokenizer(texts: list[str], out_dir: str):
     return fast
 
 
-def build_model(seed: int, vocab_size: int, out_dir: str) -> None:
+# Tiny architectures, each a config.json in runner/assets: the demo's Llama, and a
+# DeepSeek-V3 (MLA, MoE with a shared expert, a dense first layer) like the seeds' target.
+ARCHS = {"llama": "tiny_llama.json", "deepseek_v3": "tiny_deepseek_v3.json"}
+# Keys SGLang reads that transformers' DeepseekV3Config does not write.
+_SGLANG_DEEPSEEK_KEYS = {"moe_layer_freq": 1, "topk_method": "noaux_tc", "scoring_func": "sigmoid"}
+
+
+def build_model(
+    seed: int, vocab_size: int, out_dir: str, arch: str = "llama", dtype: str = "bfloat16"
+) -> None:
     import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
+    from transformers import AutoConfig, AutoModelForCausalLM
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()
 
-    cfg = json.loads(resources.files("runner").joinpath("assets/tiny_llama.json").read_text())
+    cfg = json.loads(resources.files("runner").joinpath(f"assets/{ARCHS[arch]}").read_text())
     cfg["vocab_size"] = vocab_size
-    config = LlamaConfig(**cfg)
+    cfg["torch_dtype"] = dtype
+    config = AutoConfig.for_model(cfg.pop("model_type"), **cfg)
     torch.manual_seed(seed)
-    model = LlamaForCausalLM(config).to(torch.bfloat16)
-    model.save_pretrained(out_dir, safe_serialization=True)
+    model = AutoModelForCausalLM.from_config(config)
+    with torch.no_grad():  # a zero routing bias would leave noaux_tc's correction untested
+        for name, p in [*model.named_parameters(), *model.named_buffers()]:
+            if name.endswith("e_score_correction_bias"):
+                p.uniform_(-0.5, 0.5)
+    model.to(getattr(torch, dtype)).save_pretrained(out_dir, safe_serialization=True)
+    if arch == "deepseek_v3":
+        path = os.path.join(out_dir, "config.json")
+        with open(path) as f:
+            saved = json.load(f)
+        saved.update(_SGLANG_DEEPSEEK_KEYS)
+        saved.setdefault("rope_scaling", cfg["rope_scaling"])  # SGLang's CPU rotary path: yarn only
+        with open(path, "w") as f:
+            json.dump(saved, f, indent=2)
 
 
-def toml_for(workdir: str, concurrency: int = 4) -> str:
-    return f"""# Written by `hsx demo`: the whole loop on this machine, reference backend, tiny model.
+def _server_toml(server: dict | None) -> str:
+    if not server:
+        return (
+            'backend = "reference"\ndevice = "cpu"\ndtype = "bfloat16"\nthreads = 1\nstart_timeout_s = 300.0'
+        )
+    env = ", ".join(f"{k} = {json.dumps(v)}" for k, v in server["env"].items())
+    return "\n".join(
+        [
+            'backend = "sglang"',
+            f"python = {json.dumps(server['python'])}",
+            f"extra_args = {json.dumps(server['extra_args'])}",
+            f"env = {{ {env} }}",
+            "start_timeout_s = 600.0",
+        ]
+    )
+
+
+def toml_for(workdir: str, concurrency: int = 4, server: dict | None = None) -> str:
+    return f"""# Written by `hsx demo`: the whole loop on this machine, tiny model.
 [job]
 name = "demo"
 model = "model"
@@ -84,12 +123,8 @@ status_interval_s = 1.0
 rate_window_s = 30.0
 
 [server]
-backend = "reference"
-device = "cpu"
-dtype = "bfloat16"
-threads = 1
+{_server_toml(server)}
 port = {_free_port()}
-start_timeout_s = 300.0
 
 [remote]
 transport = "local"
@@ -123,15 +158,17 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def build(workdir: str, samples: int, seed: int) -> str:
-    """Create the demo job in workdir unless it is already there; return the config path."""
+def build(workdir: str, samples: int, seed: int, server: dict | None = None) -> str:
+    """Create the demo job in workdir unless it is already there; return the config path.
+    ``server``: [server] keys for the real SGLang (runner.sglang_cpu), else the reference backend."""
     os.makedirs(workdir, exist_ok=True)
     conf = os.path.join(workdir, "hsx.toml")
     stamp = os.path.join(workdir, "demo.json")
-    want = {"samples": samples, "seed": seed}
+    want = {"samples": samples, "seed": seed, "backend": "sglang" if server else "reference"}
     if os.path.exists(conf) and os.path.exists(stamp):
         with open(stamp) as f:
             have = json.load(f)
+        have.setdefault("backend", "reference")  # demos built before --backend
         if have == want:
             return conf
         raise SystemExit(
@@ -146,7 +183,7 @@ def build(workdir: str, samples: int, seed: int) -> str:
     tok = build_tokenizer(texts, model_dir)
     build_model(seed, len(tok), model_dir)
     with open(conf, "w") as f:
-        f.write(toml_for(workdir))
+        f.write(toml_for(workdir, server=server))
     with open(stamp, "w") as f:
         json.dump(want, f)
     return conf

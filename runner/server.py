@@ -19,6 +19,7 @@ import aiohttp
 from . import dump
 from .config import Config
 from .errors import ServerError, ServerExited
+from .sglang_cpu import checkout_root
 
 READY_LINE = "The server is fired up and ready to roll!"
 # What a starting server is doing, from its log: weight loading and its progress bars.
@@ -54,16 +55,24 @@ def build_argv(cfg: Config, aux_ids: list[int]) -> list[str]:
     )  # fmt: skip
 
 
+def server_env(cfg: Config, dump_dir: str, aux_ids: list[int]) -> dict[str, str]:
+    env = {**os.environ, **cfg.server.env}
+    env[dump.DUMP_DIR_ENV] = dump_dir
+    env[dump.DUMP_LAYERS_ENV] = ",".join(map(str, aux_ids))
+    # From a source checkout, a server on another interpreter (the SGLang venv) imports hsx's
+    # own packages from it; an installed hsx lives in the server's environment already.
+    root = checkout_root()
+    if root:
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
+    return env
+
+
 class Server:
     def __init__(self, cfg: Config, aux_ids: list[int], dump_dir: str, log_path: str, run_dir: str):
         self.cfg = cfg
         self.argv = build_argv(cfg, aux_ids)
         self.url = f"http://{cfg.server.host}:{cfg.server.port}"
-        self.env = {
-            **os.environ,
-            dump.DUMP_DIR_ENV: dump_dir,
-            dump.DUMP_LAYERS_ENV: ",".join(map(str, aux_ids)),
-        }
+        self.env = server_env(cfg, dump_dir, aux_ids)
         self.log_path = log_path
         self.pid_file = os.path.join(run_dir, PID_FILE)
         self.proc: subprocess.Popen | None = None

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Set up a fresh machine and run every test: sshd for the SSH tests, a venv with the CPU
-# torch wheel, the pinned SGLang wheel (source only, for the patch's compatibility test).
+# torch wheel, the pinned SGLang wheel (source, for the patch's compatibility test), and the
+# SGLang CPU lane: a second venv with the real pinned SGLang, cached under .cache/ by its pins.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -28,7 +29,9 @@ PY=${PYTHON:-python3}
 [ -n "$(ls .cache/sglang/sglang-0.5.23-*.whl 2>/dev/null)" ] ||
   .venv/bin/pip download -q --no-deps sglang==0.5.23 -d .cache/sglang
 
+.venv/bin/python -m runner.sglang_cpu .cache >/dev/null   # several minutes the first time
+
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
-export HSX_REQUIRE_SSHD=1 HSX_REQUIRE_SGLANG_WHEEL=1 HSX_REQUIRE_SLURM=1
+export HSX_REQUIRE_SSHD=1 HSX_REQUIRE_SGLANG_WHEEL=1 HSX_REQUIRE_SLURM=1 HSX_REQUIRE_SGLANG_CPU=1
 .venv/bin/python -m pytest -q -p no:cacheprovider "$@"

@@ -3,6 +3,7 @@ copied per test so each test has its own output, port and config."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import socket
@@ -70,7 +71,11 @@ def _toml(v) -> str:
     if isinstance(v, bool):
         return "true" if v else "false"
     if isinstance(v, str):
-        return '"' + v + '"'
+        return json.dumps(v)
+    if isinstance(v, list):
+        return "[" + ", ".join(_toml(x) for x in v) + "]"
+    if isinstance(v, dict):
+        return "{ " + ", ".join(f"{k} = {_toml(x)}" for k, x in v.items()) + " }"
     return repr(v)
 
 

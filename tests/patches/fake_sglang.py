@@ -42,6 +42,8 @@ def write_tree(root: str, version: str = SGLANG_VERSION, drop: str = "", change:
             )
         elif h.kind == "field":
             mod["classes"][owner].append(f"    {leaf} = None\n")
+        elif h.kind == "imported":
+            mod["funcs"].append(f"from {h.params[0]} import {leaf}\n")
         elif h.kind == "attribute":
             mod["init"][owner].append(f"        self.{leaf} = None\n")
     sa = modules["sglang.srt.server_args"]

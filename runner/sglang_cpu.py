@@ -1,0 +1,102 @@
+"""The real SGLang on a CPU (CI's lane, ``hsx demo --backend sglang``): its venv and its flags.
+
+The venv holds the pinned SGLang on the torch pair it pins, apart from hsx's venv (SGLang
+needs torchvision, which fails to import beside hsx's CPU torch wheel).
+
+Built once under a folder keyed on the pin file's hash, so a changed pin builds anew and an
+unchanged one is reused; a half-built venv is never taken for a built one (the marker file
+is written last). ``python -m runner.sglang_cpu [ROOT]`` builds it and prints its python.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+from importlib import resources
+
+MARKER = "hsx-sglang-ready"
+# SGLang's CPU engine (``--device cpu`` alone fails in its rotary embedding), eager, small.
+ENV = {"SGLANG_USE_CPU_ENGINE": "1"}
+ARGS = [
+    "--device", "cpu", "--sampling-backend", "pytorch", "--disable-cuda-graph",
+    "--max-total-tokens", "8192", "--max-running-requests", "4",
+]  # fmt: skip
+# torch_native attention cannot read MLA's latent cache in prefill; intel_amx's prefill can
+# (its decode is never used: every request is one prefill).
+ATTENTION = {
+    "llama": ["--attention-backend", "torch_native"],
+    "deepseek_v3": ["--prefill-attention-backend", "intel_amx", "--decode-attention-backend", "torch_native"],
+}
+
+
+def checkout_root() -> str | None:
+    """The source checkout hsx runs from, or None for an installed hsx."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    return root if os.path.exists(os.path.join(root, "pyproject.toml")) else None
+
+
+def server_section(arch: str, python: str, kernels: str) -> dict:
+    """[server] keys that run the patched SGLang on this CPU; ``kernels`` is the folder holding
+    an ``sgl_kernel`` for the CPU engine (the tests' stand-in, or a compiled CPU build)."""
+    return {
+        "backend": "sglang",
+        "python": python,
+        "extra_args": [*ARGS, *ATTENTION[arch]],
+        "env": {**ENV, "PYTHONPATH": kernels},
+    }
+
+
+def pins() -> str:
+    return resources.files("runner").joinpath("assets/sglang-cpu.txt").read_text()
+
+
+def _pinned(text: str, tag: str) -> list[str]:
+    for line in text.splitlines():
+        if line.startswith(f"#@{tag} "):
+            return line.split()[1:]
+    raise ValueError(f"sglang-cpu.txt has no #@{tag} line")
+
+
+def venv_dir(root: str) -> str:
+    key = hashlib.sha256(pins().encode()).hexdigest()[:12]
+    return os.path.join(os.path.abspath(root), f"sglang-cpu-{key}")
+
+
+def python_of(root: str) -> str | None:
+    """The lane's interpreter if its venv is built, else None."""
+    d = venv_dir(root)
+    py = os.path.join(d, "bin", "python")
+    return py if os.path.exists(os.path.join(d, MARKER)) and os.path.exists(py) else None
+
+
+def _say(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def build(root: str, say=_say) -> str:
+    """Build the venv (several minutes, ~6 GB) unless built; return its python."""
+    done = python_of(root)
+    if done:
+        return done
+    d = venv_dir(root)
+    text = pins()
+    reqs = [ln for ln in text.splitlines() if ln.strip() and not ln.startswith("#")]
+    py = os.path.join(d, "bin", "python")
+    steps = [
+        ("creating the venv", [sys.executable, "-m", "venv", "--clear", d]),
+        ("torch and torchvision", [py, "-m", "pip", "install", "-q", *_pinned(text, "torch")]),
+        ("SGLang (no deps)", [py, "-m", "pip", "install", "-q", "--no-deps", *_pinned(text, "sglang")]),
+        (f"{len(reqs)} pure-Python dependencies", [py, "-m", "pip", "install", "-q", *reqs]),
+    ]
+    for i, (what, argv) in enumerate(steps, 1):
+        say(f"SGLang CPU venv {d}: step {i}/{len(steps)}: {what}")
+        subprocess.run(argv, check=True)
+    with open(os.path.join(d, MARKER), "w") as f:
+        f.write(text)
+    return py
+
+
+if __name__ == "__main__":
+    print(build(sys.argv[1] if len(sys.argv) > 1 else ".cache"))

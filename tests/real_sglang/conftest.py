@@ -1,0 +1,46 @@
+"""The real pinned SGLang, patched, on this CPU: its own venv (built by scripts/test.sh under
+.cache/), the CPU engine, and the test-only ``sgl_kernel`` stand-in in tests/sglang_cpu.
+Skipped where the venv is not built; CI builds it and sets HSX_REQUIRE_SGLANG_CPU=1."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+
+import pytest
+
+from runner import demo_assets as da
+from runner import sglang_cpu
+from tests.conftest import ROOT
+
+KERNELS = os.path.join(ROOT, "tests", "sglang_cpu")
+DTYPE = {"llama": "bfloat16", "deepseek_v3": "float32"}
+
+
+@pytest.fixture(scope="session")
+def sglang_python():
+    py = sglang_cpu.python_of(os.path.join(ROOT, ".cache"))
+    if py is None:
+        why = "the SGLang CPU venv is not built (python -m runner.sglang_cpu .cache)"
+        if os.environ.get("HSX_REQUIRE_SGLANG_CPU"):
+            pytest.fail(f"{why} (HSX_REQUIRE_SGLANG_CPU is set)")
+        pytest.skip(why)
+    return py
+
+
+@pytest.fixture(scope="session")
+def models(demo_assets, tmp_path_factory):
+    """{arch: model dir}: the demo's tiny Llama (8 layers, bf16) and a tiny DeepSeek-V3 (8 layers,
+    MLA, MoE with a shared expert, first layer dense) sharing its tokenizer. The DeepSeek model is
+    float32: in bf16 a few tokens per sample fall on near-tied expert scores that the two
+    backends' roundings break differently (cosine ~0.99 on those tokens, 1.0 on the rest)."""
+    llama = demo_assets / "model"
+    ds = tmp_path_factory.mktemp("deepseek_v3")
+    for name in os.listdir(llama):
+        if not name.startswith(("model", "config", "generation")):
+            shutil.copy(llama / name, ds / name)
+    with open(llama / "config.json") as f:
+        vocab = json.load(f)["vocab_size"]
+    da.build_model(0, vocab, str(ds), "deepseek_v3", dtype=DTYPE["deepseek_v3"])
+    return {"llama": str(llama), "deepseek_v3": str(ds)}
