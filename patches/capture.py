@@ -35,17 +35,28 @@ def slice_rows(aux, final, offset: int, n: int):
 
 @dataclass
 class Sample:
-    """One request's complete rows, ready to be written by a writer thread."""
+    """One request's rows, handed from the scheduler thread to a writer thread. The scheduler
+    only takes views; the writer waits for ``ready`` (a device-to-host copy still in flight),
+    checks, decodes the mask and copies (``torch.cat``), off the scheduler's loop."""
 
     rid: str
     input_ids: list[int]
-    loss_mask: list[int]
+    mask_text: str
     aux_pieces: list = field(default_factory=list)
     final_pieces: list = field(default_factory=list)
+    ready: object = None  # an event with .synchronize(), or None when the rows are on the host
+    loss_mask: list[int] = field(default_factory=list)
 
     @property
     def rows(self) -> int:
         return sum(int(p.shape[0]) for p in self.final_pieces)
+
+    def finish(self) -> None:
+        """On the writer thread: wait for the rows, then check them against the prompt."""
+        if self.ready is not None:
+            self.ready.synchronize()
+        self.loss_mask = dump.decode_mask(self.mask_text, len(self.input_ids))
+        check_complete(self)
 
     def tensors(self) -> dict:
         """The output-format tensors; ``torch.cat`` copies, so no batch storage is kept."""
@@ -113,12 +124,14 @@ def on_rows(
     commit: bool,
     aux,
     final,
+    ready=None,
 ) -> Sample | None:
-    """Handle one request's rows from one prefill forward; return a complete Sample or None.
+    """Handle one request's rows from one prefill forward; return its Sample once complete.
 
     ``middle_chunk``: more chunks of this request follow; ``commit``: SGLang would keep this
     forward's output (false for aborted, retracted or discarded requests, which write nothing).
-    Raises RowMismatch or dump.DumpError for a request that cannot be dumped.
+    Cheap on purpose (it runs on the scheduler's thread): views and bookkeeping only.
+    Raises dump.DumpError for a request whose rid cannot name a file.
     """
     key = (rid, retraction_count)
     if middle_chunk:
@@ -128,13 +141,11 @@ def on_rows(
         buf.drop(rid)
         return None
     aux_pieces, final_pieces = buf.take(key)
-    ids = [int(t) for t in input_ids]
-    sample = Sample(
+    return Sample(
         rid=dump.check_rid(rid),
-        input_ids=ids,
-        loss_mask=dump.decode_mask(str(custom_params.get(dump.MASK_KEY, "")), len(ids)),
+        input_ids=list(input_ids),
+        mask_text=str(custom_params.get(dump.MASK_KEY, "")),
         aux_pieces=[*aux_pieces, aux],
         final_pieces=[*final_pieces, final],
+        ready=ready,
     )
-    check_complete(sample)
-    return sample

@@ -28,7 +28,6 @@ class Hook:
     ``field`` (declared on the class: dataclass/struct field, enum member, class attribute),
     ``attribute`` (assigned on ``self`` in a method, e.g. ``Req.__init__``),
     ``flag`` (``target`` is a ServerArgs field, ``params`` holds its command-line spelling),
-    ``order`` (inside the callable ``target``, a call to ``params[0]`` comes before ``params[1]``),
     ``imported`` (``module`` imports ``target`` by name from ``params[0]``: patch it where it is used).
     """
 
@@ -117,18 +116,11 @@ HOOKS: tuple[Hook, ...] = (
         "replaced: per request slice of the batch's hidden rows; must return the advanced offset",
     ),
     Hook(
-        "order",
-        _BRP,
-        "SchedulerBatchResultProcessor.process_batch_result_prefill",
-        ("_append_prefill_hidden_states", "stream_output"),
-        "the dump is written (or waited for) before the response is streamed",
-    ),
-    Hook(
         "callable",
-        "sglang.srt.managers.scheduler_components.output_streamer",
-        "SchedulerOutputStreamer.stream_output",
-        ("self", "reqs", "return_logprob", "skip_req"),
-        "wrapped: wait for this batch's dump writes before the responses leave",
+        "sglang.srt.managers.scheduler",
+        "Scheduler._copy_result_to_cpu",
+        ("self", "batch_result", "batch"),
+        "wrapped: the next forward waits for the copy of the hidden rows (it uses self.forward_stream)",
     ),
     Hook(
         "callable",
@@ -206,6 +198,7 @@ HOOKS: tuple[Hook, ...] = (
     _flag("enable_return_aux_hidden_states", "capture the aux layers without a draft model"),
     _flag("speculative_algorithm", "EAGLE3 names the capture convention"),
     _flag("return_aux_hidden_state_layer_ids", "configurable aux layers"),
+    _flag("watchdog_timeout", "the writer never blocks the scheduler near it"),
     _flag("return_hidden_states_mode", "must resolve to full"),
     _flag("disable_radix_cache", "a prefix hit would drop rows"),
     _flag("chunked_prefill_size", "-1 turns chunking off; otherwise chunks are reassembled"),
@@ -291,25 +284,6 @@ def _self_assigns(cls: ast.ClassDef, name: str) -> bool:
                 ):
                     return True
     return False
-
-
-def _call_lines(fn: ast.AST, name: str) -> list[int]:
-    lines = []
-    for node in ast.walk(fn):
-        if isinstance(node, ast.Call):
-            f = node.func
-            called = f.attr if isinstance(f, ast.Attribute) else getattr(f, "id", None)
-            if called == name:
-                lines.append(node.lineno)
-    return lines
-
-
-def _order_problem(hook: Hook, fn: ast.AST) -> str | None:
-    first, then = hook.params
-    a, b = _call_lines(fn, first), _call_lines(fn, then)
-    if not a or not b or min(a) > max(b):
-        return f"{hook.module}.{hook.target} no longer calls {first} before {then}"
-    return None
 
 
 def _flag_problem(hook: Hook, annotation: ast.expr | None) -> str | None:
@@ -429,8 +403,6 @@ def check_sources(path: str, hooks: tuple[Hook, ...] = HOOKS, version: str = SGL
             problems.append(f"{where} is missing")
         elif hook.kind == "callable" and _ast_params(fn) != hook.params:
             problems.append(f"{where} has parameters {_ast_params(fn)}, expected {hook.params}")
-        elif hook.kind == "order" and (p := _order_problem(hook, fn)):
-            problems.append(p)
     return problems
 
 
@@ -536,10 +508,6 @@ def check_installed(hooks: tuple[Hook, ...] = HOOKS, version: str = SGLANG_VERSI
                 src = importlib.import_module(hook.params[0])
                 if inspect.unwrap(getattr(mod, leaf)) is not inspect.unwrap(getattr(src, leaf)):
                     problems.append(f"{hook.module} no longer imports {leaf} from {hook.params[0]}")
-            elif hook.kind == "order":
-                fn = inspect.unwrap(_getattr_path(mod, hook.target))
-                if p := _order_problem(hook, _source_ast(fn)):
-                    problems.append(p)
         except AttributeError:
             problems.append(f"{where} is missing")
         except (OSError, TypeError, ValueError, SyntaxError) as e:

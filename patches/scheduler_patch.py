@@ -1,8 +1,10 @@
 """The scheduler-side half of the dump patch: runs inside each SGLang scheduler process.
 
 SGLang spawns its schedulers, so the launcher passes ``run_scheduler_process`` below to
-``launch_server``; it patches three class attributes in this process, then runs the real
+``launch_server``; it patches a few class attributes in this process, then runs the real
 scheduler. Every hook catches its own exceptions: one that escaped would kill the server.
+Only the writing rank touches the rows; on its scheduler thread the hook takes views and
+queues them (patches/writer.py); copies and disk writes happen elsewhere.
 """
 
 from __future__ import annotations
@@ -13,7 +15,8 @@ import os
 from runner import dump
 
 from . import capture, layer_ids
-from .writer import DumpWriter
+from .staging import HostStage
+from .writer import DumpWriter, wait_limit
 
 log = logging.getLogger("hsx.dump")
 _MARK = "__hsx_dump_original__"
@@ -22,11 +25,20 @@ _MARK = "__hsx_dump_original__"
 class DumpState:
     """What the hooks of one scheduler process share."""
 
-    def __init__(self, dump_dir: str, writer_rank: bool, writer: DumpWriter | None = None):
+    def __init__(
+        self,
+        dump_dir: str,
+        writer_rank: bool,
+        writer: DumpWriter | None = None,
+        watchdog_s: float | None = None,
+    ):
         self.dump_dir = dump_dir
         self.writer_rank = writer_rank
-        self.writer = writer if writer is not None else (DumpWriter(dump_dir) if writer_rank else None)
+        if writer is None and writer_rank:
+            writer = DumpWriter(dump_dir, wait_limit_s=wait_limit(watchdog_s))
+        self.writer = writer
         self.chunks = capture.Reassembler()
+        self.stage = HostStage()
         self.skipped = 0  # marked requests that wrote nothing (logged each time)
 
     def on_rows(self, req, logits_output, offset: int, n: int, store: bool) -> None:
@@ -40,9 +52,9 @@ class DumpState:
             return
         aux, final = capture.slice_rows(
             logits_output.hidden_states, logits_output.last_hidden_states, offset, n
-        )
-        if aux.device.type != "cpu":  # overlap schedule off: the rows are still on the GPU
-            aux, final = aux.to("cpu"), final.to("cpu")
+        )  # checks the bounds before any copy
+        aux, final, ready = self.stage.rows(logits_output.hidden_states, logits_output.last_hidden_states)
+        aux, final = aux[offset : offset + n], final[offset : offset + n]
         sample = capture.on_rows(
             self.chunks,
             rid=rid,
@@ -53,6 +65,7 @@ class DumpState:
             commit=store,
             aux=aux,
             final=final,
+            ready=ready,  # one side stream: the last piece's event covers the earlier chunks'
         )
         if sample is not None:
             self.writer.submit(sample)
@@ -96,44 +109,31 @@ def make_append_hook(original, state_of):
             return original(self, **kwargs)
         try:
             state_of().on_rows(req, logits_output, hidden_state_offset, extend_input_len, store)
-        except Exception:
+        except Exception as e:
             state = state_of()
+            log.exception("hsx dump: %s: no dump written", _rid_of(req))
             if state is not None:
                 state.skipped += 1
                 state.chunks.drop(_rid_of(req))
-            log.exception("hsx dump: %s: no dump written", _rid_of(req))
+                if state.writer is not None and dump.RID_RE.match(_rid_of(req)):
+                    state.writer.fail(_rid_of(req), f"{type(e).__name__}: {e}")
         return hidden_state_offset + extend_input_len
 
     setattr(_append_prefill_hidden_states, _MARK, original)
     return _append_prefill_hidden_states
 
 
-def make_stream_hook(original, state_of):
-    """Wraps SchedulerOutputStreamer.stream_output: responses leave after their dumps are on disk."""
-
-    def stream_output(self, reqs, return_logprob, skip_req=None):
-        try:
-            state = state_of()
-            if state is not None and state.writer is not None and state.writer.has_pending():
-                state.writer.wait([r.rid for r in reqs if r is not skip_req])
-        except Exception:
-            log.exception("hsx dump: waiting for dump writes failed")
-        return original(self, reqs, return_logprob, skip_req)
-
-    setattr(stream_output, _MARK, original)
-    return stream_output
-
-
-def make_copy_hook(original, async_d2h):
-    """Wraps GenerationBatchResult.copy_to_cpu (overlap schedule): queue the final-norm rows'
-    copy with the others, before copy_done is recorded and before the next forward reuses
-    the CUDA-graph buffer they may live in."""
+def make_copy_hook(original, async_d2h, state_of):
+    """Wraps GenerationBatchResult.copy_to_cpu (overlap schedule): on the writing rank, queue
+    the final-norm rows' copy with the others, before copy_done is recorded."""
 
     def copy_to_cpu(self, return_logprob, return_hidden_states=True):
         try:
+            state = state_of()
             lo = self.logits_output
             last = getattr(lo, "last_hidden_states", None) if lo is not None else None
-            if return_hidden_states and last is not None and last.device.type != "cpu":
+            writes = state is not None and state.writer_rank
+            if writes and return_hidden_states and last is not None and last.device.type != "cpu":
                 lo.last_hidden_states = async_d2h(last)
         except Exception:
             log.exception("hsx dump: copying last_hidden_states to the host failed")
@@ -141,6 +141,25 @@ def make_copy_hook(original, async_d2h):
 
     setattr(copy_to_cpu, _MARK, original)
     return copy_to_cpu
+
+
+def make_order_hook(original):
+    """Wraps Scheduler._copy_result_to_cpu (overlap schedule). Stock SGLang queues the copy of
+    the hidden rows on its copy stream, which the next forward never waits for, and consecutive
+    prefills overlap by default, so the next forward could rewrite a CUDA-graph buffer before
+    the copy has read it. For batches with hidden states the forward stream waits for the copy."""
+
+    def _copy_result_to_cpu(self, batch_result, batch):
+        original(self, batch_result, batch)
+        try:
+            done = getattr(batch_result, "copy_done", None)
+            if getattr(batch, "return_hidden_states", False) and hasattr(done, "query"):
+                self.forward_stream.wait_event(done)
+        except Exception:
+            log.exception("hsx dump: ordering the next forward after the copy failed")
+
+    setattr(_copy_result_to_cpu, _MARK, original)
+    return _copy_result_to_cpu
 
 
 def make_capture_hook(original, ids_of):
@@ -168,24 +187,24 @@ def _replace(cls, name: str, make) -> None:
     setattr(cls, name, make(current))
 
 
-def install(dump_dir: str, writer_rank: bool) -> DumpState:
+def install(dump_dir: str, writer_rank: bool, watchdog_s: float | None = None) -> DumpState:
     """Patch this process's SGLang classes (idempotent) and set the shared state."""
     global _STATE
+    from sglang.srt.managers.scheduler import Scheduler
     from sglang.srt.managers.scheduler_components.batch_result_processor import SchedulerBatchResultProcessor
-    from sglang.srt.managers.scheduler_components.output_streamer import SchedulerOutputStreamer
     from sglang.srt.managers.utils import GenerationBatchResult
     from sglang.srt.model_executor import model_runner
     from sglang.srt.utils.common import async_d2h
 
-    _STATE = DumpState(dump_dir, writer_rank)
+    _STATE = DumpState(dump_dir, writer_rank, watchdog_s=watchdog_s)
     state_of = lambda: _STATE  # noqa: E731
     _replace(
         SchedulerBatchResultProcessor,
         "_append_prefill_hidden_states",
         lambda o: make_append_hook(o, state_of),
     )
-    _replace(SchedulerOutputStreamer, "stream_output", lambda o: make_stream_hook(o, state_of))
-    _replace(GenerationBatchResult, "copy_to_cpu", lambda o: make_copy_hook(o, async_d2h))
+    _replace(GenerationBatchResult, "copy_to_cpu", lambda o: make_copy_hook(o, async_d2h, state_of))
+    _replace(Scheduler, "_copy_result_to_cpu", make_order_hook)
     ids = _env_ids()
     _replace(model_runner, "configure_aux_hidden_state_capture", lambda o: make_capture_hook(o, lambda: ids))
     log.info("hsx dump patch installed (writer=%s, dump dir %s)", writer_rank, dump_dir)
@@ -210,7 +229,7 @@ def run_scheduler_process(
     dump_dir = os.environ.get(dump.DUMP_DIR_ENV, "")
     if not dump_dir:
         raise RuntimeError(f"{dump.DUMP_DIR_ENV} is not set in the scheduler process")
-    install(dump_dir, writer_rank=(tp_rank == 0))
+    install(dump_dir, writer_rank=(tp_rank == 0), watchdog_s=getattr(server_args, "watchdog_timeout", None))
     return scheduler.run_scheduler_process(
         server_args,
         port_args,

@@ -1,8 +1,12 @@
-"""Writes complete samples into the dump directory on a few threads (the dump contract in
-runner/dump.py): the data file through runner.ckpt.write_sample, then the sidecar.
+"""Writes complete samples into the dump directory on writer threads (the dump contract in
+runner/dump.py): the data file through runner.ckpt.write_sample, then the sidecar; or a
+failure note with the reason, so the extractor knows at once.
 
-The scheduler submits a sample and goes on; before the request's response is streamed it
-waits for that request's write, so both files exist before the HTTP response is sent.
+The scheduler hands a sample over and goes on: nothing here runs on its loop but ``submit``.
+At most ``max_pending`` samples wait or are being written (their rows stay in host memory
+until written); past that ``submit`` blocks, which slows the scheduler to the disk's pace, but
+never longer than ``wait_limit_s``, kept well below SGLang's watchdog (which would otherwise
+kill the whole server over one slow filesystem): then that sample is dropped with a note.
 """
 
 from __future__ import annotations
@@ -17,7 +21,12 @@ from runner import dump
 from .capture import Sample
 
 log = logging.getLogger("hsx.dump")
-WAIT_TIMEOUT_S = 600.0  # a stuck filesystem must not hang the scheduler forever
+SGLANG_WATCHDOG_S = 300.0  # SGLang 0.5.23's --watchdog-timeout default
+
+
+def wait_limit(watchdog_s: float | None) -> float:
+    """How long the scheduler may block on a full queue: a quarter of the watchdog, at most 60 s."""
+    return max(1.0, min(60.0, (watchdog_s or SGLANG_WATCHDOG_S) / 4))
 
 
 def write_sample_files(dump_dir: str, sample: Sample) -> dict:
@@ -27,6 +36,7 @@ def write_sample_files(dump_dir: str, sample: Sample) -> dict:
     side = dump.sidecar_path(dump_dir, sample.rid)
     if os.path.exists(side):  # a sidecar must only ever describe the data file beside it
         os.remove(side)
+    sample.finish()
     t = sample.tensors()
     nbytes, checksum = write_sample(dump.data_path(dump_dir, sample.rid), **t)
     meta = {
@@ -41,44 +51,56 @@ def write_sample_files(dump_dir: str, sample: Sample) -> dict:
 
 
 class DumpWriter:
-    def __init__(self, dump_dir: str, workers: int = 4):
+    def __init__(self, dump_dir: str, workers: int = 2, max_pending: int = 16, wait_limit_s: float = 60.0):
         self.dump_dir = dump_dir
+        self.wait_limit_s = wait_limit_s
+        self._slots = threading.BoundedSemaphore(max_pending)
         self._pool = concurrent.futures.ThreadPoolExecutor(workers, thread_name_prefix="hsx-dump")
-        self._pending: dict[str, list[concurrent.futures.Future]] = {}
         self._lock = threading.Lock()
+        self._futures: set[concurrent.futures.Future] = set()
         self.written = 0
         self.failed = 0
+
+    def fail(self, rid: str, reason: str) -> None:
+        with self._lock:
+            self.failed += 1
+        log.error("hsx dump: %s: %s; the extractor will retry", rid, reason)
+        try:
+            dump.write_failure(self.dump_dir, rid, reason)
+        except (OSError, dump.DumpError):
+            log.exception("hsx dump: %s: cannot write the failure note either", rid)
 
     def _run(self, sample: Sample) -> None:
         try:
             write_sample_files(self.dump_dir, sample)
             with self._lock:
                 self.written += 1
-        except Exception:
-            with self._lock:
-                self.failed += 1
-            log.exception("hsx dump: writing %s failed; no sidecar, the extractor will retry", sample.rid)
+        except Exception as e:  # every failure is reported to the extractor, none kills the server
+            log.exception("hsx dump: writing %s failed", sample.rid)
+            self.fail(sample.rid, f"{type(e).__name__}: {e}")
+        finally:
+            self._slots.release()
 
     def submit(self, sample: Sample) -> None:
+        """Queue one sample; blocks while the queue is full, at most ``wait_limit_s``."""
+        if not self._slots.acquire(timeout=self.wait_limit_s):
+            self.fail(sample.rid, f"the dump queue stayed full for {self.wait_limit_s:g}s (disk too slow?)")
+            return
         fut = self._pool.submit(self._run, sample)
         with self._lock:
-            self._pending.setdefault(sample.rid, []).append(fut)
+            self._futures.add(fut)
+        fut.add_done_callback(self._forget)
 
-    def has_pending(self) -> bool:
-        return bool(self._pending)
-
-    def wait(self, rids) -> None:
-        """Block until the writes of these requests are done. Never raises."""
+    def _forget(self, fut) -> None:
         with self._lock:
-            futs = [f for rid in rids for f in self._pending.pop(rid, ())]
-        if futs:
-            _done, late = concurrent.futures.wait(futs, timeout=WAIT_TIMEOUT_S)
-            if late:
-                log.error(
-                    "hsx dump: %d writes still running after %.0f s; responding anyway",
-                    len(late),
-                    WAIT_TIMEOUT_S,
-                )
+            self._futures.discard(fut)
+
+    def drain(self, timeout: float | None = None) -> bool:
+        """Wait until every queued sample is written (tests, shutdown); True if all are."""
+        with self._lock:
+            futs = list(self._futures)
+        _done, late = concurrent.futures.wait(futs, timeout=timeout)
+        return not late
 
     def close(self) -> None:
         self._pool.shutdown(wait=True)

@@ -34,6 +34,7 @@ class JobConfig:
     aux_layer_ids: list[int] = field(default_factory=list)  # empty: SpecForge default
     concurrency: int = 8  # requests in flight
     request_timeout_s: float = 600.0
+    dump_wait_s: float = 300.0  # after an answer, how long the dump's files may take to appear
     retries: int = 4  # attempts per sample for transient errors
     max_consecutive_failures: int = 20  # then the job stops itself with the reason
     status_interval_s: float = 2.0

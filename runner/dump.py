@@ -8,10 +8,12 @@ The server writes, on the output filesystem, in the dump directory it was starte
 * ``<dump_dir>/<rid>.ckpt`` — the complete sample in the output format (torch.save dict:
   input_ids, loss_mask, hidden_state [1,seq,H], aux_hidden_state [1,seq,3H]), fsynced;
 * then ``<dump_dir>/<rid>.json`` — a sidecar {rid, seq, bytes, checksum, hidden_size, dtype},
-  written atomically after the data file, so its presence means the data file is complete.
+  written atomically after the data file, so its presence means the data file is complete;
+* or, when the dump cannot be written, ``<dump_dir>/<rid>.failed`` with the reason.
 
-Both exist before the HTTP response is sent. The response carries metadata only.
-The extractor renames the data file into its shard and deletes the sidecar.
+The response carries metadata only and may come before the files: the patched SGLang writes
+on threads off its scheduler loop, so the extractor waits for the sidecar (or the failure
+note). The extractor renames the data file into its shard and deletes the sidecar.
 """
 
 from __future__ import annotations
@@ -82,6 +84,52 @@ def write_sidecar(dump_dir: str, rid: str, meta: dict) -> None:
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
+
+
+def failure_path(dump_dir: str, rid: str) -> str:
+    return os.path.join(dump_dir, f"{check_rid(rid)}.failed")
+
+
+def write_failure(dump_dir: str, rid: str, reason: str) -> None:
+    """Say at once why no dump will come, so the extractor need not wait for it."""
+    path = failure_path(dump_dir, rid)
+    with open(path + ".part", "w", encoding="utf-8") as f:
+        f.write(reason[:2000])
+    os.replace(path + ".part", path)
+
+
+def poll_dump(dump_dir: str, rid: str) -> dict | None:
+    """The sidecar once written, None while the dump is still being written; DumpError if the
+    server gave up on it (with its reason) or the sidecar is unreadable."""
+    try:
+        with open(failure_path(dump_dir, rid), encoding="utf-8") as f:
+            raise DumpError(f"server could not dump {rid}: {f.read()}")
+    except FileNotFoundError:
+        pass
+    if not os.path.exists(sidecar_path(dump_dir, rid)):
+        return None
+    return read_sidecar(dump_dir, rid)
+
+
+async def await_dump(dump_dir: str, rid: str, wait_s: float, alive=lambda: True) -> dict:
+    """After the answer: the sidecar once it is written (the patched SGLang writes off its
+    scheduler loop, so it may come later). DumpError with the reason if the server gave up on
+    the dump, died, or wrote nothing within ``wait_s``."""
+    import asyncio
+    import time
+
+    deadline = time.monotonic() + wait_s
+    pause = 0.005
+    while True:
+        meta = poll_dump(dump_dir, rid)
+        if meta is not None:
+            return meta
+        if not alive():
+            raise DumpError(f"server exited before writing the dump of {rid}")
+        if time.monotonic() > deadline:
+            raise DumpError(f"server answered but wrote no dump for {rid} within {wait_s:g}s")
+        await asyncio.sleep(pause)
+        pause = min(pause * 2, 0.2)
 
 
 def read_sidecar(dump_dir: str, rid: str) -> dict:

@@ -164,6 +164,9 @@ class Extractor:
                     wait=wait_exponential_jitter(initial=BACKOFF_INITIAL_S, max=BACKOFF_MAX_S),
                     retry=retry_if_exception_type(Transient),
                     reraise=False,
+                    before_sleep=lambda rs, idx=sample.idx: log.warning(
+                        "sample %d, attempt %d: %s; retrying", idx, rs.attempt_number, rs.outcome.exception()
+                    ),
                 ):
                     with attempt:
                         attempt_no += 1
@@ -199,15 +202,18 @@ class Extractor:
         except asyncio.TimeoutError:
             raise Transient(f"no answer within {self.cfg.job.request_timeout_s:g}s") from None
         try:
-            meta = dump.read_sidecar(self.dump_dir, rid)
+            meta = await dump.await_dump(self.dump_dir, rid, self.cfg.job.dump_wait_s, self.server.alive)
         except dump.DumpError as e:
+            if not self.server.alive():
+                raise ServerDown from None
             raise Transient(str(e)) from None
         if meta["seq"] != len(ids):
             raise Transient(f"dump has {meta['seq']} rows for {len(ids)} tokens")
         return meta
 
     def _discard(self, rid: str) -> None:
-        for path in (dump.data_path(self.dump_dir, rid), dump.sidecar_path(self.dump_dir, rid)):
+        paths = (dump.data_path, dump.sidecar_path, dump.failure_path)
+        for path in (p(self.dump_dir, rid) for p in paths):
             try:
                 os.unlink(path)
             except FileNotFoundError:

@@ -256,7 +256,7 @@ class Job:
                         raise JobFailed(
                             f"self-test failed: server answered {r.status}: {(await r.text())[:300]}"
                         )
-            meta = dump.read_sidecar(dump_dir, rid)
+            meta = await dump.await_dump(dump_dir, rid, self.cfg.job.dump_wait_s, self.server.alive)
             t = load_sample(dump.data_path(dump_dir, rid))
             hs, aux = t["hidden_state"], t["aux_hidden_state"]
             seq, h = len(ids), self.rec_hidden()
@@ -274,7 +274,11 @@ class Job:
         except (aiohttp.ClientError, asyncio.TimeoutError, dump.DumpError, ValueError, KeyError) as e:
             raise JobFailed(f"self-test failed: {type(e).__name__}: {e}") from None
         finally:
-            for p in (dump.data_path(dump_dir, rid), dump.sidecar_path(dump_dir, rid)):
+            for p in (
+                dump.data_path(dump_dir, rid),
+                dump.sidecar_path(dump_dir, rid),
+                dump.failure_path(dump_dir, rid),
+            ):
                 try:
                     os.unlink(p)
                 except FileNotFoundError:

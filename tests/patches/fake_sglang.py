@@ -35,11 +35,6 @@ def write_tree(root: str, version: str = SGLANG_VERSION, drop: str = "", change:
             mod["funcs"].append(f"def {leaf}({params}):\n    return ({leaf!r}, locals())\n")
         elif h.kind == "callable":
             mod["classes"][owner].append(f"    def {leaf}({params}):\n        return ({leaf!r}, locals())\n")
-        elif h.kind == "order":
-            first, then = h.params
-            mod["classes"][owner].append(
-                f"    def {leaf}(self, batch, result):\n        self.{first}()\n        self.{then}()\n"
-            )
         elif h.kind == "field":
             mod["classes"][owner].append(f"    {leaf} = None\n")
         elif h.kind == "imported":

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from patches import capture
-from patches.scheduler_patch import DumpState, make_append_hook, make_stream_hook
+from patches.scheduler_patch import DumpState, make_append_hook
 from runner import dump
 from runner.ckpt import load_sample
 from tests.patches import sim
@@ -24,8 +24,10 @@ def model():
 def rig(tmp_path, model):
     state = DumpState(str(tmp_path), writer_rank=True)
     append = make_append_hook(sim.stock_append, lambda: state)
-    stream = make_stream_hook(lambda self, reqs, lp, skip=None: None, lambda: state)
     forwards = {}
+
+    def stream(_self, _reqs, _lp, _skip):  # the extractor waits for the files; so does the test
+        assert state.writer.drain(timeout=30)
 
     def batch(pieces):
         for req, _s, _e in pieces:
@@ -123,13 +125,16 @@ def test_bad_request_logs_and_keeps_the_server_going(rig, tmp_path, caplog):
         rows, _ = batch([(bad_mask, 0, 10), (bad_rid, 0, 5), (ok, 0, 6)])
     assert rows == 21
     assert "loss mask has 9 entries for 10 tokens" in caplog.text and "rid must match" in caplog.text
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["s-ok.ckpt", "s-ok.json"]
+    # the bad mask's request is told why at once; a rid that cannot name a file only logs
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s-mask.failed", "s-ok.ckpt", "s-ok.json"]
+    with pytest.raises(dump.DumpError, match="loss mask has 9 entries"):
+        dump.poll_dump(str(tmp_path), "s-mask")
 
 
 def test_other_tp_ranks_write_nothing(tmp_path, model):
     state = DumpState(str(tmp_path), writer_rank=False)
     append = make_append_hook(sim.stock_append, lambda: state)
-    stream = make_stream_hook(lambda self, reqs, lp, skip=None: None, lambda: state)
+    stream = lambda *_: None  # noqa: E731
     req = sim.make_req("s-rank1", ids_of(11, 9), dump.encode_mask([1] * 9))
     rows, _ = sim.run_batch(append, stream, [(req, 0, 9)], {"s-rank1": sim.ChunkedForward(model)})
     assert rows == 9 and req.hidden_states == [] and list(tmp_path.iterdir()) == []
@@ -146,6 +151,6 @@ def test_slice_rows_bounds():
 
 
 def test_aux_width_must_be_three_layers():
-    s = capture.Sample("r", [1, 2], [1, 1], [torch.zeros(2, 8)], [torch.zeros(2, 4)])
+    s = capture.Sample("r", [1, 2], "1:2", [torch.zeros(2, 8)], [torch.zeros(2, 4)])
     with pytest.raises(capture.RowMismatch, match="aux width"):
-        capture.check_complete(s)
+        s.finish()

@@ -48,8 +48,7 @@ def _batched(conf: str) -> bool:
 
 @pytest.mark.parametrize(
     "arch,ids,extra",
-    [
-        ("llama", [], []),
+    [  # Llama with the default ids: the kill -9 test below
         ("llama", [0, 2, 5], ["--chunked-prefill-size", "64"]),  # chunked: pieces joined in the hook
         ("deepseek_v3", [], []),
         ("deepseek_v3", [2, 3, 5], []),  # smallest id not 1: DeepSeek's own rule would shift none

@@ -4,7 +4,9 @@ of a backend (``[server] python`` points at a wrapper that runs this with a mode
 Modes: never_ready, bad_dump (ready, but the dump has the wrong shape), die_on_request,
 good_once (one well-shaped dump of zeros, then it dies on the next request),
 dies_first_start (exits during its first start, then serves well-shaped zeros), flaky (every
-second request writes its data file but no sidecar, as a server that failed mid-dump)."""
+second request writes its data file but no sidecar, as a server that died mid-dump),
+failing (every second request answers with a failure note instead of a dump), late (answers
+first, writes the dump a moment later, as the patched SGLang's writer threads do)."""
 
 from __future__ import annotations
 
@@ -53,9 +55,15 @@ def main() -> None:
             hidden_state=torch.zeros(1, n, 64, dtype=torch.bfloat16),
             aux_hidden_state=torch.zeros(1, n, 192, dtype=torch.bfloat16),
         )  # fmt: skip
-        if mode == "flaky" and len(served) % 2 == 0:
+        if mode in ("flaky", "failing") and len(served) % 2 == 0:
+            if mode == "failing":
+                dump.write_failure(dump_dir, rid, "disk full (fake)")
             return web.json_response({"meta_info": {"id": rid}})
-        dump.write_sidecar(dump_dir, rid, {"seq": n, "bytes": nbytes, "checksum": ck})
+        side = lambda: dump.write_sidecar(dump_dir, rid, {"seq": n, "bytes": nbytes, "checksum": ck})  # noqa: E731
+        if mode == "late":
+            asyncio.get_running_loop().call_later(0.3, side)
+        else:
+            side()
         return web.json_response({"meta_info": {"id": rid}})
 
     async def health(_):
