@@ -199,6 +199,17 @@ HOOKS: tuple[Hook, ...] = (
     _flag("speculative_algorithm", "EAGLE3 names the capture convention"),
     _flag("return_aux_hidden_state_layer_ids", "configurable aux layers"),
     _flag("watchdog_timeout", "the writer never blocks the scheduler near it"),
+    *(
+        _flag(f, "a layout the launcher refuses (patches/sglang_dump.py UNTESTED)")
+        for f in (
+            "enable_two_batch_overlap",
+            "moe_a2a_backend",
+            "enable_attn_tp_input_scattered",
+            "attn_cp_size",
+            "enable_prefill_cp",
+            "dcp_size",
+        )
+    ),
     _flag("return_hidden_states_mode", "must resolve to full"),
     _flag("disable_radix_cache", "a prefix hit would drop rows"),
     _flag("chunked_prefill_size", "-1 turns chunking off; otherwise chunks are reassembled"),

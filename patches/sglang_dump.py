@@ -33,7 +33,27 @@ ALIASES = {
     "--pipeline-parallel-size": "--pp-size",
     "--speculative-draft-model": "--speculative-draft-model-path",
     "--model": "--model-path",
+    "--attention-context-parallel-size": "--attn-cp-size",
+    "--decode-context-parallel-size": "--dcp-size",
 }
+# Layouts the dump is neither proven under nor safe in, each refused with the reason:
+# {flag: (resolved field, the value that is fine, why)}.
+UNTESTED = {
+    "--enable-two-batch-overlap": (
+        "enable_two_batch_overlap", False,
+        "DeepSeek-V3's two-batch overlap runs the layers after the dense ones without capturing them",
+    ),
+    "--moe-a2a-backend": (
+        "moe_a2a_backend", "none", "expert-parallel all-to-all (DeepEP and the like) is untested with the dump",
+    ),
+    "--enable-attn-tp-input-scattered": (
+        "enable_attn_tp_input_scattered", False,
+        "scattered attention input leaves each rank only part of the rows",
+    ),
+    "--attn-cp-size": ("attn_cp_size", 1, "context-parallel attention splits each prompt's rows across ranks"),
+    "--enable-prefill-cp": ("enable_prefill_cp", False, "context-parallel prefill splits each prompt's rows"),
+    "--dcp-size": ("dcp_size", 1, "decode context parallelism is untested with the dump"),
+}  # fmt: skip
 # Flags whose argument lists are open-ended (nargs="+").
 _LIST_FLAGS = {"--return-aux-hidden-state-layer-ids"}
 _OWN_FLAGS = (
@@ -130,11 +150,23 @@ def check_argv(argv: list[str], aux_layer_ids: list[int] | None = None) -> None:
             why = (
                 "aux capture needs one pipeline stage"
                 if flag == "--pp-size"
-                else "DP attention is not supported"
+                else "DP attention is not supported: each DP group would need its own writer; not yet proven"
             )
             problems.append(f"{flag} must be 1 ({why}), got {v}")
+    for flag, (_field, fine, why) in UNTESTED.items():
+        v = one(flag)
+        if v is None:
+            continue
+        if isinstance(fine, bool):
+            if v in ([], ["true"], ["True"], ["1"]):
+                problems.append(f"{flag} is not supported: {why}")
+        elif v != [str(fine)]:
+            problems.append(f"{flag} must be {fine}, got {v}: {why}")
     if one("--enable-dp-attention") is not None:
-        problems.append("--enable-dp-attention is not supported (the writing rank is unconfirmed there)")
+        problems.append(
+            "--enable-dp-attention is not supported: each DP group holds only its own requests' rows, so "
+            "each group's attention-TP rank 0 would have to write them; not yet proven"
+        )
     chunk = one("--chunked-prefill-size")
     if chunk is not None and (len(chunk) != 1 or not chunk[0].lstrip("-").isdigit()):
         problems.append(f"--chunked-prefill-size needs an integer, got {chunk}")
@@ -234,6 +266,10 @@ def check_resolved(cfg) -> None:
     ]
     if getattr(cfg, "attn_dp_size", 1) not in (None, 1):
         bad.append(f"attn_dp_size resolved to {cfg.attn_dp_size!r}, need 1")
+    for flag, (field, fine, why) in UNTESTED.items():
+        got = getattr(cfg, field, fine)
+        if got not in (fine, None) and not (fine == "none" and got in ("", None)):
+            bad.append(f"{field} resolved to {got!r} ({flag}): {why}")
     if bad:
         raise ArgsError(
             "SGLang resolved the arguments into a setup the dump cannot use:\n  - " + "\n  - ".join(bad)

@@ -44,6 +44,15 @@ def test_server_argv_has_the_required_flags():
         (["--config", "x.yaml"], "--config is not supported"),
         (["--chunked-prefill-size", "big"], "--chunked-prefill-size needs an integer"),
         (["--skip-server-warmup", "stray", "words"], "takes at most one value"),
+        (
+            ["--enable-two-batch-overlap"],
+            "--enable-two-batch-overlap is not supported: DeepSeek-V3's two-batch",
+        ),
+        (["--moe-a2a-backend", "deepep"], "--moe-a2a-backend must be none, got"),
+        (["--enable-attn-tp-input-scattered"], "--enable-attn-tp-input-scattered is not supported"),
+        (["--attention-context-parallel-size", "2"], "--attn-cp-size must be 1"),
+        (["--enable-prefill-cp"], "--enable-prefill-cp is not supported"),
+        (["--dcp-size=2"], "--dcp-size must be 1"),
     ],
 )
 def test_contradicting_extra_args_are_refused(extra, message):
@@ -82,6 +91,18 @@ def test_resolved_values_are_checked():
     sd.check_resolved(SimpleNamespace(**ok))
     with pytest.raises(sd.ArgsError, match="return_hidden_states_mode resolved to 'last'"):
         sd.check_resolved(SimpleNamespace(**{**ok, "return_hidden_states_mode": "last"}))
+    for field, bad in (
+        ("enable_two_batch_overlap", True),
+        ("moe_a2a_backend", "deepep"),
+        ("attn_cp_size", 2),
+    ):
+        with pytest.raises(sd.ArgsError, match=f"{field} resolved to {bad!r}"):
+            sd.check_resolved(SimpleNamespace(**{**ok, field: bad}))
+
+
+def test_the_untested_layouts_at_their_harmless_values_pass():
+    extra = ["--moe-a2a-backend", "none", "--attn-cp-size", "1"]
+    sd.server_argv(**{**BASE, "extra_args": extra})
 
 
 def _launch(args, env_extra, tmp_path, pythonpath):
