@@ -180,7 +180,8 @@ def _check_type(where: str, default: Any, value: Any) -> Any:
     else:
         ok = True
     if not ok:
-        raise ConfigError(f"{where} should be {type(default).__name__}, got {value!r}")
+        kind = "a table of strings" if isinstance(default, dict) else type(default).__name__
+        raise ConfigError(f"{where} should be {kind}, got {value!r}")
     return value
 
 

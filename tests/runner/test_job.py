@@ -215,6 +215,7 @@ def test_server_that_never_starts_fails_the_job_with_the_reason(job):
     ("[jobs]\n", "unknown section [jobs]"),
     ("[job\n", "not valid TOML"),
     ("[server]\nbackend = 'vllm'\n", "backend must be"),
+    ("[server]\nenv = { SGLANG_USE_CPU_ENGINE = 1 }\n", "[server] env should be a table of strings"),
 ])  # fmt: skip
 def test_malformed_config_is_refused_clearly(tmp_path, text, needle):
     conf = tmp_path / "hsx.toml"
