@@ -60,12 +60,21 @@ def build_tokenizer(texts: list[str], out_dir: str):
 # DeepSeek-V3 (MLA, MoE with a shared expert, a dense first layer) like the seeds' target.
 ARCHS = {"llama": "tiny_llama.json", "deepseek_v3": "tiny_deepseek_v3.json"}
 # Keys SGLang reads that transformers' DeepseekV3Config does not write.
-_SGLANG_DEEPSEEK_KEYS = {"moe_layer_freq": 1, "topk_method": "noaux_tc", "scoring_func": "sigmoid"}
+SGLANG_DEEPSEEK_KEYS = {"moe_layer_freq": 1, "topk_method": "noaux_tc", "scoring_func": "sigmoid"}
 
 
 def build_model(
-    seed: int, vocab_size: int, out_dir: str, arch: str = "llama", dtype: str = "bfloat16"
+    seed: int,
+    vocab_size: int,
+    out_dir: str,
+    arch: str = "llama",
+    dtype: str = "bfloat16",
+    overrides: dict | None = None,
+    random_norms: bool = False,
 ) -> None:
+    """A tiny random model of ``arch`` (config in runner/assets, ``overrides`` on top).
+    ``random_norms``: norm weights drawn too (all-ones norms make pre- and post-norm states
+    differ in scale only, which a check comparing them could not tell apart)."""
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
     from transformers.utils import logging as hf_logging
@@ -73,8 +82,9 @@ def build_model(
     hf_logging.disable_progress_bar()
 
     cfg = json.loads(resources.files("runner").joinpath(f"assets/{ARCHS[arch]}").read_text())
-    cfg["vocab_size"] = vocab_size
-    cfg["torch_dtype"] = dtype
+    cfg.update(overrides or {}, vocab_size=vocab_size, torch_dtype=dtype)
+    if "rope_scaling" in cfg:
+        cfg["rope_scaling"]["original_max_position_embeddings"] = cfg["max_position_embeddings"]
     config = AutoConfig.for_model(cfg.pop("model_type"), **cfg)
     torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_config(config)
@@ -82,12 +92,14 @@ def build_model(
         for name, p in [*model.named_parameters(), *model.named_buffers()]:
             if name.endswith("e_score_correction_bias"):
                 p.uniform_(-0.5, 0.5)
+            elif random_norms and name.endswith("norm.weight"):
+                p.uniform_(0.5, 1.5)
     model.to(getattr(torch, dtype)).save_pretrained(out_dir, safe_serialization=True)
     if arch == "deepseek_v3":
         path = os.path.join(out_dir, "config.json")
         with open(path) as f:
             saved = json.load(f)
-        saved.update(_SGLANG_DEEPSEEK_KEYS)
+        saved.update(SGLANG_DEEPSEEK_KEYS)
         saved.setdefault("rope_scaling", cfg["rope_scaling"])  # SGLang's CPU rotary path: yarn only
         with open(path, "w") as f:
             json.dump(saved, f, indent=2)
