@@ -50,12 +50,25 @@ def write_sample_files(dump_dir: str, sample: Sample) -> dict:
     return meta
 
 
+WRITER_NICE = 10
+
+
+def _lower_priority() -> None:
+    """Writer threads yield the CPU to the scheduler and the forward (Linux: per-thread nice)."""
+    try:
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), WRITER_NICE)
+    except (AttributeError, OSError):
+        pass
+
+
 class DumpWriter:
     def __init__(self, dump_dir: str, workers: int = 2, max_pending: int = 16, wait_limit_s: float = 60.0):
         self.dump_dir = dump_dir
         self.wait_limit_s = wait_limit_s
         self._slots = threading.BoundedSemaphore(max_pending)
-        self._pool = concurrent.futures.ThreadPoolExecutor(workers, thread_name_prefix="hsx-dump")
+        self._pool = concurrent.futures.ThreadPoolExecutor(
+            workers, thread_name_prefix="hsx-dump", initializer=_lower_priority
+        )
         self._lock = threading.Lock()
         self._futures: set[concurrent.futures.Future] = set()
         self.written = 0

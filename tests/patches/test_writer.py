@@ -109,3 +109,19 @@ def test_rows_on_the_host_are_not_copied_again():
     aux, final = torch.ones(5, 6), torch.ones(5, 2)
     a, f, ready = HostStage().rows(aux, final)
     assert a is aux and f is final and ready is None
+
+
+def test_writer_threads_yield_the_cpu_to_the_scheduler(tmp_path, monkeypatch):
+    import os
+
+    seen = []
+    monkeypatch.setattr(
+        w,
+        "write_sample_files",
+        lambda d, s: seen.append(os.getpriority(os.PRIO_PROCESS, threading.get_native_id())),
+    )
+    wr = w.DumpWriter(str(tmp_path), workers=1)
+    wr.submit(sample("a"))
+    assert wr.drain(timeout=30)
+    wr.close()
+    assert len(seen) == 1 and seen[0] >= w.WRITER_NICE
