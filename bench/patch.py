@@ -188,7 +188,7 @@ def check_responses(mode: str, resps: list[dict], tokens: int, hidden: int) -> N
 def check_dumps(dump_dir: str, rids: list[str], tokens: int, hidden: int) -> int:
     """Every request left its data file and sidecar, of at least the tensors' size; bytes on disk."""
     names = set(os.listdir(dump_dir))
-    want = {f"{r}{ext}" for r in rids for ext in (".ckpt", ".json")}
+    want = {os.path.basename(p(dump_dir, r)) for r in rids for p in (dump.data_path, dump.sidecar_path)}
     assert names == want, f"dump dir: {len(names)} files, want {len(want)} ({sorted(names ^ want)[:4]})"
     floor = tokens * 4 * hidden * 2  # bf16 hidden_state + aux_hidden_state
     total = 0

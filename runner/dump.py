@@ -5,7 +5,7 @@ A request asks for a dump with ``sampling_params.custom_params``:
 ``{"hsx_dump": true, "hsx_loss_mask": "<rle>"}`` and a ``rid`` matching ``RID_RE``.
 The server writes, on the output filesystem, in the dump directory it was started with:
 
-* ``<dump_dir>/<rid>.ckpt`` — the complete sample in the output format (torch.save dict:
+* ``<dump_dir>/<rid>.dump`` — the complete sample in the output format (torch.save dict:
   input_ids, loss_mask, hidden_state [1,seq,H], aux_hidden_state [1,seq,3H]), fsynced;
 * then ``<dump_dir>/<rid>.json`` — a sidecar {rid, seq, bytes, checksum, hidden_size, dtype},
   written atomically after the data file, so its presence means the data file is complete;
@@ -28,6 +28,8 @@ DUMP_LAYERS_ENV = "HSX_AUX_LAYER_IDS"  # comma-separated layer ids, same convent
 CUSTOM_KEY = "hsx_dump"
 MASK_KEY = "hsx_loss_mask"
 CHECKSUM_ALGO = "xxh3_64"
+# Not ".ckpt": SpecForge trains on every *.ckpt under the output directory, hidden ones too.
+DATA_SUFFIX = ".dump"
 
 
 class DumpError(ValueError):
@@ -69,7 +71,7 @@ def decode_mask(text: str, length: int) -> list[int]:
 
 
 def data_path(dump_dir: str, rid: str) -> str:
-    return os.path.join(dump_dir, f"{check_rid(rid)}.ckpt")
+    return os.path.join(dump_dir, f"{check_rid(rid)}{DATA_SUFFIX}")
 
 
 def sidecar_path(dump_dir: str, rid: str) -> str:

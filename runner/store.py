@@ -200,7 +200,11 @@ class Store:
 
     # --- writing -------------------------------------------------------------------------
     def commit(self, idx: int, src: str, seq: int, nbytes: int, checksum: str) -> str:
-        """Rename a complete, fsynced dump into its shard, then record it in the manifest."""
+        """Record a complete, fsynced dump in the manifest, then rename it into its shard.
+
+        In this order a *.ckpt under the output is always a recorded sample (SpecForge trains on
+        every one): a crash between the two leaves a line whose file is missing, and the listing,
+        which is the truth, plans that sample again (its new line wins)."""
         shard = shard_name(idx)
         d = os.path.join(self.out, shard)
         if shard not in self._made:
@@ -209,8 +213,8 @@ class Store:
         dst = os.path.join(d, f"data_{idx}.ckpt")
         # No directory fsync per sample: the data was fsynced before the rename, and a rename
         # lost to a power cut only means the sample is planned again (the listing is the truth).
-        os.replace(src, dst)
         self.append_manifest(idx, seq, nbytes, checksum, shard)
+        os.replace(src, dst)
         self._settle(idx)
         return dst
 

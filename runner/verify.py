@@ -15,6 +15,7 @@ from .dataset import Dataset, RowError, load_tokenizer
 from .store import FILE_RE, SHARD_RE, Store, shard_name
 
 QUARANTINE = ".quarantine"
+QUARANTINE_SUFFIX = ".bad"
 
 
 def _scan(out: str) -> dict[int, list[str]]:
@@ -120,9 +121,9 @@ def verify(cfg: Config, repair: bool = False, quick: bool = False) -> dict:
         for idx in list(corrupt) + stray:
             for p in found.get(idx, []):
                 os.makedirs(qdir, exist_ok=True)
-                shutil.move(
-                    p, os.path.join(qdir, f"{os.path.basename(os.path.dirname(p))}_{os.path.basename(p)}")
-                )
+                # ".bad": SpecForge trains on every *.ckpt under the output directory
+                name = f"{os.path.basename(os.path.dirname(p))}_{os.path.basename(p)}{QUARANTINE_SUFFIX}"
+                shutil.move(p, os.path.join(qdir, name))
             store.requeue(idx, f"verify --repair: {corrupt.get(idx, 'stray')}")
             repaired.append(idx)
         for idx in missing:

@@ -14,7 +14,7 @@ import time
 
 from bot.slack_out import RESUME
 from tests.conftest import runner, write_job
-from tests.runner.helpers import assert_same_tensors, tensors, wait_for
+from tests.runner.helpers import assert_same_tensors, recorded, tensors, wait_for
 
 from .conftest import STRANGER, Ops
 
@@ -30,11 +30,7 @@ def _status(out: str) -> dict:
 
 
 def _done(out: str) -> int:
-    try:
-        with open(os.path.join(out, "manifest.jsonl")) as f:
-            return sum(1 for _ in f)
-    except FileNotFoundError:
-        return 0
+    return recorded(out)
 
 
 def _runners(conf_on_box: str) -> list[int]:

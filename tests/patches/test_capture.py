@@ -89,7 +89,7 @@ def test_prefix_cached_rows_are_refused(rig, model, tmp_path, caplog):
     forwards["s-prefix"](ids[:8])  # the cached prefix, never seen by the hook
     with caplog.at_level(logging.ERROR, logger="hsx.dump"):
         batch([(req, 8, 20)])
-    assert not (tmp_path / "s-prefix.ckpt").exists() and not (tmp_path / "s-prefix.json").exists()
+    assert not (tmp_path / "s-prefix.dump").exists() and not (tmp_path / "s-prefix.json").exists()
     assert "12 rows gathered for 20 prompt tokens" in caplog.text
 
 
@@ -126,7 +126,7 @@ def test_bad_request_logs_and_keeps_the_server_going(rig, tmp_path, caplog):
     assert rows == 21
     assert "loss mask has 9 entries for 10 tokens" in caplog.text and "rid must match" in caplog.text
     # the bad mask's request is told why at once; a rid that cannot name a file only logs
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["s-mask.failed", "s-ok.ckpt", "s-ok.json"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s-mask.failed", "s-ok.dump", "s-ok.json"]
     with pytest.raises(dump.DumpError, match="loss mask has 9 entries"):
         dump.poll_dump(str(tmp_path), "s-mask")
 

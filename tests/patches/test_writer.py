@@ -81,7 +81,7 @@ def test_a_failed_write_leaves_its_reason(tmp_path):
     assert wr.drain(timeout=30)
     with pytest.raises(dump.DumpError, match="loss mask has 3 entries for 4 tokens"):
         dump.poll_dump(str(tmp_path), "bad")
-    assert not (tmp_path / "bad.ckpt").exists() and not (tmp_path / "bad.json").exists()
+    assert not (tmp_path / "bad.dump").exists() and not (tmp_path / "bad.json").exists()
     wr.close()
 
 

@@ -43,9 +43,15 @@ def wait_for(pred, timeout=60.0, every=0.05, what="condition"):
 
 
 def done_count(conf: str) -> int:
+    return recorded(out_dir(conf))
+
+
+def recorded(out: str) -> int:
+    """Samples with a manifest line (a kill between a line and its rename, then the re-extraction,
+    gives one sample two lines)."""
     try:
-        with open(os.path.join(out_dir(conf), "manifest.jsonl")) as f:
-            return sum(1 for _ in f)
+        with open(os.path.join(out, "manifest.jsonl")) as f:
+            return len({json.loads(line)["idx"] for line in f if line.strip()})
     except FileNotFoundError:
         return 0
 
@@ -88,3 +94,23 @@ def kill_group(pid: int, sig=signal.SIGKILL) -> None:
         os.killpg(pid, sig)
     except ProcessLookupError:
         pass
+
+
+def unrecorded_ckpts(out: str) -> list[str]:
+    """Files SpecForge would train on (every *.ckpt / *.ckpt.gz under out, hidden folders too)
+    that are not a committed sample with its manifest line."""
+    from runner.store import sample_path
+
+    try:
+        with open(os.path.join(out, "manifest.jsonl")) as f:
+            lines = [json.loads(line) for line in f if line.strip()]
+    except FileNotFoundError:
+        lines = []
+    ok = {os.path.realpath(sample_path(out, rec["idx"])) for rec in lines}
+    found = [
+        os.path.join(d, n)
+        for d, _dirs, names in os.walk(out)
+        for n in names
+        if n.endswith((".ckpt", ".ckpt.gz"))
+    ]
+    return sorted(os.path.relpath(p, out) for p in found if os.path.realpath(p) not in ok)

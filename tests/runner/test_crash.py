@@ -17,6 +17,7 @@ from tests.runner.helpers import (
     start_run,
     status,
     tensors,
+    unrecorded_ckpts,
     verify,
     wait_for,
 )
@@ -60,6 +61,8 @@ def test_kill_nine_at_random_points_then_resume(job):
         # whatever is in the shard dirs is complete: every committed file verifies or is missing
         _, rep = verify(conf, "--quick")
         assert rep["corrupt"] == [], (seed, rep["reasons"])
+        # SpecForge trains on every *.ckpt under out: none may be a dump or an unrecorded file
+        assert unrecorded_ckpts(out_dir(conf)) == [], seed
 
     runner("run", "--config", conf, check=True)
     code, rep = verify(conf)

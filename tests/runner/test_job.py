@@ -18,6 +18,7 @@ from tests.runner.helpers import (
     start_run,
     status,
     tensors,
+    unrecorded_ckpts,
     verify,
     wait_for,
 )
@@ -254,8 +255,9 @@ def test_deleted_sample_in_a_complete_shard_is_repaired(job):
 
 
 def test_file_committed_without_its_manifest_line_is_not_corrupt(job):
-    """A kill between the rename and the manifest line leaves a sound file with no line
-    (seen in crash torture, seed 9789): verify says so, and a run or --repair adopts it."""
+    """A sound file with no manifest line (hsx before commits recorded the line first could be
+    killed between the rename and the line: crash torture, seed 9789): verify says so, and a
+    run or --repair adopts it."""
     conf = job(samples=12)
     runner("run", "--config", conf, check=True)
     before = tensors(conf)
@@ -276,9 +278,33 @@ def test_file_committed_without_its_manifest_line_is_not_corrupt(job):
     assert rep["ok"] == 10 and not rep["complete"]
     code, rep = verify(conf, "--repair")
     assert sorted(rep["repaired"]) == [5, 7]
+    assert unrecorded_ckpts(out) == []  # 5 recorded, 7 quarantined under a name SpecForge skips
     code, rep = verify(conf)
     assert rep["ok"] == 11 and rep["missing"] == [7] and rep["unrecorded"] == []
     runner("run", "--config", conf, check=True)
     code, rep = verify(conf)
     assert code == 0 and rep["ok"] == 12
     assert_same_tensors(before, tensors(conf))
+
+
+def test_after_repair_and_rerun_specforge_sees_only_committed_samples(job):
+    """SpecForge trains on every *.ckpt under the output, hidden folders included."""
+    conf = job(samples=10)
+    runner("run", "--config", conf, check=True)
+    out = out_dir(conf)
+    from runner.store import sample_path
+
+    path = sample_path(out, 3)
+    with open(path, "r+b") as f:  # flip bytes inside the tensor data
+        f.seek(os.path.getsize(path) // 2)
+        b = f.read(8)
+        f.seek(-8, os.SEEK_CUR)
+        f.write(bytes(x ^ 0xFF for x in b))
+    code, rep = verify(conf, "--repair")
+    assert code == 1 and rep["corrupt"] == [3] and rep["repaired"] == [3]
+    assert unrecorded_ckpts(out) == []
+    quarantined = os.listdir(os.path.join(out, ".quarantine"))
+    assert quarantined == ["rows_0-2000_data_3.ckpt.bad"], quarantined
+    runner("run", "--config", conf, check=True)
+    code, rep = verify(conf)
+    assert code == 0 and rep["ok"] == 10 and unrecorded_ckpts(out) == []

@@ -79,3 +79,41 @@ def test_prepare_removes_stale_temp_files(tmp_path):
         open(os.path.join(store.tmp, n), "w").close()
     assert Store(str(tmp_path)).prepare() == 3
     assert os.listdir(store.tmp) == []
+
+
+def _ckpt_files(out) -> set[str]:
+    """Every file SpecForge would train on: *.ckpt / *.ckpt.gz anywhere, hidden folders too."""
+    return {
+        os.path.relpath(os.path.join(d, n), out)
+        for d, _dirs, names in os.walk(out)
+        for n in names
+        if n.endswith((".ckpt", ".ckpt.gz"))
+    }
+
+
+def test_a_crash_inside_commit_never_leaves_an_unrecorded_ckpt(tmp_path, monkeypatch):
+    import pytest
+
+    from runner import store as st
+
+    out = str(tmp_path)
+    store = Store(out)
+    store.prepare()
+    store.plan(5)
+    _commit(store, 0)
+
+    def crash(*_a, **_k):
+        raise KeyboardInterrupt("killed")
+
+    monkeypatch.setattr(st.os, "replace", crash)  # killed after the manifest line, before the rename
+    with pytest.raises(KeyboardInterrupt):
+        _commit(store, 1)
+    monkeypatch.undo()
+    monkeypatch.setattr(st, "_append", crash)  # killed before the manifest line
+    with pytest.raises(KeyboardInterrupt):
+        _commit(store, 2)
+    monkeypatch.undo()
+    recorded = {os.path.relpath(sample_path(out, i), out) for i in store.manifest()}
+    assert _ckpt_files(out) == {os.path.relpath(sample_path(out, 0), out)} <= recorded
+    plan = Store(out).plan(5)  # the listing is the truth: 1 and 2 are extracted again
+    assert plan.remaining == [1, 2, 3, 4] and plan.orphans == []
