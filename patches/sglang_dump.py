@@ -64,6 +64,7 @@ _OWN_FLAGS = (
     "--dp-size",
     "--mem-fraction-static",
     "--return-aux-hidden-state-layer-ids",
+    "--trust-remote-code",
 )
 
 
@@ -204,6 +205,7 @@ def server_argv(
     mem_fraction: float,
     aux_layer_ids: list[int],
     extra_args: list[str],
+    trust_remote_code: bool = False,
 ) -> list[str]:
     """The full command line that starts the patched server; ``extra_args`` may add SGLang flags
     but not repeat or contradict the ones this function sets (ArgsError)."""
@@ -232,6 +234,8 @@ def server_argv(
     ]
     if aux_layer_ids:
         server += ["--return-aux-hidden-state-layer-ids", *(str(i) for i in aux_layer_ids)]
+    if trust_remote_code:  # [job] trust_remote_code owns it
+        server.append("--trust-remote-code")
     server += extra
     check_argv(server, list(aux_layer_ids))
     return [python, "-m", "patches.sglang_dump", *server]

@@ -11,9 +11,9 @@ import signal
 import sys
 import time
 
-from . import lock, view
+from . import layers, lock, view
 from .config import Config, load, require_job
-from .errors import HsxError, LockedError, StatusError
+from .errors import ConfigError, HsxError, LockedError, StatusError
 
 REFUSED = 3
 
@@ -57,6 +57,11 @@ def _spawn(args, cfg: Config, resume: bool) -> int:
     if _slurm(cfg):
         return _submit(args, cfg, resume)
     out = cfg.job.out
+    try:
+        layers.check_remote_code(cfg.job)
+    except ConfigError as e:
+        _emit(args, {"started": False, "reason": str(e)}, str(e))
+        return REFUSED
     held, pid = lock.is_held(out)
     verb = "resume" if resume else "start"
     if held:

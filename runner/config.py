@@ -28,6 +28,7 @@ class JobConfig:
     name: str = "hsx"
     model: str = ""  # model directory (config.json + weights)
     tokenizer: str = ""  # defaults to the model directory
+    trust_remote_code: bool = False  # let a model/tokenizer with auto_map run its own code
     dataset: str = ""  # JSONL input
     out: str = ""  # output directory = run directory (shards, manifest, status)
     max_length: int = 8192

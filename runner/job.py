@@ -87,6 +87,7 @@ def check_or_write_dataset_json(out: str, desc: dict) -> None:
 class Job:
     def __init__(self, cfg: Config, rank: int | None = None, world: int | None = None):
         require_job(cfg)
+        layers.check_remote_code(cfg.job)
         if rank is not None:  # each rank on a node has its own server port
             cfg = dataclasses.replace(
                 cfg, server=dataclasses.replace(cfg.server, port=cfg.server.port + rank)
@@ -119,7 +120,7 @@ class Job:
             loop.add_signal_handler(sig, self.request_stop)
         cfg = self.cfg
         removed = self.store.prepare()
-        tok = load_tokenizer(cfg.job.tokenizer)
+        tok = load_tokenizer(cfg.job.tokenizer, cfg.job.trust_remote_code)
         ds = Dataset(cfg.job.dataset, tok, cfg.job.max_length)
         info = layers.model_info(cfg.job.model)
         aux = layers.resolve_aux_ids(cfg.job.aux_layer_ids, info["num_layers"])

@@ -46,3 +46,31 @@ def model_info(model_dir: str) -> dict:
         }
     except KeyError as e:
         raise ValueError(f"model config {path} lacks {e}") from None
+
+
+def remote_code(*dirs: str) -> list[str]:
+    """The files in these model/tokenizer folders that load code of their own (``auto_map``):
+    transformers runs it only with trust_remote_code."""
+    found = []
+    for d in dict.fromkeys(x for x in dirs if x):
+        for name in ("config.json", "tokenizer_config.json"):
+            path = os.path.join(d, name)
+            try:
+                with open(path) as f:
+                    if "auto_map" in json.load(f):
+                        found.append(path)
+            except (OSError, json.JSONDecodeError, TypeError):
+                continue
+    return found
+
+
+def check_remote_code(job) -> None:
+    """Refuse, naming the key, a model or tokenizer that needs code it would run unasked."""
+    from .errors import ConfigError
+
+    files = remote_code(job.model, job.tokenizer)
+    if files and not job.trust_remote_code:
+        raise ConfigError(
+            f"{', '.join(files)} load code of their own (auto_map); read it, then set "
+            "[job] trust_remote_code = true to run it"
+        )

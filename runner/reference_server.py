@@ -24,7 +24,15 @@ READY_LINE = "The server is fired up and ready to roll!"  # same line SGLang pri
 
 
 class Model:
-    def __init__(self, model_dir: str, device: str, dtype: str, threads: int, aux_ids: list[int]):
+    def __init__(
+        self,
+        model_dir: str,
+        device: str,
+        dtype: str,
+        threads: int,
+        aux_ids: list[int],
+        trust_remote_code=False,
+    ):
         import torch
         from transformers import AutoModelForCausalLM
 
@@ -35,7 +43,7 @@ class Model:
         log.info("Load weight begin. model=%s device=%s dtype=%s", model_dir, device, dtype)
         self.torch = torch
         self.model = AutoModelForCausalLM.from_pretrained(
-            model_dir, dtype=getattr(torch, dtype), local_files_only=True
+            model_dir, dtype=getattr(torch, dtype), local_files_only=True, trust_remote_code=trust_remote_code
         ).to(device)
         self.model.eval()
         self.device = device
@@ -174,13 +182,14 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--device", default="cpu")
     p.add_argument("--dtype", default="bfloat16")
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--trust-remote-code", action="store_true")
     a = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, stream=sys.stdout, format="[%(asctime)s] %(message)s")
     if not a.dump_dir:
         p.error(f"--dump-dir or {dump.DUMP_DIR_ENV} is required")
     os.makedirs(a.dump_dir, exist_ok=True)
     aux = [int(x) for x in a.aux_layer_ids.split(",") if x.strip()]
-    model = Model(a.model, a.device, a.dtype, a.threads, aux)
+    model = Model(a.model, a.device, a.dtype, a.threads, aux, a.trust_remote_code)
     app = make_app(model, a.dump_dir)
 
     async def on_startup(_app):

@@ -41,17 +41,19 @@ def _die_with_parent() -> None:
 def build_argv(cfg: Config, aux_ids: list[int]) -> list[str]:
     s, j = cfg.server, cfg.job
     python = s.python or sys.executable
+    remote = ["--trust-remote-code"] if j.trust_remote_code else []
     if s.backend == "reference":
         return [
             python, "-m", "runner.reference_server", "--model", j.model, "--host", s.host,
             "--port", str(s.port), "--device", s.device, "--dtype", s.dtype, "--threads", str(s.threads),
-            "--aux-layer-ids", ",".join(map(str, aux_ids)), *s.extra_args,
+            "--aux-layer-ids", ",".join(map(str, aux_ids)), *remote, *s.extra_args,
         ]  # fmt: skip
     from patches.sglang_dump import server_argv
 
     return server_argv(
         python=python, model=j.model, host=s.host, port=s.port, tp_size=s.tp_size, dp_size=s.dp_size,
         mem_fraction=s.mem_fraction, aux_layer_ids=aux_ids, extra_args=list(s.extra_args),
+        trust_remote_code=j.trust_remote_code,
     )  # fmt: skip
 
 

@@ -148,3 +148,11 @@ def test_gpu_check_baseline_is_stock_sglang_without_capture():
         "--return-aux-hidden-state-layer-ids",
     ):
         assert gone not in flags
+
+
+def test_trust_remote_code_is_the_config_s_to_set():
+    argv = sd.server_argv(**{**BASE, "trust_remote_code": True})
+    assert argv.count("--trust-remote-code") == 1
+    assert "--trust-remote-code" not in sd.server_argv(**BASE)
+    with pytest.raises(sd.ArgsError, match="extra_args must not set --trust-remote-code"):
+        sd.server_argv(**{**BASE, "extra_args": ["--trust-remote-code"]})

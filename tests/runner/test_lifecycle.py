@@ -130,3 +130,40 @@ def test_dump_written_after_the_answer_is_waited_for(job, tmp_path):
     assert st["phase"] == "done" and done_count(conf) == 8
     with open(os.path.join(out_dir(conf), "logs", "runner.log")) as f:
         assert "retrying" not in f.read()
+
+
+def test_a_model_with_its_own_code_is_refused_until_trusted(job, demo_assets, tmp_path):
+    import shutil
+
+    from runner.config import load
+    from runner.server import build_argv
+
+    model = tmp_path / "remote-model"
+    shutil.copytree(demo_assets / "model", model)
+    with open(model / "tokenizer_config.json") as f:
+        tc = json.load(f)
+    tc["auto_map"] = {"AutoTokenizer": ["tokenization_x.XTokenizer", None]}  # as Kimi-K2.5 ships
+    with open(model / "tokenizer_config.json", "w") as f:
+        json.dump(tc, f)
+    conf = job(samples=4, job__model=str(model))
+    p = runner("run", "--config", conf)
+    assert p.returncode == 2 and "[job] trust_remote_code = true" in p.stderr
+    assert "tokenizer_config.json load code of their own" in p.stderr
+    p = runner("start", "--json", "--config", conf)
+    rep = json.loads(p.stdout)
+    assert p.returncode == 3 and not rep["started"] and "[job] trust_remote_code" in rep["reason"]
+    checks = {
+        c["name"]: c for c in json.loads(runner("preflight", "--json", "--config", conf).stdout)["checks"]
+    }
+    assert not checks["remote code"]["ok"] and "trust_remote_code" in checks["remote code"]["fix"]
+    assert done_count(conf) == 0 and not os.path.exists(os.path.join(out_dir(conf), "dataset.json"))
+
+    trusted = load(job(samples=4, job__model=str(model), job__trust_remote_code=True))
+    assert "--trust-remote-code" in build_argv(trusted, [1, 3, 4])  # reference backend
+    trusted.server.backend = "sglang"
+    assert "--trust-remote-code" in build_argv(trusted, [1, 3, 4])
+    checks = {
+        c["name"]: c
+        for c in json.loads(runner("preflight", "--json", "--config", trusted.path).stdout)["checks"]
+    }
+    assert checks["remote code"]["ok"] and "(trusted)" in checks["remote code"]["detail"]
