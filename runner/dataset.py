@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import mmap
 import os
+import threading
 from array import array
 from dataclasses import dataclass
 
@@ -51,14 +52,35 @@ def line_offsets(path: str) -> array:
     return offsets
 
 
+class TokenizerLoader:
+    """The tokenizer, loaded on first use: a dataset of pre-tokenized rows never needs it."""
+
+    def __init__(self, path: str, trust_remote_code: bool = False):
+        self.path, self.trust_remote_code = path, trust_remote_code
+        self._tok = None
+        self._lock = threading.Lock()
+
+    def get(self):
+        with self._lock:
+            if self._tok is None:
+                self._tok = load_tokenizer(self.path, self.trust_remote_code)
+            return self._tok
+
+
 class Dataset:
-    def __init__(self, path: str, tokenizer, max_length: int):
+    def __init__(self, path: str, tokenizer, max_length: int, vocab_size: int | None = None):
+        """``tokenizer``: a tokenizer or a TokenizerLoader; ``vocab_size``: ids a row may use
+        (the model's; by default the tokenizer's length)."""
         self.path = path
-        self.tokenizer = tokenizer
+        self._tok = tokenizer
         self.max_length = max_length
-        self.vocab_size = len(tokenizer)
+        self.vocab_size = vocab_size if vocab_size is not None else len(self.tokenizer)
         self._offsets = line_offsets(path)
         self._f = open(path, "rb")  # noqa: SIM115 - held for the dataset's life
+
+    @property
+    def tokenizer(self):
+        return self._tok.get() if isinstance(self._tok, TokenizerLoader) else self._tok
 
     def __len__(self) -> int:
         return len(self._offsets) - 1
@@ -146,3 +168,10 @@ def load_tokenizer(path: str, trust_remote_code: bool = False):
     from transformers import AutoTokenizer
 
     return AutoTokenizer.from_pretrained(path, local_files_only=True, trust_remote_code=trust_remote_code)
+
+
+def open_dataset(job, vocab_size: int | None) -> Dataset:
+    """The job's dataset; its tokenizer is loaded only if a conversation row needs it."""
+    return Dataset(
+        job.dataset, TokenizerLoader(job.tokenizer, job.trust_remote_code), job.max_length, vocab_size
+    )

@@ -13,7 +13,7 @@ import uuid
 
 from . import dump, layers, ranks
 from .config import Config, require_job
-from .dataset import Dataset, RowError, load_tokenizer
+from .dataset import Dataset, RowError, open_dataset
 from .disk import DiskGuard, worst_case_bytes
 from .errors import ConfigError, JobFailed, ServerError, ServerExited
 from .lock import JobLock
@@ -120,9 +120,8 @@ class Job:
             loop.add_signal_handler(sig, self.request_stop)
         cfg = self.cfg
         removed = self.store.prepare()
-        tok = load_tokenizer(cfg.job.tokenizer, cfg.job.trust_remote_code)
-        ds = Dataset(cfg.job.dataset, tok, cfg.job.max_length)
         info = layers.model_info(cfg.job.model)
+        ds = open_dataset(cfg.job, info["vocab_size"])
         aux = layers.resolve_aux_ids(cfg.job.aux_layer_ids, info["num_layers"])
         total = len(ds)
         lo, hi = (0, total) if self.rank is None else ranks.rank_range(total, self.rank, self.world)

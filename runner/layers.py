@@ -43,6 +43,7 @@ def model_info(model_dir: str) -> dict:
             "num_layers": int(cfg["num_hidden_layers"]),
             "dtype": str(cfg.get("torch_dtype") or cfg.get("dtype") or "bfloat16"),
             "architecture": (cfg.get("architectures") or ["?"])[0],
+            "vocab_size": int(cfg["vocab_size"]) if cfg.get("vocab_size") else None,
         }
     except KeyError as e:
         raise ValueError(f"model config {path} lacks {e}") from None

@@ -11,7 +11,7 @@ from collections import defaultdict
 
 from . import layers
 from .config import Config
-from .dataset import Dataset, RowError, load_tokenizer
+from .dataset import RowError, open_dataset
 from .store import FILE_RE, SHARD_RE, Store, shard_name
 
 QUARANTINE = ".quarantine"
@@ -85,7 +85,7 @@ def verify(cfg: Config, repair: bool = False, quick: bool = False) -> dict:
     except (OSError, json.JSONDecodeError):
         info = layers.model_info(cfg.job.model)
         desc = {"hidden_size": info["hidden_size"], "dtype": cfg.server.dtype}
-    ds = Dataset(cfg.job.dataset, load_tokenizer(cfg.job.tokenizer), cfg.job.max_length)
+    ds = open_dataset(cfg.job, layers.model_info(cfg.job.model)["vocab_size"])
     total = len(ds)
     manifest = store.manifest()
     failures = store.failures()

@@ -308,3 +308,17 @@ def test_after_repair_and_rerun_specforge_sees_only_committed_samples(job):
     runner("run", "--config", conf, check=True)
     code, rep = verify(conf)
     assert code == 0 and rep["ok"] == 10 and unrecorded_ckpts(out) == []
+
+
+def test_pretokenized_rows_need_no_tokenizer(job, tmp_path):
+    """The vocabulary check uses the model's vocab_size; the tokenizer is never loaded."""
+    rows = [
+        json.dumps({"input_ids": [5 + i, 6, 7, 8 + i], "loss_mask": [0, 1, 1, 1]}) + "\n" for i in range(6)
+    ]
+    rows.append(json.dumps({"input_ids": [1, 10**6], "loss_mask": [0, 1]}) + "\n")  # outside the vocabulary
+    conf = job(rows=rows, job__tokenizer=str(tmp_path / "no-tokenizer-here"))
+    runner("run", "--config", conf, check=True)
+    assert done_count(conf) == 6
+    code, rep = verify(conf)
+    assert rep["ok"] == 6 and rep["failed"] == [6] and rep["corrupt"] == rep["missing"] == [], rep
+    assert "outside the vocabulary" in json.dumps(rep["failed_reasons"]), rep["failed_reasons"]
