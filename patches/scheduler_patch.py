@@ -15,6 +15,7 @@ import os
 from runner import dump
 
 from . import capture, layer_ids
+from .sglang_dump import parse_layer_ids
 from .staging import HostStage
 from .writer import DumpWriter, wait_limit
 
@@ -50,11 +51,8 @@ class DumpState:
             if self.chunks.drop(rid):
                 log.info("hsx dump: %s ended without committing its prefill; pieces dropped", rid)
             return
-        aux, final = capture.slice_rows(
-            logits_output.hidden_states, logits_output.last_hidden_states, offset, n
-        )  # checks the bounds before any copy
         aux, final, ready = self.stage.rows(logits_output.hidden_states, logits_output.last_hidden_states)
-        aux, final = aux[offset : offset + n], final[offset : offset + n]
+        aux, final = capture.slice_rows(aux, final, offset, n)
         sample = capture.on_rows(
             self.chunks,
             rid=rid,
@@ -72,11 +70,6 @@ class DumpState:
 
 
 _STATE: DumpState | None = None
-
-
-def _env_ids() -> list[int]:
-    text = os.environ.get(dump.DUMP_LAYERS_ENV, "")
-    return [int(p) for p in text.replace(",", " ").split()]
 
 
 def _rid_of(req) -> str:
@@ -162,12 +155,11 @@ def make_order_hook(original):
     return _copy_result_to_cpu
 
 
-def make_capture_hook(original, ids_of):
+def make_capture_hook(original, ids: list[int]):
     """Wraps configure_aux_hidden_state_capture: the model captures the outputs of exactly the
     layers hsx names (patches/layer_ids.py), or the scheduler refuses to start."""
 
     def configure_aux_hidden_state_capture(*, model, eagle_use_aux_hidden_state, **kwargs):
-        ids = ids_of()
         if eagle_use_aux_hidden_state and ids and hasattr(model, "set_eagle3_layers_to_capture"):
             arg = layer_ids.configure(model, ids)
             log.info(
@@ -205,8 +197,8 @@ def install(dump_dir: str, writer_rank: bool, watchdog_s: float | None = None) -
     )
     _replace(GenerationBatchResult, "copy_to_cpu", lambda o: make_copy_hook(o, async_d2h, state_of))
     _replace(Scheduler, "_copy_result_to_cpu", make_order_hook)
-    ids = _env_ids()
-    _replace(model_runner, "configure_aux_hidden_state_capture", lambda o: make_capture_hook(o, lambda: ids))
+    ids = parse_layer_ids(os.environ.get(dump.DUMP_LAYERS_ENV, ""))  # the launcher checked them
+    _replace(model_runner, "configure_aux_hidden_state_capture", lambda o: make_capture_hook(o, ids))
     log.info("hsx dump patch installed (writer=%s, dump dir %s)", writer_rank, dump_dir)
     return _STATE
 

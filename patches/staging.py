@@ -20,8 +20,9 @@ class HostStage:
 
     def rows(self, aux, final):
         """(aux, final, ready): host copies of the whole batch's rows and the event that says
-        they are complete (None when the rows are already on the host)."""
-        if aux.device.type == "cpu":
+        they are complete (None when the rows are already on the host, or missing: the caller's
+        slice_rows says so)."""
+        if aux is None or final is None or aux.device.type == "cpu":
             return aux, final, None
         if self._src is not None and self._src() is aux:
             return self._staged

@@ -100,6 +100,15 @@ def write_failure(dump_dir: str, rid: str, reason: str) -> None:
     os.replace(path + ".part", path)
 
 
+def remove_dump(dump_dir: str, rid: str) -> None:
+    """A dump that will not be committed: its data file, sidecar and failure note, if any."""
+    for path in (data_path(dump_dir, rid), sidecar_path(dump_dir, rid), failure_path(dump_dir, rid)):
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
+
+
 def poll_dump(dump_dir: str, rid: str) -> dict | None:
     """The sidecar once written, None while the dump is still being written; DumpError if the
     server gave up on it (with its reason) or the sidecar is unreadable."""

@@ -212,12 +212,7 @@ class Extractor:
         return meta
 
     def _discard(self, rid: str) -> None:
-        paths = (dump.data_path, dump.sidecar_path, dump.failure_path)
-        for path in (p(self.dump_dir, rid) for p in paths):
-            try:
-                os.unlink(path)
-            except FileNotFoundError:
-                pass
+        dump.remove_dump(self.dump_dir, rid)
 
     def _sweep(self) -> None:
         """Dumps a server finished after we gave up on them: older than two timeouts, gone."""

@@ -274,15 +274,7 @@ class Job:
         except (aiohttp.ClientError, asyncio.TimeoutError, dump.DumpError, ValueError, KeyError) as e:
             raise JobFailed(f"self-test failed: {type(e).__name__}: {e}") from None
         finally:
-            for p in (
-                dump.data_path(dump_dir, rid),
-                dump.sidecar_path(dump_dir, rid),
-                dump.failure_path(dump_dir, rid),
-            ):
-                try:
-                    os.unlink(p)
-                except FileNotFoundError:
-                    pass
+            dump.remove_dump(dump_dir, rid)
         self.rec.event("self_test", ok=True, tokens=len(ids))
 
     def rec_hidden(self) -> int:

@@ -65,8 +65,9 @@ def remote_code(*dirs: str) -> list[str]:
     return found
 
 
-def check_remote_code(job) -> None:
-    """Refuse, naming the key, a model or tokenizer that needs code it would run unasked."""
+def check_remote_code(job) -> list[str]:
+    """Refuse, naming the key, a model or tokenizer that needs code it would run unasked;
+    return the files that bring code (trusted, or none)."""
     from .errors import ConfigError
 
     files = remote_code(job.model, job.tokenizer)
@@ -75,3 +76,4 @@ def check_remote_code(job) -> None:
             f"{', '.join(files)} load code of their own (auto_map); read it, then set "
             "[job] trust_remote_code = true to run it"
         )
+    return files

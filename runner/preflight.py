@@ -9,6 +9,7 @@ import shutil
 from . import gpus, layers, lock
 from .config import Config
 from .disk import fmt, worst_case_bytes
+from .errors import ConfigError
 
 
 def _check(name: str, ok: bool, detail: str, fix: str = "") -> dict:
@@ -37,17 +38,14 @@ def preflight(cfg: Config, free_gpus: bool = False) -> dict:
     except ValueError as e:
         checks.append(_check("model", False, str(e), "fix [job] model / aux_layer_ids"))
 
-    files = layers.remote_code(j.model, j.tokenizer)
-    checks.append(
-        _check(
-            "remote code",
-            not files or j.trust_remote_code,
-            f"{', '.join(files)} load code of their own{' (trusted)' if j.trust_remote_code else ''}"
-            if files
-            else "none needed",
-            "read that code, then set [job] trust_remote_code = true",
+    try:
+        files = layers.check_remote_code(j)
+        detail = f"{', '.join(files)} load code of their own (trusted)" if files else "none needed"
+        checks.append(_check("remote code", True, detail))
+    except ConfigError as e:
+        checks.append(
+            _check("remote code", False, str(e), "read that code, then set [job] trust_remote_code = true")
         )
-    )
 
     os.makedirs(j.out, exist_ok=True)
     free = shutil.disk_usage(j.out).free

@@ -45,12 +45,13 @@ def need_sshd() -> None:
         skip_or_fail(why)
 
 
-def skip_or_fail(why: str) -> None:
-    """A missing tool skips the test here, but fails it in CI, which installs every tool."""
+def skip_or_fail(why: str, require_env: str = REQUIRE_ENV) -> None:
+    """A missing tool skips the test here, but fails it in CI, which installs every tool (and
+    sets ``require_env``)."""
     import pytest
 
-    if os.environ.get(REQUIRE_ENV):
-        pytest.fail(f"{why} ({REQUIRE_ENV} is set)")
+    if os.environ.get(require_env):
+        pytest.fail(f"{why} ({require_env} is set)")
     pytest.skip(why)
 
 

@@ -13,6 +13,7 @@ import pytest
 from runner import demo_assets as da
 from runner import sglang_cpu
 from tests.conftest import ROOT
+from tests.sshd import skip_or_fail
 
 KERNELS = os.path.join(ROOT, "tests", "sglang_cpu")
 DTYPE = {"llama": "bfloat16", "deepseek_v3": "float32"}
@@ -22,10 +23,9 @@ DTYPE = {"llama": "bfloat16", "deepseek_v3": "float32"}
 def sglang_python():
     py = sglang_cpu.python_of(os.path.join(ROOT, ".cache"))
     if py is None:
-        why = "the SGLang CPU venv is not built (python -m runner.sglang_cpu .cache)"
-        if os.environ.get("HSX_REQUIRE_SGLANG_CPU"):
-            pytest.fail(f"{why} (HSX_REQUIRE_SGLANG_CPU is set)")
-        pytest.skip(why)
+        skip_or_fail(
+            "the SGLang CPU venv is not built (python -m runner.sglang_cpu .cache)", "HSX_REQUIRE_SGLANG_CPU"
+        )
     return py
 
 
