@@ -38,13 +38,14 @@ def write_sample_files(dump_dir: str, sample: Sample) -> dict:
         os.remove(side)
     sample.finish()
     t = sample.tensors()
-    nbytes, checksum = write_sample(dump.data_path(dump_dir, sample.rid), **t)
+    dtype = dump.file_dtype() or str(t["hidden_state"].dtype).removeprefix("torch.")
+    nbytes, checksum = write_sample(dump.data_path(dump_dir, sample.rid), **t, dtype=dtype)
     meta = {
         "seq": len(sample.input_ids),
         "bytes": nbytes,
         "checksum": checksum,
         "hidden_size": int(t["hidden_state"].shape[-1]),
-        "dtype": str(t["hidden_state"].dtype).removeprefix("torch."),
+        "dtype": dtype,
     }
     dump.write_sidecar(dump_dir, sample.rid, meta)
     return meta

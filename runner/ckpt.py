@@ -208,12 +208,18 @@ def write_sample(
     loss_mask: torch.Tensor,
     hidden_state: torch.Tensor,
     aux_hidden_state: torch.Tensor,
+    dtype: str | None = None,
 ) -> tuple[int, str]:
-    """Create `path` (truncating a leftover), write the sample, fsync it.
+    """Create `path` (truncating a leftover), write the sample, fsync it; ``dtype`` names the
+    float dtype the hidden states are stored in (None: as given).
 
     Returns (bytes written, checksum hex of those exact bytes). The caller renames the file
     into place and fsyncs the directory. On any error the partial file is removed.
     """
+    if dtype is not None:  # SpecForge casts its head to bf16 and never casts a batch
+        hidden_state, aux_hidden_state = (
+            t.to(getattr(torch, dtype)) for t in (hidden_state, aux_hidden_state)
+        )
     sample = _sample_dict(input_ids, loss_mask, hidden_state, aux_hidden_state)
     flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_CLOEXEC", 0)
     fd = os.open(path, flags, 0o644)

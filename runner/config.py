@@ -12,6 +12,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any
 
+from .dump import FILE_DTYPES
 from .errors import ConfigError
 
 if sys.version_info >= (3, 11):
@@ -32,7 +33,9 @@ class JobConfig:
     dataset: str = ""  # JSONL input
     out: str = ""  # output directory = run directory (shards, manifest, status)
     max_length: int = 8192
-    aux_layer_ids: list[int] = field(default_factory=list)  # empty: SpecForge default
+    aux_layer_ids: list[int] = field(default_factory=list)  # empty: the draft config's, else SpecForge's
+    draft_config: str = ""  # SpecForge draft-model config; its eagle_aux_hidden_state_layer_ids win
+    dtype: str = "bfloat16"  # the files' float dtype (SpecForge trains on bf16), cast from the model's
     concurrency: int = 8  # requests in flight
     request_timeout_s: float = 600.0
     dump_wait_s: float = 300.0  # after an answer, how long the dump's files may take to appear
@@ -135,7 +138,7 @@ class Config:
 
 
 _PATH_KEYS = {
-    "job": ("model", "tokenizer", "dataset", "out"),
+    "job": ("model", "tokenizer", "dataset", "out", "draft_config"),
     "remote": ("identity_file", "known_hosts"),
     "slack": ("audit_log",),
     "watcher": ("state_file",),
@@ -232,6 +235,8 @@ def validate(cfg: Config) -> None:
         raise ConfigError("[job] aux_layer_ids must be non-negative integers")
     if j.aux_layer_ids and len(j.aux_layer_ids) != 3:
         raise ConfigError("[job] aux_layer_ids must name exactly three layers (EAGLE-3)")
+    if j.dtype not in FILE_DTYPES:
+        raise ConfigError(f"[job] dtype must be one of {', '.join(FILE_DTYPES)}, got {j.dtype!r}")
     if s.backend not in ("reference", "sglang"):
         raise ConfigError(f"[server] backend must be 'reference' or 'sglang', got {s.backend!r}")
     if not (0 < s.port < 65536):

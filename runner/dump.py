@@ -25,6 +25,8 @@ import re
 RID_RE = re.compile(r"^[A-Za-z0-9._-]{1,128}$")
 DUMP_DIR_ENV = "HSX_DUMP_DIR"
 DUMP_LAYERS_ENV = "HSX_AUX_LAYER_IDS"  # comma-separated layer ids, same convention as SpecForge
+DUMP_DTYPE_ENV = "HSX_DUMP_DTYPE"  # the files' float dtype ([job] dtype); unset: the model's own
+FILE_DTYPES = ("bfloat16", "float16", "float32")
 CUSTOM_KEY = "hsx_dump"
 MASK_KEY = "hsx_loss_mask"
 CHECKSUM_ALGO = "xxh3_64"
@@ -34,6 +36,14 @@ DATA_SUFFIX = ".dump"
 
 class DumpError(ValueError):
     """A dump request or sidecar that breaks the contract."""
+
+
+def file_dtype() -> str | None:
+    """The dtype the server's process was told to write, from the environment."""
+    name = os.environ.get(DUMP_DTYPE_ENV) or None
+    if name is not None and name not in FILE_DTYPES:
+        raise DumpError(f"{DUMP_DTYPE_ENV}={name!r}: want one of {', '.join(FILE_DTYPES)}")
+    return name
 
 
 def check_rid(rid: object) -> str:

@@ -41,7 +41,7 @@ def setup_logging(out: str, path: str | None = None) -> str:
     return path
 
 
-def describe(cfg: Config, info: dict, aux: list[int], total: int, tokenizer: str) -> dict:
+def describe(cfg: Config, info: dict, aux: list[int], aux_source: str, total: int, tokenizer: str) -> dict:
     return {
         "format": FORMAT,
         "model": os.path.abspath(cfg.job.model),
@@ -51,8 +51,10 @@ def describe(cfg: Config, info: dict, aux: list[int], total: int, tokenizer: str
         "max_length": cfg.job.max_length,
         "hidden_size": info["hidden_size"],
         "num_layers": info["num_layers"],
-        "dtype": info["dtype"] if cfg.server.backend == "sglang" else cfg.server.dtype,
+        "dtype": cfg.job.dtype,
+        "model_dtype": info["dtype"] if cfg.server.backend == "sglang" else cfg.server.dtype,
         "aux_layer_ids": aux,
+        "aux_layer_source": aux_source,
         "layer_convention": layers.CONVENTION,
         "final_norm": layers.FINAL_NORM,
         "checksum": dump.CHECKSUM_ALGO,
@@ -122,10 +124,11 @@ class Job:
         removed = self.store.prepare()
         info = layers.model_info(cfg.job.model)
         ds = open_dataset(cfg.job, info["vocab_size"])
-        aux = layers.resolve_aux_ids(cfg.job.aux_layer_ids, info["num_layers"])
+        aux, aux_source = layers.job_aux_ids(cfg.job, info)
         total = len(ds)
         lo, hi = (0, total) if self.rank is None else ranks.rank_range(total, self.rank, self.world)
-        check_or_write_dataset_json(self.out, describe(cfg, info, aux, total, cfg.job.tokenizer))
+        desc = describe(cfg, info, aux, aux_source, total, cfg.job.tokenizer)
+        check_or_write_dataset_json(self.out, desc)
         rec = Recorder(self.out, cfg.job.name, hi - lo, cfg.job.rate_window_s)
         rec.path, rec.events_path = self.names.status, self.names.events
         self.rec = rec
@@ -267,6 +270,8 @@ class Job:
                 problems.append(f"aux_hidden_state shape {tuple(aux.shape)}, want (1, {seq}, {3 * h})")
             if t["input_ids"].tolist() != ids:
                 problems.append("input_ids differ from the request")
+            if hs.dtype != getattr(torch, self.cfg.job.dtype):
+                problems.append(f"dtype {hs.dtype}, want [job] dtype {self.cfg.job.dtype}")
             if not (torch.isfinite(hs.float()).all() and torch.isfinite(aux.float()).all()):
                 problems.append("non-finite values")
             if problems:

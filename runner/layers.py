@@ -15,8 +15,45 @@ CONVENTION = (
 FINAL_NORM = "hidden_state = output of the model's final norm (input to lm_head)"
 
 
-def default_aux_ids(num_layers: int) -> list[int]:
+def default_aux_ids(num_layers: int, architecture: str = "") -> list[int]:
+    """The ids SpecForge trains a target with when its draft config names none."""
     return [1, num_layers // 2 - 1, num_layers - 4]
+
+
+def draft_aux_ids(path: str) -> list[int] | None:
+    """``eagle_config.eagle_aux_hidden_state_layer_ids`` of a SpecForge draft-model config."""
+    try:
+        with open(path) as f:
+            cfg = json.load(f)
+    except (OSError, json.JSONDecodeError) as e:
+        raise ValueError(f"cannot read draft config {path}: {e}") from None
+    ids = (
+        (cfg.get("eagle_config") or {}).get("eagle_aux_hidden_state_layer_ids")
+        if isinstance(cfg, dict)
+        else None
+    )
+    if ids is None:
+        return None
+    if not isinstance(ids, list) or not all(type(i) is int for i in ids):
+        raise ValueError(f"{path}: eagle_aux_hidden_state_layer_ids must be a list of integers, got {ids!r}")
+    return ids
+
+
+def job_aux_ids(job, info: dict) -> tuple[list[int], str]:
+    """The aux ids a job extracts and where they come from, as SpecForge resolves them: the
+    draft config's, else its default for the target. ``[job] aux_layer_ids`` may only agree."""
+    n, arch = info["num_layers"], info["architecture"]
+    draft = draft_aux_ids(job.draft_config) if job.draft_config else None
+    if draft is not None:
+        if job.aux_layer_ids and sorted(job.aux_layer_ids) != sorted(draft):
+            raise ValueError(
+                f"[job] aux_layer_ids {job.aux_layer_ids} differ from {job.draft_config}'s "
+                f"eagle_aux_hidden_state_layer_ids {draft}, which SpecForge would train on; drop one"
+            )
+        return resolve_aux_ids(draft, n), f"draft config {os.path.abspath(job.draft_config)}"
+    if job.aux_layer_ids:
+        return resolve_aux_ids(job.aux_layer_ids, n), "[job] aux_layer_ids"
+    return resolve_aux_ids(default_aux_ids(n, arch), n), f"SpecForge's default for {arch} ({n} layers)"
 
 
 def resolve_aux_ids(ids: list[int], num_layers: int) -> list[int]:

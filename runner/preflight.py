@@ -32,11 +32,11 @@ def preflight(cfg: Config, free_gpus: bool = False) -> dict:
     info = None
     try:
         info = layers.model_info(j.model)
-        aux = layers.resolve_aux_ids(j.aux_layer_ids, info["num_layers"])
-        detail = f"{info['architecture']}, {info['num_layers']} layers, H={info['hidden_size']}, aux {aux}"
+        aux, source = layers.job_aux_ids(j, info)
+        detail = f"{info['architecture']}, {info['num_layers']} layers, H={info['hidden_size']}, aux {aux} ({source})"
         checks.append(_check("model", True, detail))
     except ValueError as e:
-        checks.append(_check("model", False, str(e), "fix [job] model / aux_layer_ids"))
+        checks.append(_check("model", False, str(e), "fix [job] model / aux_layer_ids / draft_config"))
 
     try:
         files = layers.check_remote_code(j)

@@ -96,6 +96,8 @@ def make_app(model: Model, dump_dir: str) -> web.Application:
     fwd_pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="forward")
     io_pool = concurrent.futures.ThreadPoolExecutor(2, thread_name_prefix="dump")
 
+    file_dtype = dump.file_dtype() or model.dtype
+
     def write(rid: str, ids: list[int], mask: list[int], final, aux) -> dict:
         nbytes, checksum = write_sample(
             dump.data_path(dump_dir, rid),
@@ -103,13 +105,14 @@ def make_app(model: Model, dump_dir: str) -> web.Application:
             loss_mask=torch.tensor(mask, dtype=torch.int64),
             hidden_state=final,
             aux_hidden_state=aux,
+            dtype=file_dtype,
         )
         meta = {
             "seq": len(ids),
             "bytes": nbytes,
             "checksum": checksum,
             "hidden_size": model.hidden_size,
-            "dtype": model.dtype,
+            "dtype": file_dtype,
         }
         dump.write_sidecar(dump_dir, rid, meta)
         return meta

@@ -84,7 +84,7 @@ def verify(cfg: Config, repair: bool = False, quick: bool = False) -> dict:
             desc = json.load(f)
     except (OSError, json.JSONDecodeError):
         info = layers.model_info(cfg.job.model)
-        desc = {"hidden_size": info["hidden_size"], "dtype": cfg.server.dtype}
+        desc = {"hidden_size": info["hidden_size"], "dtype": cfg.job.dtype}
     ds = open_dataset(cfg.job, layers.model_info(cfg.job.model)["vocab_size"])
     total = len(ds)
     manifest = store.manifest()

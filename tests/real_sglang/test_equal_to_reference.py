@@ -31,7 +31,7 @@ SAMPLES = 16
 def _jobs(tmp_path, demo_assets, model: str, arch: str, python: str, samples=SAMPLES, extra=(), **kw):
     sg = sglang_cpu.server_section(arch, python, KERNELS)
     dtype = DTYPE[arch]
-    common = dict(job__model=model, job__concurrency=4, job__max_length=512, **kw)
+    common = dict(job__model=model, job__dtype=dtype, job__concurrency=4, job__max_length=512, **kw)
     a = write_job(
         tmp_path / "sglang", demo_assets, samples, server__backend="sglang", server__python=sg["python"],
         server__extra_args=[*sg["extra_args"], "--dtype", dtype, *extra], server__env=sg["env"],
