@@ -1,7 +1,7 @@
 """The JSONL input: one sample per line, index = line number (0-based).
 
 A row is a conversation (``conversations`` with role/content, or ShareGPT's from/value),
-rendered with the tokenizer's chat template and masked to assistant tokens, or
+rendered with the tokenizer's chat template and masked as SpecForge masks it (runner/masks.py), or
 pre-tokenized (``input_ids`` and optional ``loss_mask``). Rows longer than ``max_length``
 are truncated; unusable rows raise ``RowError`` with a reason and never stop the job.
 """
@@ -15,6 +15,8 @@ import threading
 from array import array
 from dataclasses import dataclass
 
+from . import masks
+
 ROLE_ALIASES = {
     "user": "user",
     "human": "user",
@@ -22,6 +24,9 @@ ROLE_ALIASES = {
     "gpt": "assistant",
     "system": "system",
 }
+
+
+REASONING_KEYS = ("reasoning_content", "reasoning", "thinking")
 
 
 class RowError(ValueError):
@@ -77,6 +82,7 @@ class Dataset:
         self.vocab_size = vocab_size if vocab_size is not None else len(self.tokenizer)
         self._offsets = line_offsets(path)
         self._f = open(path, "rb")  # noqa: SIM115 - held for the dataset's life
+        self._marks: masks.Markers | None | bool = False  # False: not read yet
 
     @property
     def tokenizer(self):
@@ -136,29 +142,35 @@ class Dataset:
             content = t.get("content", t.get("value"))
             if role not in ROLE_ALIASES or not isinstance(content, str):
                 raise RowError(f"bad turn (role {role!r}); need role/content or from/value")
-            messages.append({"role": ROLE_ALIASES[role], "content": content})
+            msg = {"role": ROLE_ALIASES[role], "content": content}
+            reasoning = next((t[k] for k in REASONING_KEYS if isinstance(t.get(k), str)), None)
+            if reasoning is not None and msg["role"] == "assistant":  # Qwen3/Kimi and gpt-oss names
+                msg["reasoning_content"] = msg["thinking"] = reasoning
+            messages.append(msg)
+        tok = self.tokenizer
         try:
-            text = self.tokenizer.apply_chat_template(messages, tokenize=False)
+            text = masks.render(tok, messages)
         except Exception as e:  # template errors are the row's fault (e.g. role order)
             raise RowError(f"chat template failed: {e}") from None
-        spans, cursor = [], 0
-        for m in messages:  # assistant content, located in order in the rendered text
-            at = text.find(m["content"], cursor)
-            if at < 0:
-                raise RowError("message content not found in the rendered chat template")
-            cursor = at + len(m["content"])
-            if m["role"] == "assistant":
-                spans.append((at, cursor))
-        enc = self.tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
-        ids = list(enc["input_ids"])
-        mask = [0] * len(ids)
-        j = 0
-        for i, (s, e) in enumerate(enc["offset_mapping"]):
-            while j < len(spans) and spans[j][1] <= s:
-                j += 1
-            if j < len(spans) and s < spans[j][1] and e > spans[j][0]:
-                mask[i] = 1
-        return ids, mask
+        marks = self._markers(tok)
+        try:
+            spans = marks.spans(text) if marks else masks.content_spans(text, messages)
+        except ValueError as e:
+            raise RowError(str(e)) from None
+        if getattr(tok, "is_fast", False):
+            enc = tok(text, add_special_tokens=False, return_offsets_mapping=True)
+            return list(enc["input_ids"]), masks.offsets_mask(enc["offset_mapping"], spans)
+        ids = list(tok.encode(text, add_special_tokens=False))
+        return ids, masks.prefix_mask(tok, text, len(ids), spans)
+
+    def _markers(self, tok) -> masks.Markers | None:
+        """The template's assistant markers, read once; None: it has no generation prompt."""
+        if self._marks is False:
+            try:
+                self._marks = masks.markers(tok)
+            except masks.TemplateError:
+                self._marks = None
+        return self._marks
 
     def close(self) -> None:
         self._f.close()

@@ -16,7 +16,11 @@ FINAL_NORM = "hidden_state = output of the model's final norm (input to lm_head)
 
 
 def default_aux_ids(num_layers: int, architecture: str = "") -> list[int]:
-    """The ids SpecForge trains a target with when its draft config names none."""
+    """The ids SpecForge trains this target with. Its fallback is ``[1, N//2-1, N-4]`` for every
+    family (N from ``text_config`` where there is one), but the gpt-oss draft configs it ships
+    (configs/gpt-oss-20B-eagle3.json [1, 11, 21], -120B [1, 17, 33]) name ``N-3`` last."""
+    if architecture.startswith("GptOss"):
+        return [1, num_layers // 2 - 1, num_layers - 3]
     return [1, num_layers // 2 - 1, num_layers - 4]
 
 

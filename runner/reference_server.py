@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import concurrent.futures
+import json
 import logging
 import os
 import sys
@@ -21,6 +22,37 @@ from . import dump, layers
 
 log = logging.getLogger("hsx.reference")
 READY_LINE = "The server is fired up and ready to roll!"  # same line SGLang prints
+
+
+# A wrapper's text_config may name a model_type transformers knows by another name.
+TEXT_MODEL_TYPES = {"kimi_k2": "deepseek_v3"}
+
+
+def load_text_model(model_dir: str, dtype, trust_remote_code: bool):
+    """The causal LM in ``model_dir``. A multimodal wrapper (Kimi-K2.5: a ``text_config`` and
+    weights under ``language_model.``) gives its text model, built by transformers itself, so
+    the wrapper's own remote code (and its vision tower) is never run."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    with open(os.path.join(model_dir, "config.json")) as f:
+        cfg = json.load(f)
+    text = cfg.get("text_config")
+    if not text:
+        return AutoModelForCausalLM.from_pretrained(
+            model_dir, dtype=dtype, local_files_only=True, trust_remote_code=trust_remote_code
+        )
+    text = {k: v for k, v in text.items() if k not in ("auto_map", "quantization_config")}
+    kind = text.pop("model_type")
+    config = AutoConfig.for_model(TEXT_MODEL_TYPES.get(kind, kind), **text)
+    # from_pretrained, not load_state_dict: it also converts checkpoint layouts (per-expert MoE
+    # weights); the vision tower's weights are left unread.
+    model, info = AutoModelForCausalLM.from_pretrained(
+        model_dir, config=config, dtype=dtype, local_files_only=True, key_mapping={r"^language_model\.": ""},
+        output_loading_info=True,
+    )  # fmt: skip
+    if info["missing_keys"]:  # transformers would leave them random
+        raise ValueError(f"{model_dir}: the text model lacks weights {sorted(info['missing_keys'])[:5]}")
+    return model
 
 
 class Model:
@@ -34,7 +66,6 @@ class Model:
         trust_remote_code=False,
     ):
         import torch
-        from transformers import AutoModelForCausalLM
 
         torch.set_num_threads(threads)
         torch.use_deterministic_algorithms(True, warn_only=True)
@@ -42,9 +73,7 @@ class Model:
         self.aux_ids = layers.resolve_aux_ids(aux_ids, info["num_layers"])
         log.info("Load weight begin. model=%s device=%s dtype=%s", model_dir, device, dtype)
         self.torch = torch
-        self.model = AutoModelForCausalLM.from_pretrained(
-            model_dir, dtype=getattr(torch, dtype), local_files_only=True, trust_remote_code=trust_remote_code
-        ).to(device)
+        self.model = load_text_model(model_dir, getattr(torch, dtype), trust_remote_code).to(device)
         self.model.eval()
         self.device = device
         self.hidden_size = info["hidden_size"]
