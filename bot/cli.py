@@ -113,9 +113,14 @@ def cmd_demo(args) -> int:
     from runner import demo_assets
 
     workdir = os.path.abspath(args.workdir)
+    if args.backend == "sglang" and args.target != "demo":
+        raise SystemExit("hsx demo --backend sglang runs the demo model only; drop --target or --backend")
     server = _sglang_cpu_server() if args.backend == "sglang" else None
-    print(f"hsx demo: building a tiny model, tokenizer and {args.samples} conversations in {workdir} ...")
-    conf = demo_assets.build(workdir, args.samples, args.seed, server)
+    what = "a tiny model" if args.target == "demo" else f"a tiny {args.target}-shaped model"
+    print(f"hsx demo: building {what}, tokenizer and {args.samples} conversations in {workdir} ...")
+    conf = demo_assets.build(workdir, args.samples, args.seed, server, args.target)
+    if load(conf).job.trust_remote_code:
+        print("hsx demo: trust_remote_code = true: the tokenizer is hsx's own code in model/")
     cfg = load(conf)
     box = _box(cfg)
     started = box.start()
@@ -222,6 +227,10 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument(
         "--backend", choices=("reference", "sglang"), default="reference",
         help="sglang: the real patched SGLang on this CPU (builds its venv on first use)",
+    )  # fmt: skip
+    s.add_argument(
+        "--target", choices=("demo", "kimi-k2.5", "llama3", "qwen3", "gpt-oss"), default="demo",
+        help="a tiny copy of a real family's model directory, tokenizer and chat template",
     )  # fmt: skip
     s.set_defaults(fn=cmd_demo)
     return p

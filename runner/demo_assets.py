@@ -125,13 +125,14 @@ def _server_toml(server: dict | None) -> str:
     )
 
 
-def toml_for(workdir: str, concurrency: int = 4, server: dict | None = None) -> str:
+def toml_for(workdir: str, concurrency: int = 4, server: dict | None = None, trust: bool = False) -> str:
     return f"""# Written by `hsx demo`: the whole loop on this machine, tiny model.
 [job]
 name = "demo"
 model = "model"
 dataset = "data.jsonl"
 out = "out"
+trust_remote_code = {"true" if trust else "false"}  # the target's tokenizer is code in model/
 max_length = 512
 concurrency = {concurrency}
 status_interval_s = 1.0
@@ -173,32 +174,46 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def build(workdir: str, samples: int, seed: int, server: dict | None = None) -> str:
+def build(workdir: str, samples: int, seed: int, server: dict | None = None, target: str = "demo") -> str:
     """Create the demo job in workdir unless it is already there; return the config path.
-    ``server``: [server] keys for the real SGLang (runner.sglang_cpu), else the reference backend."""
+    ``server``: [server] keys for the real SGLang (runner.sglang_cpu), else the reference backend.
+    ``target``: "demo" (the quickest) or a real family's shape from runner/targets.py."""
     os.makedirs(workdir, exist_ok=True)
     conf = os.path.join(workdir, "hsx.toml")
     stamp = os.path.join(workdir, "demo.json")
-    want = {"samples": samples, "seed": seed, "backend": "sglang" if server else "reference"}
+    want = {
+        "samples": samples,
+        "seed": seed,
+        "backend": "sglang" if server else "reference",
+        "target": target,
+    }
     if os.path.exists(conf) and os.path.exists(stamp):
         with open(stamp) as f:
             have = json.load(f)
         have.setdefault("backend", "reference")  # demos built before --backend
+        have.setdefault("target", "demo")  # and before --target
         if have == want:
             return conf
         raise SystemExit(
             f"{workdir} holds a demo built with {have}; use another --workdir or the same options"
         )
-    rows = make_conversations(seed, samples)
-    with open(os.path.join(workdir, "data.jsonl"), "w") as f:
-        for r in rows:
-            f.write(json.dumps(r) + "\n")
-    texts = [t["content"] for r in rows for t in r["conversations"]]
-    model_dir = os.path.join(workdir, "model")
-    tok = build_tokenizer(texts, model_dir)
-    build_model(seed, len(tok), model_dir)
+    model_dir, data = os.path.join(workdir, "model"), os.path.join(workdir, "data.jsonl")
+    if target == "demo":
+        rows = make_conversations(seed, samples)
+        with open(data, "w") as f:
+            for r in rows:
+                f.write(json.dumps(r) + "\n")
+        texts = [t["content"] for r in rows for t in r["conversations"]]
+        tok = build_tokenizer(texts, model_dir)
+        build_model(seed, len(tok), model_dir)
+    else:
+        from . import targets
+
+        targets.build(target, model_dir, data, samples, seed)
+    from .layers import remote_code
+
     with open(conf, "w") as f:
-        f.write(toml_for(workdir, server=server))
+        f.write(toml_for(workdir, server=server, trust=bool(remote_code(model_dir))))
     with open(stamp, "w") as f:
         json.dump(want, f)
     return conf

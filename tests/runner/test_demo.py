@@ -83,3 +83,22 @@ def test_interrupted_demo_resumes(tmp_path):
     assert st["done_this_run"] == INTERRUPTED - first
     with open(os.path.join(work, "out", "dataset.json")) as f:
         assert json.load(f)["total"] == INTERRUPTED
+
+
+def test_demo_on_the_kimi_target_runs_from_conversations_to_a_verified_output(tmp_path):
+    """`hsx demo --target kimi-k2.5`: the wrapper's DeepSeek-V3 text model, its remote-code
+    tiktoken tokenizer (trusted, and said so) and reasoning turns, end to end."""
+    p = demo(tmp_path / "k", "--headless", "--target", "kimi-k2.5", timeout=600)
+    assert p.returncode == 0, p.stderr
+    assert "kimi-k2.5-shaped" in p.stdout and "trust_remote_code = true" in p.stdout
+    assert "Done: 40 / 40 written" in p.stdout
+    conf = str(tmp_path / "k" / "hsx.toml")
+    code, rep = verify(conf)
+    assert code == 0 and rep["ok"] == 40 and rep["complete"]
+    rows = [json.loads(line) for line in open(tmp_path / "k" / "data.jsonl")]
+    assert any("reasoning_content" in t for r in rows for t in r["conversations"])
+    with open(tmp_path / "k" / "model" / "config.json") as f:
+        assert json.load(f)["text_config"]["architectures"] == ["DeepseekV3ForCausalLM"]
+    # another target in the same workdir is refused, not mixed in
+    p = demo(tmp_path / "k", "--headless", "--target", "qwen3")
+    assert p.returncode != 0 and "'target': 'kimi-k2.5'" in p.stderr
