@@ -84,6 +84,8 @@ def progress_line(rec: StatusRecord) -> str:
     if not rec.total:
         return f"{rec.done:,} done (total not known yet)"
     line = f"{rec.done:,} / {rec.total:,} — {percent(rec):.1f}% done"
+    if rec.adopted:  # taken over from another tool's output: done, but never part of the rate
+        line += f" · {rec.adopted:,} adopted"
     if rec.failed:
         line += f" · {rec.failed:,} failed"
     return line
@@ -164,7 +166,8 @@ def _phase_lines(rec: StatusRecord, now: dt.datetime) -> list[str]:
         ]
     if p is Phase.DONE:
         written = rec.done
-        tail = f", {rec.failed:,} failed with a reason (see failed.jsonl)" if rec.failed else ""
+        tail = f" · {rec.adopted:,} adopted" if rec.adopted else ""
+        tail += f", {rec.failed:,} failed with a reason (see failed.jsonl)" if rec.failed else ""
         t = parse_iso(rec.phase_since)
         when = f" · finished {clock(t, now)} ({human_duration((now - t).total_seconds())} ago)" if t else ""
         return [
@@ -178,8 +181,12 @@ def _phase_lines(rec: StatusRecord, now: dt.datetime) -> list[str]:
             head += f": {rec.reason}"
         return [head, progress_line(rec), disk_line(rec), "`/extract resume` continues where it stopped"]
     if p is Phase.STOPPED:
+        if rec.reason and rec.reason.startswith("adopted "):  # hsx-runner adopt, before any run
+            why = f"— {rec.reason}"
+        else:
+            why = "on request"
         return [
-            f"Stopped on request {_since(rec.phase_since, now)}".rstrip(),
+            f"Stopped {why} {_since(rec.phase_since, now)}".rstrip(),
             progress_line(rec),
             "`/extract resume` continues where it stopped",
         ]

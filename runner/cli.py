@@ -206,6 +206,25 @@ def cmd_verify(args, cfg: Config) -> int:
     return 0 if report["complete"] else 1
 
 
+def cmd_adopt(args, cfg: Config) -> int:
+    """Exit 0 when it ran (bad files included: the report lists them); 3 when refused (a bad
+    DIR, a runner holding the job), with the reason; 2 for a config error."""
+    from .adopt import AdoptRefused, adopt, summary_text
+
+    try:
+        report = adopt(cfg, args.dir)
+    except (AdoptRefused, LockedError) as e:
+        why = str(e) + ("; stop it first (hsx-runner stop), then adopt" if isinstance(e, LockedError) else "")
+        if args.json:
+            print(json.dumps({"ok": False, "refused": True, "reason": why, "message": why}))
+        else:
+            print(f"hsx-runner adopt: refused: {why}", file=sys.stderr)
+        return REFUSED
+    text = summary_text(report)
+    _emit(args, {"ok": True, **report, "message": text.splitlines()[0]}, text)
+    return 0
+
+
 def cmd_preflight(args, cfg: Config) -> int:
     from .preflight import preflight
 
@@ -243,6 +262,8 @@ def parser() -> argparse.ArgumentParser:
     s = verb("verify", cmd_verify, "check every sample")
     s.add_argument("--repair", action="store_true", help="re-queue corrupt and missing samples")
     s.add_argument("--quick", action="store_true", help="skip checksums and tensor values")
+    s = verb("adopt", cmd_adopt, "take over samples another tool wrote (SpecForge layout or .pt files)")
+    s.add_argument("dir", help="the directory with the files (the job's own out, or another)")
     s = verb("preflight", cmd_preflight, "check GPUs, disk, paths, patch")
     s.add_argument("--free-gpus", action="store_true", help="stop and disable units that hold GPUs")
     return p

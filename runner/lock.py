@@ -57,7 +57,23 @@ def holder_pid(path: str) -> int | None:
 
 def is_held(out: str) -> tuple[bool, int | None]:
     """(held, pid) without taking the lock, so it never disturbs a runner taking it."""
-    path = os.path.join(out, NAME)
+    return is_held_at(os.path.join(out, NAME))
+
+
+def held_any(out: str) -> tuple[str, int | None] | None:
+    """The job's lock or a rank's (``.lock.rankR``) that a live runner holds: (path, pid)."""
+    try:
+        names = sorted(n for n in os.listdir(out) if n == NAME or n.startswith(NAME + ".rank"))
+    except FileNotFoundError:
+        return None
+    for n in names:
+        held, pid = is_held_at(os.path.join(out, n))
+        if held:
+            return os.path.join(out, n), pid
+    return None
+
+
+def is_held_at(path: str) -> tuple[bool, int | None]:
     try:
         fd = os.open(path, os.O_RDONLY)
     except FileNotFoundError:

@@ -38,7 +38,12 @@ class Recorder:
 
     # --- counters --------------------------------------------------------------------------
     def set_done(self, committed: int, failed: int, avg_bytes: float | None = None) -> None:
+        """What the plan found. Adopted samples are part of done, never of the rate: only
+        ``extracted`` feeds the window, so the rate and ETA are this run's own work."""
+        from .store import Store
+
         self.rec.done, self.rec.failed = committed, failed
+        self.rec.adopted = len(Store(self.out).adopted())
         if avg_bytes:
             self._bytes, self._bytes_n = avg_bytes * committed, committed
         self._last_milestone = self._milestone(committed)

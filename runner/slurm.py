@@ -213,6 +213,7 @@ def merged(cfg: Config) -> StatusRecord:
         setattr(m, k, sum(e[k] for e in rows))
     for k in ("done_this_run", "errors_this_run", "truncated"):
         setattr(m, k, sum(getattr(r, k) for r in recs))
+    m.adopted = len(Store(out).adopted())  # one count for the job: ranks share the main manifest
     nodes = sorted({e["node"] for e, _ in live if e["node"]})
     m.host = ",".join(nodes)[:80] or socket.gethostname()
     rates = [e["rate"] for e, _ in live if e["rate"] is not None]

@@ -74,6 +74,7 @@ class StatusRecord:
     total: int = 0
     done: int = 0
     done_this_run: int = 0
+    adopted: int = 0  # of done: taken over from another tool's output (hsx-runner adopt), not extracted
     failed: int = 0
     errors_this_run: int = 0
     truncated: int = 0
@@ -115,7 +116,7 @@ class StatusRecord:
         ranks = kw.get("ranks")
         if ranks is not None and not (isinstance(ranks, list) and all(isinstance(r, dict) for r in ranks)):
             raise StatusError("status record field 'ranks' is not a list of objects")
-        for k in ("total", "done", "done_this_run", "failed", "errors_this_run"):
+        for k in ("total", "done", "done_this_run", "adopted", "failed", "errors_this_run"):
             if not isinstance(kw.get(k, 0), int):
                 raise StatusError(f"status record field {k!r} is not an integer")
         return cls(**kw)

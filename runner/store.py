@@ -21,6 +21,8 @@ SHARD_RE = re.compile(r"^rows_(\d+)-(\d+)$")
 FILE_RE = re.compile(r"^data_(\d+)\.ckpt$")
 MANIFEST = "manifest.jsonl"
 _IDX_RE = re.compile(rb'\{"idx":(\d+),')
+_LINE_RE = re.compile(rb'\{"idx":(\d+),[^\n]*')
+_ADOPTED = b'"adopted":true'
 FAILED = "failed.jsonl"
 TMP_DIR = ".tmp"
 COMPLETE_DIR = ".complete"  # one empty marker per shard whose every sample is settled
@@ -80,6 +82,11 @@ class Store:
         self._repair_tail(self.failed_path)
         return removed
 
+    def repair_tails(self) -> None:
+        """Before appending outside a run (adopt): a torn last line must not swallow ours."""
+        self._repair_tail(self.manifest_path)
+        self._repair_tail(self.failed_path)
+
     @staticmethod
     def _repair_tail(path: str) -> None:
         """A crash mid-append can leave a torn last line: cut it so appends stay parseable."""
@@ -136,6 +143,25 @@ class Store:
             if isinstance(rec.get("idx"), int):
                 out[rec["idx"]] = rec
         return out
+
+    def adopted(self) -> set[int]:
+        """Indices whose last manifest line marks them adopted (taken over from another tool's
+        output by ``hsx-runner adopt``): counted apart from extracted ones. Files without an
+        adopted line cost one substring search, so a job that never adopted pays nothing."""
+        datas = []
+        for path in _all_files(self.out, MANIFEST):
+            try:
+                with open(path, "rb") as f:
+                    datas.append(f.read())
+            except FileNotFoundError:
+                continue
+        if not any(_ADOPTED in d for d in datas):
+            return set()
+        last: dict[int, bool] = {}
+        for data in datas:
+            for m in _LINE_RE.finditer(data):
+                last[int(m.group(1))] = _ADOPTED in m.group(0)
+        return {i for i, a in last.items() if a}
 
     def failures(self) -> dict[int, dict]:
         out: dict[int, dict] = {}
@@ -199,7 +225,7 @@ class Store:
             os.close(os.open(os.path.join(d, shard), os.O_CREAT | os.O_WRONLY, 0o644))
 
     # --- writing -------------------------------------------------------------------------
-    def commit(self, idx: int, src: str, seq: int, nbytes: int, checksum: str) -> str:
+    def commit(self, idx: int, src: str, seq: int, nbytes: int, checksum: str, adopted: bool = False) -> str:
         """Record a complete, fsynced dump in the manifest, then rename it into its shard.
 
         In this order a *.ckpt under the output is always a recorded sample (SpecForge trains on
@@ -213,23 +239,25 @@ class Store:
         dst = os.path.join(d, f"data_{idx}.ckpt")
         # No directory fsync per sample: the data was fsynced before the rename, and a rename
         # lost to a power cut only means the sample is planned again (the listing is the truth).
-        self.append_manifest(idx, seq, nbytes, checksum, shard)
+        self.append_manifest(idx, seq, nbytes, checksum, shard, adopted)
         os.replace(src, dst)
         self._settle(idx)
         return dst
 
-    def append_manifest(self, idx: int, seq: int, nbytes: int, checksum: str, shard: str) -> None:
-        line = orjson.dumps(
-            {
-                "idx": idx,
-                "seq": seq,
-                "bytes": nbytes,
-                "checksum": checksum,
-                "shard": shard,
-                "written_at": _now(),
-            }
-        )
-        _append(self.manifest_path, line)
+    def append_manifest(
+        self, idx: int, seq: int, nbytes: int, checksum: str, shard: str, adopted: bool = False
+    ) -> None:
+        rec = {
+            "idx": idx,
+            "seq": seq,
+            "bytes": nbytes,
+            "checksum": checksum,
+            "shard": shard,
+            "written_at": _now(),
+        }
+        if adopted:  # written by another tool, checked and taken over (runner.adopt)
+            rec["adopted"] = True
+        _append(self.manifest_path, orjson.dumps(rec))
 
     def adopt(self, idx: int) -> None:
         """Record a file committed just before a crash that lost its manifest line; raises

@@ -37,12 +37,19 @@ def check_sample(
 ) -> str | None:
     """The reason this file is unsound, or None. Without a manifest ``entry`` (a crash between
     the rename and the line) only the contents are checked."""
+    if os.path.basename(os.path.dirname(path)) != shard_name(idx):
+        return f"in the wrong shard ({path})"
+    return check_contents(path, want_ids, entry, desc, quick)
+
+
+def check_contents(
+    path: str, want_ids: list[int] | None, entry: dict | None, desc: dict, quick: bool
+) -> str | None:
+    """check_sample without the place: a file still to be renamed into its shard (adopt)."""
     import torch
 
     from .ckpt import CorruptSample, file_checksum, load_sample
 
-    if os.path.basename(os.path.dirname(path)) != shard_name(idx):
-        return f"in the wrong shard ({path})"
     if entry is not None:
         size = os.path.getsize(path)
         if size != entry.get("bytes"):
