@@ -125,3 +125,29 @@ def test_writer_threads_yield_the_cpu_to_the_scheduler(tmp_path, monkeypatch):
     assert wr.drain(timeout=30)
     wr.close()
     assert len(seen) == 1 and seen[0] >= w.WRITER_NICE
+
+
+@pytest.mark.parametrize(
+    "env, want", [(None, torch.float32), ("bfloat16", torch.bfloat16), ("float16", torch.float16)]
+)
+def test_files_take_the_job_dtype_from_the_environment(tmp_path, monkeypatch, env, want):
+    """[job] dtype reaches the SGLang writer as HSX_DUMP_DTYPE; the sidecar says what was written."""
+    from runner.ckpt import load_sample
+
+    if env is None:
+        monkeypatch.delenv(dump.DUMP_DTYPE_ENV, raising=False)
+    else:
+        monkeypatch.setenv(dump.DUMP_DTYPE_ENV, env)
+    s = sample("d")
+    s.final_pieces = [torch.full((4, 8), 1.5)]  # fp32 from the model
+    meta = w.write_sample_files(str(tmp_path), s)
+    t = load_sample(dump.data_path(str(tmp_path), "d"))
+    assert t["hidden_state"].dtype == t["aux_hidden_state"].dtype == want
+    assert meta["dtype"] == str(want).removeprefix("torch.")
+    assert float(t["hidden_state"][0, 0, 0]) == 1.5
+
+
+def test_an_unknown_dump_dtype_is_refused(monkeypatch):
+    monkeypatch.setenv(dump.DUMP_DTYPE_ENV, "int8")
+    with pytest.raises(dump.DumpError, match="want one of bfloat16"):
+        dump.file_dtype()
