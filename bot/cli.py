@@ -11,10 +11,11 @@ import signal
 import sys
 import time
 
+from remote.client import check_adopt_dir
 from runner.config import Config, load
 from runner.errors import HsxError
 
-VERBS = ("status", "start", "resume", "stop", "verify", "logs", "preflight")
+VERBS = ("status", "start", "resume", "stop", "verify", "adopt", "logs", "preflight")
 HEADLESS_POLL_S = 2.0
 
 
@@ -28,6 +29,14 @@ def cmd_verb(args) -> int:
     from remote.errors import RemoteError
 
     cfg = load(args.config)
+    if args.verb == "adopt":
+        if cfg.remote.transport == "local":  # the GPU box is this machine: a relative DIR is clear
+            args.dir = os.path.abspath(args.dir)
+        try:
+            check_adopt_dir(args.dir)
+        except ValueError as e:
+            print(f"hsx: {e}", file=sys.stderr)
+            return 2
     box = _box(cfg)
     try:
         if args.json:
@@ -37,15 +46,25 @@ def cmd_verb(args) -> int:
                 reply = {"lines": box.logs(args.n)}
             elif args.verb == "verify":
                 reply = box.verify(repair=args.repair, quick=args.quick)
+            elif args.verb == "adopt":
+                reply = box.adopt(args.dir)
             else:
                 reply = getattr(box, args.verb)()
             print(json.dumps(reply))
             ok = (
-                reply.get("complete", reply.get("ok", True)) if args.verb in ("verify", "preflight") else True
+                reply.get("complete", reply.get("ok", True))
+                if args.verb in ("verify", "preflight", "adopt")
+                else True
             )
             return 0 if ok else 1
         from .wiring import make_handlers
 
+        if args.verb == "adopt":  # DIR as given, not through the chat parser's narrower path rule
+            from .commands import Command
+
+            reply = make_handlers(cfg, box).handle(Command("adopt", path=args.dir), "terminal", operator=True)
+            print(reply.text)
+            return 1 if reply.error else 0
         text = "/extract " + args.verb
         if args.verb == "logs":
             text += f" {args.n}"
@@ -194,6 +213,8 @@ def parser() -> argparse.ArgumentParser:
         if v == "verify":
             s.add_argument("--repair", action="store_true")
             s.add_argument("--quick", action="store_true")
+        if v == "adopt":
+            s.add_argument("dir", help="the directory on the GPU box with another tool's samples")
         s.set_defaults(fn=cmd_verb)
     s = sub.add_parser("bot", help="run the Slack bot (Socket Mode, or HTTP with --http PORT)")
     s.add_argument("--config", default=None)

@@ -16,12 +16,14 @@ from runner.config import Config
 from . import summary
 from .audit import AuditLog, mention
 
-VERBS = ("start", "resume", "stop", "status", "verify", "logs", "chart", "help")
-MUTATING = ("start", "resume", "stop")
+VERBS = ("start", "resume", "stop", "status", "verify", "adopt", "logs", "chart", "help")
+MUTATING = ("start", "resume", "stop", "adopt")
 MAX_INPUT_CHARS = 200
 MAX_LOG_LINES = 500
 DEFAULT_LOG_LINES = 20
 _WORD_RE = re.compile(r"^[a-z0-9-]{1,24}$")
+# adopt's DIR: an absolute path on the GPU box, kept as typed (case matters), one argv element
+_PATH_RE = re.compile(r"^/[A-Za-z0-9._/+@=,:~-]{0,180}$")
 _QUESTION_RE = re.compile(r"^(progress|status)\s*\?*$")
 _MENTION_RE = re.compile(r"^<@[A-Z0-9]+>\s*")
 _CONFIRM_WORDS = ("--yes", "confirm")
@@ -32,6 +34,7 @@ HELP = """\
 `/extract resume` — continue after a crash or stop; finished samples are kept (operators)
 `/extract stop` — stop the job, asks to confirm (operators)
 `/extract verify [--quick] [--repair]` — check every sample; --repair re-queues bad ones (operators)
+`/extract adopt DIR` — take over samples another tool wrote in DIR (an absolute path on the GPU box); bad files are quarantined (operators)
 `/extract logs [N]` — last N runner log lines (default 20, at most 500)
 `/extract chart` — samples done over time, with the rate
 `/extract help` — this text"""
@@ -44,6 +47,7 @@ class Command:
     repair: bool = False  # verify
     quick: bool = False  # verify
     confirmed: bool = False  # stop
+    path: str = ""  # adopt: the directory, as typed
     problem: str = ""  # why the input was not understood; the reply is help
 
     @property
@@ -55,6 +59,8 @@ class Command:
         """The action as the audit log names it."""
         if self.verb == "verify":
             return "verify --repair" if self.repair else "verify"
+        if self.verb == "adopt":
+            return f"adopt {self.path}"
         return self.verb
 
 
@@ -82,16 +88,19 @@ def parse(text: object) -> Command:
         return _help(f"input refused: {len(text):,} characters; commands are a few words")
     if any(ord(c) < 32 and c not in " \t" or ord(c) == 127 for c in text):
         return _help("input refused: it contains newlines or control characters")
-    s = _MENTION_RE.sub("", text.strip()).strip().lower()
+    raw = _MENTION_RE.sub("", text.strip()).strip()
+    s = raw.lower()
     if _QUESTION_RE.match(s):
         return Command("status")
     if s.startswith("/extract"):
-        s = s[len("/extract") :]
+        s, raw = s[len("/extract") :], raw[len("/extract") :]
         if s and not s[0].isspace():
             return _help("unknown command")
     words = s.split()
     if not words:
         return Command("help")
+    if words[0] == "adopt":  # before the plain-word rule: DIR keeps its case and its '/'
+        return _parse_adopt(raw.split()[1:])
     if not all(_WORD_RE.match(w) for w in words):
         return _help("input refused: only plain words are accepted (letters, digits, '-')")
     verb, args = words[0], words[1:]
@@ -111,6 +120,16 @@ def parse(text: object) -> Command:
     if args:
         return _help(f"`{verb}` takes no arguments")
     return Command(verb)
+
+
+def _parse_adopt(args: list[str]) -> Command:
+    if len(args) != 1:
+        return _help("`adopt` takes one directory: `/extract adopt /data/old-output`")
+    if not _PATH_RE.match(args[0]) or "/../" in args[0] + "/":
+        return _help(
+            "`adopt` needs an absolute path on the GPU box, of letters, digits and . _ - / + @ = , : ~"
+        )
+    return Command("adopt", path=args[0])
 
 
 def _parse_logs(args: list[str]) -> Command:
@@ -247,6 +266,9 @@ class Handlers:
     def _stop(self, cmd: Command, user: str) -> Reply:
         return self._act(cmd, user, self.box.stop)
 
+    def _adopt(self, cmd: Command, user: str) -> Reply:
+        return self._act(cmd, user, lambda: self.box.adopt(cmd.path))
+
     def _verify(self, cmd: Command, user: str) -> Reply:
         call = lambda: self.box.verify(repair=cmd.repair, quick=cmd.quick)  # noqa: E731
         if cmd.mutating:
@@ -261,6 +283,8 @@ class Handlers:
 def _action_text(cmd: Command, reply: dict, refused: bool, message: str) -> str:
     if cmd.verb == "verify":
         return render_verify(reply)
+    if cmd.verb == "adopt" and not refused:
+        return render_adopt(reply)
     if refused:
         return f"`{cmd.verb}` refused: {message or 'no reason given'}"
     return f"`{cmd.verb}`: {message or 'done'}"
@@ -275,6 +299,26 @@ def _indices(xs: object, limit: int = 10) -> str:
 
 def _count(x: object) -> int:
     return len(x) if isinstance(x, list) else x if isinstance(x, int) and not isinstance(x, bool) else 0
+
+
+def render_adopt(reply: dict) -> str:
+    bad = reply.get("bad") if isinstance(reply.get("bad"), dict) else {}
+    missing = reply.get("missing_count", _count(reply.get("missing")))
+    lines = [
+        f"adopt {reply.get('source', '')}: {_count(reply.get('adopted')):,} adopted · {len(bad):,} bad · "
+        f"{_count(reply.get('stray')):,} stray (quarantined, nothing deleted) · "
+        f"{missing if isinstance(missing, int) else 0:,} missing"
+    ]
+    for i, why in list(bad.items())[:10]:
+        lines.append(f"bad {i}: {str(why)[:200]}")
+    if len(bad) > 10:
+        lines.append(f"… {len(bad) - 10:,} more bad (`hsx adopt --json` lists them)")
+    if _count(reply.get("already")):
+        lines.append(f"already in the job, left alone: {_count(reply.get('already')):,}")
+    if _count(reply.get("loss_mask_differs")):
+        lines.append(f"adopted with a loss_mask unlike this job's: {_indices(reply['loss_mask_differs'])}")
+    lines.append("`/extract resume` extracts the rest; the rate counts only extracted samples")
+    return "\n".join(lines)
 
 
 def render_verify(reply: dict) -> str:

@@ -18,11 +18,23 @@ ANSWER_CODES = {
     "resume": (0, 3),
     "stop": (0, 3),
     "verify": (0, 1),  # 1: not every sample is sound, reply lists them
+    "adopt": (0, 3),  # 3: refused (bad directory, a runner holds the job), reply says why
     "logs": (0,),
     "events": (0,),
     "preflight": (0, 1),  # 1: some check failed, reply lists them
 }
 MAX_LOG_LINES = 500
+
+
+MAX_PATH_CHARS = 4096
+
+
+def check_adopt_dir(path: object) -> str:
+    if not isinstance(path, str) or not path.startswith("/"):
+        raise ValueError(f"adopt: the directory must be an absolute path on the GPU box, got {path!r}")
+    if len(path) > MAX_PATH_CHARS or any(ord(c) < 32 or ord(c) == 127 for c in path):
+        raise ValueError("adopt: the directory name is too long or holds NUL, newline or control characters")
+    return path
 
 
 class GpuBox:
@@ -69,6 +81,12 @@ class GpuBox:
     def verify(self, repair: bool = False, quick: bool = False) -> dict[str, Any]:
         args = (["--repair"] if repair else []) + (["--quick"] if quick else [])
         return self._call("verify", *args, timeout_s=max(self.timeout_s, 3600.0))
+
+    def adopt(self, path: str) -> dict[str, Any]:
+        """Take over another tool's output in ``path`` (a directory on the GPU box): one argv
+        element, absolute, printable; it never passes through a shell."""
+        check_adopt_dir(path)
+        return self._call("adopt", path, timeout_s=max(self.timeout_s, 3600.0))
 
     def logs(self, n: int = 20) -> list[str]:
         if not isinstance(n, int) or isinstance(n, bool) or not 1 <= n <= MAX_LOG_LINES:

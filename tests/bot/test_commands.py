@@ -94,3 +94,49 @@ def test_verify_and_refused_start_are_rendered(fake, cfg):
     fake.reply("start", {"ok": False, "message": "job is already running (pid 77)"}, code=3)
     reply = h.ask("start", "U0OPERATOR")
     assert reply.text == "`start` refused: job is already running (pid 77)" and "→ refused" in reply.audit
+
+
+def test_parse_adopt_keeps_the_path_and_refuses_anything_else():
+    assert parse("/extract adopt /Data/Old_Output-2") == Command("adopt", path="/Data/Old_Output-2")
+    assert parse("<@U0BOT> ADOPT /data/x").path == "/data/x" and parse("adopt /data/x").mutating
+    assert parse("adopt /data/x").action == "adopt /data/x"
+    for text in ("adopt", "adopt data/x", "adopt /a /b", "adopt /a;id", "adopt /$(id)", "adopt /a/../etc",
+                 "adopt /a`id`", "adopt /a\n/b", "adopt -/x"):  # fmt: skip
+        cmd = parse(text)
+        assert cmd.verb == "help" and "adopt" in cmd.problem or "refused" in cmd.problem, text
+
+
+def test_adopt_report_is_rendered_and_a_refusal_is_audited(fake, cfg):
+    h = make_handlers(cfg, fake.box())
+    fake.reply(
+        "adopt",
+        {"ok": True, "source": "/data/old", "total": 12, "adopted": 6, "bad": {"2": "does not load: truncated"},
+         "stray": [15], "missing": [1, 5, 9], "missing_count": 3, "already": [], "loss_mask_differs": [],
+         "message": "adopted 6 of 12 from /data/old"},
+    )  # fmt: skip
+    reply = h.ask("/extract adopt /data/old", "U0OPERATOR")
+    assert reply.text.startswith(
+        "adopt /data/old: 6 adopted · 1 bad · 1 stray (quarantined, nothing deleted) · 3 missing\n"
+        "bad 2: does not load: truncated"
+    )
+    assert "→ ok" in reply.audit and fake.calls()[-1] == [
+        "adopt",
+        "--json",
+        "--config",
+        fake.config,
+        "/data/old",
+    ]
+    fake.reply("adopt", {"ok": False, "refused": True, "reason": "job is already running (pid 7)"}, code=3)
+    reply = h.ask("adopt /data/old", "U0OPERATOR")
+    assert reply.error and reply.text == "`adopt` refused: job is already running (pid 7)"
+    assert "`adopt /data/old` → refused" in reply.audit
+
+
+def test_summary_counts_adopted_samples_apart():
+    from bot.summary import render_text
+    from runner.status import Phase, StatusRecord
+
+    rec = StatusRecord(phase=Phase.STOPPED, total=12, done=6, adopted=6, reason="adopted 6 samples from /d")
+    text = render_text(rec)
+    assert "Stopped — adopted 6 samples from /d" in text and "6 / 12 — 50.0% done · 6 adopted" in text
+    assert "adopted" not in render_text(StatusRecord(phase=Phase.DONE, total=12, done=12))

@@ -65,6 +65,31 @@ def test_operator_resume_runs_the_fixed_verb_once_and_audits(bot):
     assert [e["result"] for e in bot.audit()] == ["ok"]
 
 
+def test_operator_adopt_passes_the_directory_as_one_argument_and_audits(bot):
+    assert bot.command("adopt /data/Old Output") == 200  # two words: help, nothing runs
+    (resp,) = bot.rec.wait_for("response")
+    assert resp["response_type"] == "ephemeral" and "`adopt` takes one directory" in resp["text"]
+    assert bot.fake.calls() == [] and bot.audit() == []
+    assert bot.command("/extract adopt /data/Old_Output") == 200
+    resp = bot.rec.wait_for("response", 2)[1]
+    assert (
+        resp["response_type"] == "in_channel"
+        and f"audit: <@{OPERATOR}> `adopt /data/Old_Output` → ok" in resp["text"]
+    )
+    assert bot.fake.calls() == [["adopt", "--json", "--config", bot.fake.config, "/data/Old_Output"]]
+    assert [(e["action"], e["result"]) for e in bot.audit()] == [("adopt /data/Old_Output", "ok")]
+
+
+def test_stranger_adopt_is_refused_and_audited(bot):
+    assert bot.command("adopt /data/old", user=STRANGER) == 200
+    (resp,) = bot.rec.wait_for("response")
+    assert resp["response_type"] == "ephemeral" and "refused: only operators" in resp["text"]
+    assert bot.fake.calls() == []
+    (entry,) = bot.audit()
+    assert entry["user"] == STRANGER and entry["action"] == "adopt /data/old"
+    assert entry["result"].startswith("refused")
+
+
 @pytest.mark.parametrize(
     "text",
     [

@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 
 import pytest
 
-from tests.conftest import runner, write_job
+from tests.conftest import BIN, runner, write_job
 from tests.runner.helpers import (
     assert_same_tensors,
     out_dir,
@@ -128,9 +129,16 @@ def test_adopt_loose_pt_files(reference, job, tmp_path):
     _, v = verify(conf)
     assert v["ok"] == 3 and v["corrupt"] == [] and v["unrecorded"] == []
     assert unrecorded_ckpts(out) == []
-    # a second adopt of the same (now empty) directory changes nothing
-    code, rep = adopt(conf, foreign)
-    assert code == 0 and rep["adopted"] == 0 and status(conf)["adopted"] == 3
+    # a second adopt of the same (now empty) directory changes nothing; this time from the ops
+    # side (`hsx adopt`: remote client, handlers, audit) to the real runner
+    p = subprocess.run([os.path.join(BIN, "hsx"), "adopt", "--config", conf, str(foreign)],
+                       capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.startswith(f"adopt {foreign}: 0 adopted · 0 bad · 0 stray")
+    with open(os.path.join(os.path.dirname(conf), "hsx-audit.jsonl")) as f:
+        (entry,) = [json.loads(line) for line in f]
+    assert entry["user"] == "terminal" and entry["action"] == f"adopt {foreign}" and entry["result"] == "ok"
+    assert status(conf)["adopted"] == 3 and len(manifest(out)) == 3
 
 
 def test_adopt_in_place(reference, job):
