@@ -221,3 +221,25 @@ def test_rate_and_eta_count_only_extracted_samples(tmp_path):
     span_rate = 2 / 0.1  # two intervals between three extractions, ~0.05 s each
     assert 0.5 * span_rate < r.rate < 1.2 * span_rate
     assert r.eta_s == pytest.approx((20 - 10) / r.rate)
+
+
+def test_adopt_across_filesystems_copies_records_then_removes_the_source(
+    reference, job, tmp_path, monkeypatch
+):
+    """Where a rename cannot reach the output, the file is copied under a temp name beside it,
+    recorded, renamed into place, and only then is the source removed."""
+    from runner import adopt as adopt_mod
+    from runner.config import load
+
+    _, truth = reference
+    foreign = tmp_path / "other-fs"
+    for i in (1, 2):
+        save(str(foreign / f"data_{i}.pt"), truth[i])
+    conf = job(samples=N)
+    out = out_dir(conf)
+    monkeypatch.setattr(adopt_mod._Adopter, "_commit_rename", lambda self, idx, p, seq: False)  # EXDEV
+    rep = adopt_mod.adopt(load(conf), str(foreign))
+    assert rep["adopted"] == 2 and rep["bad"] == {} and os.listdir(foreign) == []
+    assert os.listdir(os.path.join(out, ".tmp")) == [] and unrecorded_ckpts(out) == []
+    assert_same_tensors(tensors(conf), {i: truth[i] for i in (1, 2)})
+    assert [r["idx"] for r in manifest(out)] == [1, 2]
