@@ -186,19 +186,29 @@ def _fast_tokenizer(family: dict, texts: list[str], out_dir: str):
     return len(fast)
 
 
+KIMI_CODE = str(resources.files("runner").joinpath("assets/tokenization_kimi.py"))
+
+
+def _kimi_code():
+    """The tokenizer code the Kimi fixture ships (a file of its own, as remote code is)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("hsx_tokenization_kimi", KIMI_CODE)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
 def _kimi_tokenizer(texts: list[str], out_dir: str) -> tuple[int, dict]:
     """tiktoken.model (BPE ranks, base64 bytes per line) + the remote-code tokenizer class."""
     bpe = _train_bpe(texts, [])
-    unbyte = {c: b for b, c in _byte_level_chars().items()}
+    unbyte = {c: b for b, c in _kimi_code()._byte_chars().items()}
     ranks = sorted(bpe.get_vocab().items(), key=lambda kv: kv[1])
     with open(os.path.join(out_dir, "tiktoken.model"), "w") as f:
         for rank, (token, _) in enumerate(ranks):
             f.write(f"{base64.b64encode(bytes(unbyte[c] for c in token)).decode()} {rank}\n")
     base = len(ranks)
-    shutil.copyfile(
-        str(resources.files("runner").joinpath("assets/tokenization_kimi.py")),
-        os.path.join(out_dir, "tokenization_kimi.py"),
-    )
+    shutil.copyfile(KIMI_CODE, os.path.join(out_dir, "tokenization_kimi.py"))
     decoder = {
         str(base + k): {"content": name, "lstrip": False, "normalized": False, "rstrip": False,
                         "single_word": False, "special": True}
@@ -218,15 +228,6 @@ def _kimi_tokenizer(texts: list[str], out_dir: str) -> tuple[int, dict]:
         json.dump(config, f, indent=2)
     ids = {name: base + k for k, name in KIMI_SPECIALS.items()}
     return base + 256, ids
-
-
-def _byte_level_chars() -> dict[int, str]:
-    """GPT-2's byte -> printable character map, as tokenizers' ByteLevel uses it."""
-    keep = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
-    chars, extra = {}, 0
-    for b in range(256):
-        chars[b] = chr(b) if b in keep else chr(256 + (extra := extra + 1) - 1)
-    return chars
 
 
 def _write_json(path: str, data: dict) -> None:
