@@ -36,16 +36,29 @@ def state_path(cfg: Config, suffix: str) -> str:
     return os.path.splitext(base)[0] + suffix
 
 
-def _group_checker(client: WebClient, group: str):
-    cache: dict[str, object] = {"at": 0.0, "members": set()}
+def _cached_members(fetch):
+    """user -> bool over a member list fetched at most every GROUP_CACHE_S."""
+    cache: dict[str, object] = {"at": -GROUP_CACHE_S, "members": set()}
 
-    def in_group(user: str) -> bool:
+    def has(user: str) -> bool:
         if time.monotonic() - float(cache["at"]) > GROUP_CACHE_S:
-            cache["members"] = set(client.usergroups_users_list(usergroup=group).get("users") or [])
+            cache["members"] = fetch()
             cache["at"] = time.monotonic()
         return user in cache["members"]
 
-    return in_group
+    return has
+
+
+def _group_checker(client: WebClient, group: str):
+    return _cached_members(lambda: set(client.usergroups_users_list(usergroup=group).get("users") or []))
+
+
+def _channel_members(client: WebClient, channels: list[str]) -> set[str]:
+    members: set[str] = set()
+    for channel in channels:
+        for page in client.conversations_members(channel=channel, limit=1000):
+            members.update(page.get("members") or [])
+    return members
 
 
 def build_app(
@@ -65,6 +78,7 @@ def build_app(
         handlers=make_handlers(cfg, box if box is not None else open_box(cfg), in_group=in_group),
         events=SeenIds(state_path(cfg, ".events.json")),
         buttons=SeenIds(state_path(cfg, ".buttons.json")),
+        is_member=_cached_members(lambda: _channel_members(client, cfg.slack.channels)),
     )
 
     @app.middleware

@@ -68,8 +68,8 @@ def cmd_verb(args) -> int:
         text = "/extract " + args.verb
         if args.verb == "logs":
             text += f" {args.n}"
-        if args.verb == "verify" and args.repair:
-            text += " --repair"
+        if args.verb == "verify":
+            text += " --repair" * args.repair + " --quick" * args.quick
         if args.verb == "stop":
             text += " --yes"
         if args.verb == "preflight":

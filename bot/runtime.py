@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from runner.config import Config
@@ -16,3 +17,4 @@ class Runtime:
     handlers: Handlers
     events: SeenIds  # Slack event ids already handled (retried deliveries)
     buttons: SeenIds  # alert Resume buttons already used
+    is_member: Callable[[str], bool] = lambda user: False  # of a watched channel (DMs)

@@ -1,4 +1,5 @@
-"""`progress?` / `status?` in a channel the bot watches: answer with the summary."""
+"""`progress?` / `status?` (the "?" optional) in a channel the bot watches, or in a direct
+message from a member of one: answer with the summary."""
 
 from __future__ import annotations
 
@@ -8,14 +9,22 @@ from ..commands import Command
 from ..runtime import Runtime
 from ..slack_out import post_reply
 
-QUESTION = re.compile(r"^\s*(<@[A-Z0-9]+>\s*)?(progress|status)\s*\?+\s*$", re.IGNORECASE)
+QUESTION = re.compile(r"^\s*(<@[A-Z0-9]+>\s*)?(progress|status)\s*\?*\s*$", re.IGNORECASE)
 
 
 def register(app, rt: Runtime) -> None:
     @app.message(QUESTION)
     def answer_progress(message, client):
-        channel = message.get("channel", "")
-        if rt.cfg.slack.channels and channel not in rt.cfg.slack.channels:
+        channel, user = message.get("channel", ""), message.get("user", "")
+        watched = rt.cfg.slack.channels
+        if message.get("channel_type") == "im":
+            if watched and not rt.is_member(user):
+                return
+        elif watched and channel not in watched:
             return
-        reply = rt.handlers.handle(Command("status"), message.get("user", ""))
+        reply = rt.handlers.handle(Command("status"), user)
         post_reply(reply, client, channel, thread_ts=message.get("thread_ts"))
+
+    @app.event("message")
+    def other_messages():
+        """Chatter the bot does not answer: acknowledged, so Slack does not redeliver it."""

@@ -17,6 +17,7 @@ class Recorder:
         self.lock = threading.Lock()
         self.fail: set[str] = set()  # methods that answer ok=false
         self.socket_url = ""  # what apps.connections.open hands out (Socket Mode)
+        self.members: dict[str, list[str]] = {}  # channel -> members (conversations.members)
         self._ts = 0
 
     def add(self, name: str, body: dict) -> None:
@@ -92,6 +93,8 @@ def start(rec: Recorder) -> tuple[ThreadingHTTPServer, str]:
                 if not rec.socket_url:
                     return self._send({"ok": False, "error": "internal_error"})
                 return self._send({"ok": True, "url": rec.socket_url})
+            if method == "conversations.members":
+                return self._send({"ok": True, "members": rec.members.get(body.get("channel"), [])})
             if method == "chat.postMessage":
                 return self._send({"ok": True, "channel": body.get("channel"), "ts": rec.next_ts()})
             if method == "files.getUploadURLExternal":

@@ -236,3 +236,40 @@ def _answers(bot: Bot) -> bool:
         return bot.post(b"{}", "application/json", secret="wrong") == 401
     except OSError:
         return False
+
+
+def test_progress_without_a_question_mark_is_answered(bot):
+    event = {"type": "message", "channel": "C0PROGRESS", "user": STRANGER, "text": "progress", "ts": "1.7"}
+    assert bot.event(event, "Ev0007") == 200
+    (post,) = bot.rec.wait_for("chat.postMessage")
+    assert post["channel"] == "C0PROGRESS" and post["text"].startswith("25,581 / 37,312")
+    event = {**event, "text": "progress report is late", "ts": "1.8"}  # not a question to the bot
+    assert bot.event(event, "Ev0008") == 200
+    time.sleep(0.4)
+    assert len(bot.rec.named("chat.postMessage")) == 1
+
+
+def test_direct_messages_are_answered_for_members_of_a_watched_channel_only(bot):
+    bot.rec.members["C0PROGRESS"] = [STRANGER]
+    dm = {"type": "message", "channel": "D0DM", "channel_type": "im", "user": STRANGER, "text": "status?"}
+    assert bot.event({**dm, "ts": "2.1"}, "Ev0009") == 200
+    (post,) = bot.rec.wait_for("chat.postMessage")
+    assert post["channel"] == "D0DM" and post["text"].startswith("25,581 / 37,312")
+    assert bot.rec.named("conversations.members")[0]["channel"] == "C0PROGRESS"
+    assert bot.event({**dm, "user": "U0OUTSIDER", "ts": "2.2"}, "Ev0010") == 200
+    time.sleep(0.4)
+    assert len(bot.rec.named("chat.postMessage")) == 1 and bot.fake.verbs() == ["status"]
+
+
+def test_hsx_verify_quick_without_json_passes_quick(fake, cfg, tmp_path):
+    conf = tmp_path / "ops.toml"
+    conf.write_text(
+        f'[remote]\ntransport = "local"\nrunner = "{fake.runner}"\nrunner_config = "{fake.config}"\n'
+        f'[slack]\naudit_log = "{tmp_path}/audit.jsonl"\n'
+    )
+    fake.reply("verify", {"total": 2, "ok": 2, "missing": [], "corrupt": [], "failed": [], "complete": True})
+    p = subprocess.run([os.path.join(BIN, "hsx"), "verify", "--quick", "--config", str(conf)],
+                       capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert p.returncode == 0, p.stderr
+    (call,) = fake.calls()
+    assert call[0] == "verify" and "--quick" in call, call
