@@ -43,11 +43,13 @@ def cmd_verb(args) -> int:
             if args.verb == "status":
                 reply = box.status().to_dict()
             elif args.verb == "logs":
-                reply = {"lines": box.logs(args.n)}
+                reply = {"lines": box.logs(args.n, args.which)}
             elif args.verb == "verify":
                 reply = box.verify(repair=args.repair, quick=args.quick)
             elif args.verb == "adopt":
                 reply = box.adopt(args.dir)
+            elif args.verb in ("start", "resume"):
+                reply = getattr(box, args.verb)(force=args.force)
             else:
                 reply = getattr(box, args.verb)()
             print(json.dumps(reply))
@@ -67,11 +69,13 @@ def cmd_verb(args) -> int:
             return 1 if reply.error else 0
         text = "/extract " + args.verb
         if args.verb == "logs":
-            text += f" {args.n}"
+            text += f" {args.n}" + (f" --{args.which}" if args.which != "all" else "")
         if args.verb == "verify":
             text += " --repair" * args.repair + " --quick" * args.quick
         if args.verb == "stop":
             text += " --yes"
+        if args.verb in ("start", "resume") and args.force:
+            text += " --force"
         if args.verb == "preflight":
             print(json.dumps(box.preflight(), indent=1))
             return 0
@@ -210,6 +214,11 @@ def parser() -> argparse.ArgumentParser:
         s.add_argument("--json", action="store_true")
         if v == "logs":
             s.add_argument("-n", type=int, default=20)
+            g = s.add_mutually_exclusive_group()
+            for name in ("runner", "server", "crash"):
+                g.add_argument(f"--{name}", dest="which", action="store_const", const=name, default="all")
+        if v in ("start", "resume"):
+            s.add_argument("--force", action="store_true", help="past preflight's gates (audited)")
         if v == "verify":
             s.add_argument("--repair", action="store_true")
             s.add_argument("--quick", action="store_true")

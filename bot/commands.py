@@ -16,8 +16,21 @@ from runner.config import Config
 from . import summary
 from .audit import AuditLog, mention
 
-VERBS = ("start", "resume", "stop", "status", "verify", "adopt", "logs", "chart", "help")
-MUTATING = ("start", "resume", "stop", "adopt")
+VERBS = (
+    "start",
+    "resume",
+    "stop",
+    "status",
+    "verify",
+    "adopt",
+    "logs",
+    "preflight",
+    "free-gpus",
+    "chart",
+    "help",
+)
+MUTATING = ("start", "resume", "stop", "adopt", "free-gpus")
+CONFIRMED = ("stop", "free-gpus")  # ask first; `VERB --yes` (or the button) does it
 MAX_INPUT_CHARS = 200
 MAX_LOG_LINES = 500
 DEFAULT_LOG_LINES = 20
@@ -30,12 +43,14 @@ _CONFIRM_WORDS = ("--yes", "confirm")
 
 HELP = """\
 `/extract status` (or just "progress?") — where the extraction is, rate, ETA, disk
-`/extract start` — start the job on the GPU box (operators)
-`/extract resume` — continue after a crash or stop; finished samples are kept (operators)
+`/extract start [--force]` — start the job on the GPU box after preflight; --force skips its gates (operators)
+`/extract resume [--force]` — continue after a crash or stop; finished samples are kept (operators)
+`/extract preflight` — what would stop a start: model, dataset, disk, GPUs held, the patch
+`/extract free-gpus` — stop and disable the systemd units holding GPUs, asks to confirm (operators)
 `/extract stop` — stop the job, asks to confirm (operators)
 `/extract verify [--quick] [--repair]` — check every sample; --repair re-queues bad ones (operators)
 `/extract adopt DIR` — take over samples another tool wrote in DIR (an absolute path on the GPU box); bad files are quarantined (operators)
-`/extract logs [N]` — last N runner log lines (default 20, at most 500)
+`/extract logs [N] [--runner|--server|--crash]` — last N lines of each log, or of the one named (default 20, at most 500)
 `/extract chart` — samples done over time, with the rate
 `/extract help` — this text"""
 
@@ -44,9 +59,11 @@ HELP = """\
 class Command:
     verb: str
     n: int = DEFAULT_LOG_LINES  # logs
+    which: str = "all"  # logs: runner, server, crash or all
     repair: bool = False  # verify
     quick: bool = False  # verify
-    confirmed: bool = False  # stop
+    confirmed: bool = False  # stop, free-gpus
+    force: bool = False  # start, resume: past preflight's gates
     path: str = ""  # adopt: the directory, as typed
     problem: str = ""  # why the input was not understood; the reply is help
 
@@ -61,7 +78,7 @@ class Command:
             return "verify --repair" if self.repair else "verify"
         if self.verb == "adopt":
             return f"adopt {self.path}"
-        return self.verb
+        return f"{self.verb} --force" if self.force else self.verb
 
 
 @dataclass
@@ -113,10 +130,14 @@ def parse(text: object) -> Command:
         if bad:
             return _help(f"`verify` takes --quick and --repair, not `{bad[0]}`")
         return Command("verify", repair="--repair" in args, quick="--quick" in args)
-    if verb == "stop":
+    if verb in CONFIRMED:
         if any(a not in _CONFIRM_WORDS for a in args):
-            return _help("`stop` takes no arguments (it asks to confirm)")
-        return Command("stop", confirmed=bool(args))
+            return _help(f"`{verb}` takes no arguments (it asks to confirm)")
+        return Command(verb, confirmed=bool(args))
+    if verb in ("start", "resume") and args:
+        if args != ["--force"]:
+            return _help(f"`{verb}` takes only --force")
+        return Command(verb, force=True)
     if args:
         return _help(f"`{verb}` takes no arguments")
     return Command(verb)
@@ -132,13 +153,23 @@ def _parse_adopt(args: list[str]) -> Command:
     return Command("adopt", path=args[0])
 
 
+LOG_FLAGS = {"--runner": "runner", "--server": "server", "--crash": "crash"}
+
+
 def _parse_logs(args: list[str]) -> Command:
+    which = "all"  # a short tail of each log unless one is named
+    flags = [a for a in args if a.startswith("--")]
+    if len(flags) > 1 or any(f not in LOG_FLAGS for f in flags):
+        return _help(f"`logs` takes one of {', '.join(LOG_FLAGS)} and a number of lines, 1..{MAX_LOG_LINES}")
+    if flags:
+        which = LOG_FLAGS[flags[0]]
+    args = [a for a in args if not a.startswith("--")]
     if args and args[0] == "-n":
         args = args[1:]
     if not args:
-        return Command("logs")
+        return Command("logs", which=which)
     if len(args) == 1 and args[0].isdigit() and 1 <= int(args[0]) <= MAX_LOG_LINES:
-        return Command("logs", n=int(args[0]))
+        return Command("logs", n=int(args[0]), which=which)
     return _help(f"`logs` takes a number of lines, 1..{MAX_LOG_LINES}")
 
 
@@ -194,7 +225,9 @@ class Handlers:
                 ephemeral=True,
                 confirm="stop",
             )
-        handler = getattr(self, f"_{cmd.verb}")
+        if cmd.verb == "free-gpus" and not cmd.confirmed:
+            return self._ask_free_gpus()
+        handler = getattr(self, "_" + cmd.verb.replace("-", "_"))
         return handler(cmd, user)
 
     def ask(self, text: str, user: str, operator: bool | None = None) -> Reply:
@@ -221,13 +254,14 @@ class Handlers:
 
     def _logs(self, cmd: Command, user: str) -> Reply:
         try:
-            lines = self.box.logs(cmd.n)
+            lines = self.box.logs(cmd.n, cmd.which)
         except RemoteError as e:
             return Reply(text=summary.render_error(e), ephemeral=True, error=True)
         body = "\n".join(lines).replace("```", "'''") or "(no log lines)"
         if len(body) > 3500:
             body = "…" + body[-3500:]
-        return Reply(text=f"last {len(lines)} log lines:\n```\n{body}\n```")
+        what = "log lines" if cmd.which == "all" else f"{cmd.which} log lines"
+        return Reply(text=f"last {cmd.n} {what}:\n```\n{body}\n```")
 
     def _chart(self, cmd: Command, user: str) -> Reply:
         from . import chart
@@ -258,10 +292,37 @@ class Handlers:
         )
 
     def _start(self, cmd: Command, user: str) -> Reply:
-        return self._act(cmd, user, self.box.start)
+        return self._act(cmd, user, lambda: self.box.start(force=cmd.force))
 
     def _resume(self, cmd: Command, user: str) -> Reply:
-        return self._act(cmd, user, self.box.resume)
+        return self._act(cmd, user, lambda: self.box.resume(force=cmd.force))
+
+    def _preflight(self, cmd: Command, user: str) -> Reply:
+        try:
+            report = self.box.preflight()
+        except RemoteError as e:
+            return Reply(text=summary.render_error(e), ephemeral=True, error=True)
+        return Reply(text=render_preflight(report), extra={"reply": report})
+
+    def _ask_free_gpus(self) -> Reply:
+        """Name the units that hold GPUs and ask; nothing is stopped yet."""
+        try:
+            report = self.box.preflight()
+        except RemoteError as e:
+            return Reply(text=summary.render_error(e), ephemeral=True, error=True)
+        gpus = next((c for c in report.get("checks", []) if c.get("name") == "gpus"), {})
+        units = gpu_units(gpus)
+        if gpus.get("ok") or not units:
+            what = "no other process holds a GPU" if gpus.get("ok") else str(gpus.get("detail", ""))
+            return Reply(text=f"free-gpus: nothing to stop ({what})", ephemeral=True)
+        return Reply(
+            text=f"Stop and disable {', '.join(units)}? It holds GPUs: {gpus.get('detail', '')}",
+            ephemeral=True,
+            confirm="free-gpus",
+        )
+
+    def _free_gpus(self, cmd: Command, user: str) -> Reply:
+        return self._act(cmd, user, lambda: free_gpus_reply(self.box.preflight(free_gpus=True)))
 
     def _stop(self, cmd: Command, user: str) -> Reply:
         return self._act(cmd, user, self.box.stop)
@@ -278,6 +339,32 @@ class Handlers:
         except RemoteError as e:
             return Reply(text=summary.render_error(e), ephemeral=True, error=True)
         return Reply(text=render_verify(reply), extra={"reply": reply})
+
+
+def gpu_units(check: dict) -> list[str]:
+    """The systemd units a preflight ``gpus`` check names."""
+    return sorted(set(re.findall(r"in ([A-Za-z0-9@._:-]+\.service)", str(check.get("detail", "")))))
+
+
+def free_gpus_reply(report: dict) -> dict:
+    """preflight --free-gpus as an action reply: ok when the GPUs are free afterwards."""
+    gpus = next((c for c in report.get("checks", []) if c.get("name") == "gpus"), {})
+    return {"ok": bool(gpus.get("ok")), "message": str(gpus.get("detail", "no gpus check"))[:400]}
+
+
+def render_preflight(report: dict) -> str:
+    checks = report.get("checks") if isinstance(report.get("checks"), list) else []
+    head = "preflight: every check passes" if report.get("ok") else "preflight: a start would be refused"
+    lines = [head]
+    for c in checks:
+        if not isinstance(c, dict):
+            continue
+        mark = "ok" if c.get("ok") else "✗"
+        line = f"{mark} {c.get('name')}: {c.get('detail', '')}"
+        if not c.get("ok") and c.get("fix"):
+            line += f" — fix: {c['fix']}"
+        lines.append(line[:400])
+    return "\n".join(lines)
 
 
 def _action_text(cmd: Command, reply: dict, refused: bool, message: str) -> str:

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from .commands import Reply
 
-STOP_CONFIRM = "hsx_stop_confirm"
-STOP_CANCEL = "hsx_stop_cancel"
+CONFIRM = "hsx_confirm"  # its value names the verb: stop, free-gpus
+CONFIRM_BEFORE = "hsx_stop_confirm"  # the id stop buttons had before; messages out there still carry it
+CANCEL = "hsx_stop_cancel"
+CONFIRM_LABELS = {"stop": "Stop the job", "free-gpus": "Stop and disable"}
 RESUME = "hsx_resume"
 
 
@@ -24,7 +26,7 @@ def blocks_with_audit(reply: Reply) -> list[dict] | None:
     return blocks
 
 
-def confirm_stop_blocks(text: str) -> list[dict]:
+def confirm_blocks(text: str, verb: str) -> list[dict]:
     return [
         {"type": "section", "text": {"type": "mrkdwn", "text": text}},
         {
@@ -32,14 +34,14 @@ def confirm_stop_blocks(text: str) -> list[dict]:
             "elements": [
                 {
                     "type": "button",
-                    "action_id": STOP_CONFIRM,
+                    "action_id": CONFIRM,
                     "style": "danger",
-                    "text": {"type": "plain_text", "text": "Stop the job"},
-                    "value": "stop",
+                    "text": {"type": "plain_text", "text": CONFIRM_LABELS[verb]},
+                    "value": verb,
                 },
                 {
                     "type": "button",
-                    "action_id": STOP_CANCEL,
+                    "action_id": CANCEL,
                     "text": {"type": "plain_text", "text": "Cancel"},
                     "value": "cancel",
                 },
@@ -65,8 +67,8 @@ def resume_button(key: str) -> dict:
 
 def respond_reply(reply: Reply, respond, client, channel: str | None) -> None:
     """Answer a slash command (or anything with a response_url)."""
-    if reply.confirm == "stop":
-        respond(text=reply.text, blocks=confirm_stop_blocks(reply.text), response_type="ephemeral")
+    if reply.confirm:
+        respond(text=reply.text, blocks=confirm_blocks(reply.text, reply.confirm), response_type="ephemeral")
         return
     if reply.image is not None and channel:
         client.files_upload_v2(

@@ -88,7 +88,19 @@ def progress_line(rec: StatusRecord) -> str:
         line += f" · {rec.adopted:,} adopted"
     if rec.failed:
         line += f" · {rec.failed:,} failed"
+    if rec.truncated:
+        line += f" · {rec.truncated:,} truncated to max_length"
     return line
+
+
+CRASH_HINT = "the runner died without a word: `/extract logs --crash` shows its last output"
+
+
+def log_block(rec: StatusRecord, lines: int = 8) -> str:
+    """The log lines a failure carries, as a code block (for alerts)."""
+    fence = "`" * 3
+    tail = [line.replace(fence, "'" * 3) for line in (rec.log_tail or [])[-lines:]]
+    return f"{fence}\n" + "\n".join(tail) + f"\n{fence}" if tail else ""
 
 
 def rate_line(rec: StatusRecord, now: dt.datetime) -> str:
@@ -176,10 +188,17 @@ def _phase_lines(rec: StatusRecord, now: dt.datetime) -> list[str]:
         ]
     if p in (Phase.FAILED, Phase.CRASHED):
         word = "FAILED" if p is Phase.FAILED else "CRASHED"
-        head = f"{word} {_since(rec.phase_since or rec.heartbeat_at, now)}".rstrip()
+        where = f" in {rec.failed_in}" if rec.failed_in else ""
+        head = f"{word}{where} {_since(rec.phase_since or rec.heartbeat_at, now)}".rstrip()
         if rec.reason:
             head += f": {rec.reason}"
-        return [head, progress_line(rec), disk_line(rec), "`/extract resume` continues where it stopped"]
+        todo = rec.hint or (CRASH_HINT if p is Phase.CRASHED else "")
+        todo = (
+            f"what to do: {todo}; then `/extract resume`"
+            if todo
+            else "`/extract resume` continues where it stopped"
+        )
+        return [head, progress_line(rec), disk_line(rec), todo]
     if p is Phase.STOPPED:
         if rec.reason and rec.reason.startswith("adopted "):  # hsx-runner adopt, before any run
             why = f"— {rec.reason}"

@@ -167,6 +167,8 @@ def decide(prev: WatchState, obs: Observation, lim: Limits) -> tuple[list[Action
                 if not rec.last_error or rec.last_error in text
                 else f"{text}\nlast error: {rec.last_error}"
             )
+            if rec.phase.is_failed() and summary.log_block(rec):
+                body += "\n" + summary.log_block(rec)
             actions.append(
                 Action(
                     "alert",

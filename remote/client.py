@@ -24,6 +24,7 @@ ANSWER_CODES = {
     "preflight": (0, 1),  # 1: some check failed, reply lists them
 }
 MAX_LOG_LINES = 500
+LOGS = ("runner", "server", "crash", "all")  # hsx-runner logs --which
 
 
 MAX_PATH_CHARS = 4096
@@ -69,11 +70,11 @@ class GpuBox:
         except StatusError as e:
             raise BadReply(str(e)) from None
 
-    def start(self) -> dict[str, Any]:
-        return self._call("start")
+    def start(self, force: bool = False) -> dict[str, Any]:
+        return self._call("start", *(["--force"] if force else []), timeout_s=max(self.timeout_s, 600.0))
 
-    def resume(self) -> dict[str, Any]:
-        return self._call("resume")
+    def resume(self, force: bool = False) -> dict[str, Any]:
+        return self._call("resume", *(["--force"] if force else []), timeout_s=max(self.timeout_s, 600.0))
 
     def stop(self) -> dict[str, Any]:
         return self._call("stop")
@@ -88,10 +89,13 @@ class GpuBox:
         check_adopt_dir(path)
         return self._call("adopt", path, timeout_s=max(self.timeout_s, 3600.0))
 
-    def logs(self, n: int = 20) -> list[str]:
+    def logs(self, n: int = 20, which: str = "runner") -> list[str]:
+        """The last ``n`` lines of the runner's log, the server's, the crash output, or of all."""
         if not isinstance(n, int) or isinstance(n, bool) or not 1 <= n <= MAX_LOG_LINES:
             raise ValueError(f"logs: n must be an integer 1..{MAX_LOG_LINES}")
-        reply = self._call("logs", "-n", str(n))
+        if which not in LOGS:
+            raise ValueError(f"logs: which must be one of {', '.join(LOGS)}")
+        reply = self._call("logs", "-n", str(n), "--which", which)
         lines = reply.get("lines")
         if not isinstance(lines, list):
             raise BadReply("`hsx-runner logs` reply has no 'lines' list")
@@ -106,8 +110,10 @@ class GpuBox:
             raise BadReply("`hsx-runner events` reply has no 'events' list")
         return [e for e in events if isinstance(e, dict)]
 
-    def preflight(self) -> dict[str, Any]:
-        return self._call("preflight")
+    def preflight(self, free_gpus: bool = False) -> dict[str, Any]:
+        return self._call(
+            "preflight", *(["--free-gpus"] if free_gpus else []), timeout_s=max(self.timeout_s, 600.0)
+        )
 
     def close(self) -> None:
         self.transport.close()

@@ -80,23 +80,30 @@ def _spawn(args, cfg: Config, resume: bool) -> int:
         msg = f"nothing to resume in {out}; use start"
         _emit(args, {"started": False, "reason": msg}, msg)
         return REFUSED
+    from .preflight import GATES, gate, preflight
+
+    report = preflight(cfg)
+    blocked = gate(report, args.force)
+    if blocked:
+        msg = "preflight refused the start: " + "; ".join(
+            f"{c['name']}: {c['detail']}" + (f" (fix: {c['fix']})" if c["fix"] else "") for c in blocked
+        )
+        _emit(args, {"started": False, "reason": msg, "preflight": report}, msg + "\n(--force skips it)")
+        return REFUSED
+    skipped = [c["name"] for c in report["checks"] if c["name"] in GATES and not c["ok"]]
     os.makedirs(os.path.join(out, "logs"), exist_ok=True)
     with open(os.path.join(out, "logs", "runner.out"), "ab") as log:
-        p = subprocess.Popen(
+        p = subprocess.Popen(  # its stdout/stderr: logs/runner.out (Names.crash_log)
             [sys.executable, "-m", "runner.cli", "run", "--config", cfg.path],
             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
         )  # fmt: skip
-    # Report what happened: the child took the lock, or it exited (e.g. lost a race).
+    # Answer once the child has claimed its record and got through set-up (or failed in it),
+    # so a start that dies at once says why instead of "started".
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:
         held, hpid = lock.is_held(out)
         if held and hpid == p.pid:
-            _emit(
-                args,
-                {"started": True, "pid": p.pid, "verb": verb},
-                f"{'resumed' if resume else 'started'}: runner pid {p.pid}",
-            )
-            return 0
+            return _settled(args, out, p, verb, skipped)
         code = p.poll()
         if code is not None:
             held, hpid = lock.is_held(out)
@@ -110,6 +117,41 @@ def _spawn(args, cfg: Config, resume: bool) -> int:
         "runner slow to start",
     )
     return REFUSED
+
+
+SETTLE_S = 30.0  # how long start waits for set-up (config, model, dataset, tokenizer) to pass
+
+
+def _settled(args, out: str, p, verb: str, forced: list[str]) -> int:
+    """The runner holds the job: wait until its set-up passed, or report its failure."""
+    word = "resumed" if verb == "resume" else "started"
+    extra = {"forced": forced} if forced else {}
+    note = f" (preflight skipped with --force: {', '.join(forced)})" if forced else ""
+    deadline = time.monotonic() + SETTLE_S
+    while True:
+        try:
+            rec = view.current(out)
+        except StatusError:  # the child is rewriting a record it found corrupt
+            time.sleep(0.05)
+            continue
+        if rec.pid == p.pid and rec.phase.value == "failed":
+            why = f"{rec.failed_in or rec.phase.value}: {rec.reason}" + (f" — {rec.hint}" if rec.hint else "")
+            msg = f"the runner failed at once in {why}"
+            _emit(args, {"started": False, "pid": p.pid, "reason": msg, "failed_in": rec.failed_in}, msg)
+            return REFUSED
+        past_setup = rec.pid == p.pid and rec.phase.value not in ("preflight",)
+        if past_setup or time.monotonic() > deadline:
+            _emit(
+                args,
+                {"started": True, "pid": p.pid, "verb": verb, **extra},
+                f"{word}: runner pid {p.pid}{note}",
+            )
+            return 0
+        if p.poll() is not None and not lock.is_held(out)[0]:
+            msg = f"the runner exited with code {p.returncode} at once: {rec.reason or 'see /extract logs --crash'}"
+            _emit(args, {"started": False, "pid": p.pid, "reason": msg}, msg)
+            return REFUSED
+        time.sleep(0.05)
 
 
 def cmd_stop(args, cfg: Config) -> int:
@@ -168,9 +210,18 @@ def cmd_logs(args, cfg: Config) -> int:
         _emit(args, {"path": os.path.join(cfg.job.out, "logs"), "lines": lines}, "\n".join(lines))
         return 0
     names = Names(cfg.job.out, args.rank)
-    path = names.server_log if args.server else names.runner_log
-    lines = view.tail(path, args.n)
-    _emit(args, {"path": path, "lines": lines}, "\n".join(lines))
+    logs = {"runner": names.runner_log, "server": names.server_log, "crash": names.crash_log}
+    which = "server" if args.server else args.which
+    if which != "all":
+        lines = view.tail(logs[which], args.n)
+        _emit(args, {"path": logs[which], "lines": lines}, "\n".join(lines))
+        return 0
+    lines = []  # a short tail of each, under its name; empty ones left out
+    for name, path in logs.items():
+        part = view.tail(path, args.n)
+        if part:
+            lines += [f"--- {name}: {os.path.basename(path)} ---", *part]
+    _emit(args, {"path": os.path.dirname(names.runner_log), "lines": lines}, "\n".join(lines))
     return 0
 
 
@@ -248,14 +299,17 @@ def parser() -> argparse.ArgumentParser:
     s = verb("run", cmd_run, "run the job in the foreground (resumes what is there)")
     s.add_argument("--rank", type=int, default=None, help="run only this rank's samples (a Slurm array task)")
     s.add_argument("--world", type=int, default=None, help="the number of ranks the job is split into")
-    verb("start", lambda a, c: _spawn(a, c, False), "run the job detached")
-    verb("resume", lambda a, c: _spawn(a, c, True), "resume a job detached")
+    for name, resume in (("start", False), ("resume", True)):
+        s = verb(name, lambda a, c, r=resume: _spawn(a, c, r), f"{name} the job detached, after preflight")
+        s.add_argument("--force", action="store_true", help="start even when preflight's gates fail")
     s = verb("stop", cmd_stop, "stop the running job (SIGTERM, drains in-flight requests)")
     s.add_argument("--wait", type=float, default=30.0)
     verb("status", cmd_status, "the status record")
     s = verb("logs", cmd_logs, "tail of the runner's log")
     s.add_argument("-n", type=int, default=20)
     s.add_argument("--server", action="store_true", help="the server's log instead")
+    s.add_argument("--which", choices=("runner", "server", "crash", "all"), default="runner",
+                   help="crash: what the runner printed as it died (logs/runner.out); all: a tail of each")  # fmt: skip
     s.add_argument("--rank", type=int, default=None, help="this rank's log (a cluster run)")
     s = verb("events", cmd_events, "recent events (phases, milestones, errors, progress points)")
     s.add_argument("-n", type=int, default=2000)

@@ -172,6 +172,16 @@ class Dataset:
                 self._marks = None
         return self._marks
 
+    def check_tokenizer(self) -> None:
+        """Load the tokenizer now if the first row needs one, so a tokenizer that cannot load
+        fails the job before a server is started for it (pre-tokenized rows never load it)."""
+        for idx in range(min(len(self), 16)):
+            line = self.raw(idx).strip()
+            if line:
+                if b'"conversations"' in line:
+                    self.tokenizer  # noqa: B018 - loads it
+                return
+
     def close(self) -> None:
         self._f.close()
 

@@ -9,6 +9,7 @@ import json
 import logging
 import os
 import signal
+import sys
 import uuid
 
 from . import dump, layers, ranks
@@ -86,10 +87,46 @@ def check_or_write_dataset_json(out: str, desc: dict) -> None:
     write_atomic(path, json.dumps(desc, indent=1) + "\n")
 
 
+# What to do when a phase after set-up fails (set-up steps carry their own).
+PHASE_HINTS = {
+    Phase.PREFLIGHT.value: "see /extract logs",
+    Phase.STARTING_SERVER.value: "the server did not come up: /extract logs --server shows why; check [server]",
+    Phase.SELF_TEST.value: "the dump path is broken: /extract logs --server shows the server's side",
+    Phase.EXTRACTING.value: "see /extract logs; resume retries the failed samples",
+}
+TAIL_LINES = 12
+
+
+class StepFailed(JobFailed):
+    """A named set-up step failed; ``hint`` says what to do."""
+
+    def __init__(self, step: str, reason: str, hint: str):
+        super().__init__(f"{step}: {reason}")
+        self.step, self.reason, self.hint = step, reason, hint
+
+
+def _step(name: str, hint: str, fn, *args):
+    try:
+        return fn(*args)
+    except Exception as e:
+        log.exception("%s failed", name)  # the traceback goes to the runner log (its tail)
+        raise StepFailed(name, str(e) or type(e).__name__, hint) from None
+
+
+def log_tail(path: str, n: int = TAIL_LINES) -> list[str]:
+    """The last ``n`` lines of a log (read from its end: logs grow for days)."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - 64 * 1024))
+            lines = f.read().decode(errors="replace").splitlines()
+    except OSError:
+        return []
+    return [line[:300] for line in lines[-n:]]
+
+
 class Job:
     def __init__(self, cfg: Config, rank: int | None = None, world: int | None = None):
-        require_job(cfg)
-        layers.check_remote_code(cfg.job)
         if rank is not None:  # each rank on a node has its own server port
             cfg = dataclasses.replace(
                 cfg, server=dataclasses.replace(cfg.server, port=cfg.server.port + rank)
@@ -115,43 +152,65 @@ class Job:
         elif self._main is not None:
             self._main.cancel()
 
+    def _setup(self, rec: Recorder):
+        """The steps before any server starts, each named, so a failure says which one."""
+        cfg, job = self.cfg, self.cfg.job
+        _step("config", "fix the [job] keys it names", require_job, cfg)
+        _step(
+            "config", "read that code, then set [job] trust_remote_code = true", layers.check_remote_code, job
+        )
+        removed = self.store.prepare()
+        info = _step("model", f"check [job] model: {job.model}/config.json must be readable",
+                     layers.model_info, job.model)  # fmt: skip
+        ds = _step("dataset", f"check [job] dataset: {job.dataset}", open_dataset, job, info["vocab_size"])
+        try:
+            _step("tokenizer", "check [job] tokenizer (and trust_remote_code for one with auto_map)",
+                  ds.check_tokenizer)  # fmt: skip
+            aux, aux_source = _step(
+                "layers", "fix [job] aux_layer_ids / draft_config", layers.job_aux_ids, job, info
+            )
+            total = len(ds)
+            lo, hi = (0, total) if self.rank is None else ranks.rank_range(total, self.rank, self.world)
+            desc = describe(cfg, info, aux, aux_source, total, job.tokenizer)
+            _step("dataset.json", "use a new [job] out, or the settings that wrote it",
+                  check_or_write_dataset_json, self.out, desc)  # fmt: skip
+        except BaseException:
+            ds.close()
+            raise
+        return ds, aux, total, lo, hi, removed
+
     async def main(self) -> int:
         self._main = asyncio.current_task()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self.request_stop)
         cfg = self.cfg
-        removed = self.store.prepare()
-        info = layers.model_info(cfg.job.model)
-        ds = open_dataset(cfg.job, info["vocab_size"])
-        aux, aux_source = layers.job_aux_ids(cfg.job, info)
-        total = len(ds)
-        lo, hi = (0, total) if self.rank is None else ranks.rank_range(total, self.rank, self.world)
-        desc = describe(cfg, info, aux, aux_source, total, cfg.job.tokenizer)
-        check_or_write_dataset_json(self.out, desc)
-        rec = Recorder(self.out, cfg.job.name, hi - lo, cfg.job.rate_window_s)
+        rec = Recorder(self.out, cfg.job.name, 0, cfg.job.rate_window_s)
         rec.path, rec.events_path = self.names.status, self.names.events
-        self.rec = rec
-        plan = self.store.plan(total, lo, hi)
-        if plan.orphans:
-            self._adopt(plan.orphans)
-            plan = self.store.plan(total, lo, hi)
-        rec.set_done(len(plan.committed), len(plan.failed), self._avg_bytes(plan.committed))
+        rec.carry_counts()  # the last run's numbers until the plan replaces them
         rec.rec.server.backend = cfg.server.backend
-        rec.phase(Phase.PREFLIGHT)
-        if removed:
-            rec.event("cleanup", removed_temp_files=removed)
-        if self.rank is not None:
-            log.info("rank %d of %d: samples %d..%d", self.rank, self.world, lo, hi - 1)
-            rec.event("rank", rank=self.rank, world=self.world, lo=lo, hi=hi)
-        log.info(
-            "plan: %d committed, %d failed, %d remaining",
-            len(plan.committed),
-            len(plan.failed),
-            len(plan.remaining),
-        )
+        self.rec = rec
+        ds = None
         ticker = asyncio.create_task(self._tick())
         try:
+            ds, aux, total, lo, hi, removed = self._setup(rec)
+            rec.rec.total = hi - lo
+            plan = self.store.plan(total, lo, hi)
+            if plan.orphans:
+                self._adopt(plan.orphans)
+                plan = self.store.plan(total, lo, hi)
+            rec.set_done(len(plan.committed), len(plan.failed), self._avg_bytes(plan.committed))
+            if removed:
+                rec.event("cleanup", removed_temp_files=removed)
+            if self.rank is not None:
+                log.info("rank %d of %d: samples %d..%d", self.rank, self.world, lo, hi - 1)
+                rec.event("rank", rank=self.rank, world=self.world, lo=lo, hi=hi)
+            log.info(
+                "plan: %d committed, %d failed, %d remaining",
+                len(plan.committed),
+                len(plan.failed),
+                len(plan.remaining),
+            )
             if not plan.remaining:
                 rec.phase(Phase.DONE)
                 return 0
@@ -159,23 +218,45 @@ class Job:
         except asyncio.CancelledError:
             rec.phase(Phase.STOPPED, "stopped on request")
             return 0
+        except StepFailed as e:
+            self._failed(e.step, e.reason, e.hint, self.names.runner_log)
+            return 2 if e.step == "config" else 1
         except (JobFailed, ServerError, ConfigError) as e:
-            rec.rec.last_error = str(e)[:500]
-            rec.phase(Phase.FAILED, str(e)[:500])
-            log.error("job failed: %s", e)
+            step = rec.rec.phase.value
+            self._failed(step, str(e), PHASE_HINTS.get(step, ""), self._log_for(step))
             return 1
         except Exception as e:
             log.exception("unexpected error")
-            rec.rec.last_error = f"{type(e).__name__}: {e}"[:500]
-            rec.phase(Phase.FAILED, f"internal error: {type(e).__name__}: {e}"[:500])
+            self._failed(rec.rec.phase.value, f"internal error: {type(e).__name__}: {e}",
+                         "a defect in hsx: /extract logs --crash shows the traceback", self.names.runner_log)  # fmt: skip
             return 1
         finally:
             ticker.cancel()
             if self.server is not None:
                 await asyncio.to_thread(self.server.stop)
-            ds.close()
+            if ds is not None:
+                ds.close()
             rec.rec.alive = False
             rec.write()
+
+    def _log_for(self, step: str) -> str:
+        return (
+            self.names.server_log
+            if step in (Phase.STARTING_SERVER.value, Phase.SELF_TEST.value)
+            else self.names.runner_log
+        )
+
+    def _failed(self, step: str, reason: str, hint: str, log_path: str) -> None:
+        """FAILED, with the step, the reason, what to do and the log lines that show it."""
+        log.error("job failed in %s: %s", step, reason)
+        rec = self.rec.rec
+        rec.failed_in, rec.hint, rec.log_tail = step, hint or None, log_tail(log_path)
+        print(
+            f"hsx-runner: failed in {step}: {reason}" + (f"\nwhat to do: {hint}" if hint else ""),
+            file=sys.stderr,
+        )
+        rec.last_error = f"{step}: {reason}"[:500]
+        self.rec.phase(Phase.FAILED, reason[:500])
 
     async def _run(self, ds: Dataset, remaining: list[int], aux: list[int]) -> int:
         from .extractor import Extractor
@@ -324,6 +405,7 @@ def claim_record(out: str, job: str, path: str | None = None) -> None:
     except StatusError:
         rec = StatusRecord(job=job)
     rec.phase, rec.reason, rec.pid, rec.alive = Phase.PREFLIGHT, None, os.getpid(), True
+    rec.failed_in = rec.hint = rec.log_tail = None
     rec.started_at = rec.heartbeat_at = rec.phase_since = now_iso()
     rec.done_this_run = rec.errors_this_run = 0
     rec.rate = rec.tokens_per_s = rec.eta_s = None

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 
 from . import gpus, layers, lock
 from .config import Config
@@ -16,9 +17,48 @@ def _check(name: str, ok: bool, detail: str, fix: str = "") -> dict:
     return {"name": name, "ok": bool(ok), "detail": detail, "fix": fix}
 
 
+def _device(s) -> str:
+    """Where the server computes: [server] device for the reference backend, SGLang's own
+    --device flag (default cuda) for SGLang."""
+    if s.backend != "sglang":
+        return s.device
+    args = list(s.extra_args)
+    for i, a in enumerate(args):
+        if a == "--device" and i + 1 < len(args):
+            return args[i + 1]
+        if a.startswith("--device="):
+            return a.split("=", 1)[1]
+    return "cuda"
+
+
 def _line_count(path: str) -> int:
     with open(path, "rb") as f:
         return sum(chunk.count(b"\n") for chunk in iter(lambda: f.read(1 << 20), b""))
+
+
+# Checks that refuse a start (hsx-runner start/resume) unless --force; the others inform.
+GATES = ("dataset", "model", "remote code", "disk", "gpus", "sglang patch")
+
+
+def projected_need(out: str, rows: int, worst: int) -> tuple[int, str]:
+    """Bytes the rest of the job will write: the real mean file size once samples exist,
+    else the worst case from max_length (never a fraction of it)."""
+    from .store import Store
+
+    try:
+        sizes = [e.get("bytes", 0) for e in Store(out).manifest().values()]
+    except Exception:  # noqa: BLE001 - an unreadable manifest is verify's business
+        sizes = []
+    left = max(0, rows - len(sizes))
+    if sizes:
+        mean = sum(sizes) / len(sizes)
+        return int(left * mean), f"{left:,} rows x {fmt(int(mean))} measured"
+    return left * worst, f"{left:,} rows x {fmt(worst)} worst case"
+
+
+def gate(report: dict, force: bool) -> list[dict]:
+    """The failed checks that refuse a start (none with --force)."""
+    return [] if force else [c for c in report["checks"] if c["name"] in GATES and not c["ok"]]
 
 
 def preflight(cfg: Config, free_gpus: bool = False) -> dict:
@@ -50,9 +90,9 @@ def preflight(cfg: Config, free_gpus: bool = False) -> dict:
     os.makedirs(j.out, exist_ok=True)
     free = shutil.disk_usage(j.out).free
     if info:
-        need = rows * worst_case_bytes(j.max_length, info["hidden_size"]) // 2  # half of worst case, a guess
-        ok = free > max(need, j.min_free_bytes)
-        checks.append(_check("disk", ok, f"{fmt(free)} free at {j.out}; ~{fmt(need)} projected for {rows:,} rows",
+        need, how = projected_need(j.out, rows, worst_case_bytes(j.max_length, info["hidden_size"]))
+        ok = free > need + j.min_free_bytes
+        checks.append(_check("disk", ok, f"{fmt(free)} free at {j.out}; {fmt(need)} still needed ({how})",
                              "free space or point [job] out at a bigger disk"))  # fmt: skip
 
     held, pid = lock.is_held(j.out)
@@ -61,7 +101,7 @@ def preflight(cfg: Config, free_gpus: bool = False) -> dict:
     )
 
     procs, err = gpus.holders()
-    needs_gpu = s.backend == "sglang" or s.device.startswith("cuda")
+    needs_gpu = _device(s) != "cpu"
     if err:
         checks.append(_check("gpus", not needs_gpu, err, "install the NVIDIA driver" if needs_gpu else ""))
     else:
@@ -86,15 +126,38 @@ def preflight(cfg: Config, free_gpus: bool = False) -> dict:
     checks.append(autostart_check(cfg))
 
     if s.backend == "sglang":
-        try:
-            from patches.hooks import IncompatibleSGLang, check_installed
-
-            problems = check_installed()
-        except IncompatibleSGLang as e:
-            problems = [str(e)]
+        problems = patch_problems(cfg)
         checks.append(_check("sglang patch", not problems, "; ".join(problems) or "hook points of SGLang 0.5.23 present",
                              "pip install 'hsx-ops[sglang]' (SGLang 0.5.23)"))  # fmt: skip
     return {"ok": all(c["ok"] for c in checks), "checks": checks}
+
+
+PATCH_CHECK = (
+    "import json\n"
+    "from patches.hooks import IncompatibleSGLang, check_installed\n"
+    "try:\n    print(json.dumps(check_installed()))\n"
+    "except IncompatibleSGLang as e:\n    print(json.dumps([str(e)]))\n"
+)
+
+
+def patch_problems(cfg: Config) -> list[str]:
+    """The patch's hook points, checked in the interpreter that will run the server (the
+    SGLang venv is often not the runner's)."""
+    import json
+    import subprocess
+
+    from .server import server_env
+
+    python = cfg.server.python or sys.executable
+    try:
+        p = subprocess.run([python, "-c", PATCH_CHECK], capture_output=True, text=True, timeout=300,
+                           env=server_env(cfg, "", []))  # fmt: skip
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return [f"cannot run {python}: {e}"]
+    try:
+        return [str(x) for x in json.loads(p.stdout.strip().splitlines()[-1])]
+    except (IndexError, ValueError):
+        return [f"{python} could not check the patch: {(p.stderr or p.stdout).strip()[-300:]}"]
 
 
 UNIT = "hsx-runner.service"

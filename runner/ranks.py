@@ -70,6 +70,11 @@ class Names:
         return os.path.join(self.out, "logs", rank_file("runner.log", self.rank))
 
     @property
+    def crash_log(self) -> str:
+        """What a detached runner printed (a traceback, if it died of one)."""
+        return os.path.join(self.out, "logs", rank_file("runner.out", self.rank))
+
+    @property
     def server_log(self) -> str:
         return os.path.join(self.out, "logs", rank_file("server.log", self.rank))
 

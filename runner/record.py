@@ -36,6 +36,24 @@ class Recorder:
         )
         self.rec.disk.path = out
 
+    def carry_counts(self) -> None:
+        """Keep the claimed record's counts (the last run's) until this run's plan is made, so
+        a failure in set-up does not read as an empty job."""
+        from .status import read_record
+
+        try:
+            old = read_record(self.path)
+        except Exception:  # noqa: BLE001 - no usable record: start from zero
+            return
+        r = self.rec
+        r.total, r.done, r.failed, r.adopted, r.truncated = (
+            old.total,
+            old.done,
+            old.failed,
+            old.adopted,
+            old.truncated,
+        )
+
     # --- counters --------------------------------------------------------------------------
     def set_done(self, committed: int, failed: int, avg_bytes: float | None = None) -> None:
         """What the plan found. Adopted samples are part of done, never of the rate: only

@@ -86,6 +86,9 @@ class StatusRecord:
     server: ServerInfo = field(default_factory=ServerInfo)
     last_error: str | None = None
     reason: str | None = None  # why paused / failed / stopped
+    failed_in: str | None = None  # the step or phase that failed (config, model, tokenizer, self_test, ...)
+    hint: str | None = None  # what to do about the failure
+    log_tail: list[str] | None = None  # the last lines of the log that shows it
     heartbeat_age_s: float | None = None  # filled by readers, not by the writer
     ranks: list[dict] | None = None  # a cluster run only: one entry per rank (runner.slurm)
 
@@ -113,6 +116,11 @@ class StatusRecord:
         kw["server"] = ServerInfo(
             **{k: v for k, v in (d.get("server") or {}).items() if k in ServerInfo.__dataclass_fields__}
         )
+        tail = kw.get("log_tail")
+        if tail is not None:
+            if not isinstance(tail, list):
+                raise StatusError("status record field 'log_tail' is not a list")
+            kw["log_tail"] = [str(x) for x in tail]
         ranks = kw.get("ranks")
         if ranks is not None and not (isinstance(ranks, list) and all(isinstance(r, dict) for r in ranks)):
             raise StatusError("status record field 'ranks' is not a list of objects")

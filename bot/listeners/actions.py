@@ -1,10 +1,10 @@
-"""Buttons: confirm or cancel a stop, and Resume on a crash alert (once per alert)."""
+"""Buttons: confirm or cancel a stop or free-gpus, and Resume on a crash alert (once per alert)."""
 
 from __future__ import annotations
 
-from ..commands import Command
+from ..commands import CONFIRMED, Command
 from ..runtime import Runtime
-from ..slack_out import RESUME, STOP_CANCEL, STOP_CONFIRM, text_with_audit
+from ..slack_out import CANCEL, CONFIRM, CONFIRM_BEFORE, RESUME, text_with_audit
 
 
 def _ack(ack):
@@ -12,16 +12,19 @@ def _ack(ack):
 
 
 def register(app, rt: Runtime) -> None:
-    def confirm_stop(body, respond):
+    def confirm(body, respond):
         user = body["user"]["id"]
-        reply = rt.handlers.handle(Command("stop", confirmed=True), user)
+        verb = (body.get("actions") or [{}])[0].get("value", "stop")
+        if verb not in CONFIRMED:  # the value is ours; anything else is not a button we sent
+            return
+        reply = rt.handlers.handle(Command(verb, confirmed=True), user)
         if reply.ephemeral:
             respond(text=text_with_audit(reply), replace_original=True, response_type="ephemeral")
             return
         respond(delete_original=True)
         respond(text=text_with_audit(reply), response_type="in_channel", replace_original=False)
 
-    def cancel_stop(respond):
+    def cancel(respond):
         respond(delete_original=True)
 
     def resume_from_alert(body, respond):
@@ -47,6 +50,7 @@ def register(app, rt: Runtime) -> None:
             return
         respond(text=f"{original}\n{text_with_audit(reply)}", replace_original=True)
 
-    app.action(STOP_CONFIRM)(ack=_ack, lazy=[confirm_stop])
-    app.action(STOP_CANCEL)(ack=_ack, lazy=[cancel_stop])
+    app.action(CONFIRM)(ack=_ack, lazy=[confirm])
+    app.action(CONFIRM_BEFORE)(ack=_ack, lazy=[confirm])
+    app.action(CANCEL)(ack=_ack, lazy=[cancel])
     app.action(RESUME)(ack=_ack, lazy=[resume_from_alert])

@@ -33,6 +33,13 @@ def test_parse_arguments():
     assert parse("verify --repair --quick") == Command("verify", repair=True, quick=True)
     assert parse("verify --repair").mutating and not parse("verify").mutating
     assert parse("stop").confirmed is False and parse("stop --yes").confirmed is True
+    assert (
+        parse("resume --force") == Command("resume", force=True)
+        and parse("resume --force").action == "resume --force"
+    )
+    assert (
+        parse("free-gpus").mutating and parse("free-gpus --yes").confirmed and not parse("preflight").mutating
+    )
 
 
 @pytest.mark.parametrize(
@@ -43,7 +50,9 @@ def test_parse_arguments():
         "`id`",
         "status\nrm -rf /",
         "a" * 10_000,
-        "resume --force",
+        "resume --now",
+        "start --force --yes",
+        "free-gpus vllm.service",
         "logs 0",
         "/extractresume",
         "status && reboot",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -115,8 +116,8 @@ def test_stop_asks_for_confirmation_then_stops_once(bot):
     (ask,) = bot.rec.wait_for("response")
     assert bot.fake.calls() == []
     button = ask["blocks"][1]["elements"][0]
-    assert button["action_id"] == "hsx_stop_confirm"
-    assert bot.click("hsx_stop_confirm", button["value"]) == 200
+    assert button["action_id"] == "hsx_confirm"
+    assert bot.click("hsx_confirm", button["value"]) == 200
     posts = bot.rec.wait_for("response", 3)
     assert posts[1].get("delete_original") is True
     assert posts[2]["response_type"] == "in_channel" and "`stop`" in posts[2]["text"]
@@ -273,3 +274,53 @@ def test_hsx_verify_quick_without_json_passes_quick(fake, cfg, tmp_path):
     assert p.returncode == 0, p.stderr
     (call,) = fake.calls()
     assert call[0] == "verify" and "--quick" in call, call
+
+
+HELD = {"ok": False, "checks": [
+    {"name": "disk", "ok": True, "detail": "8 TB free", "fix": ""},
+    {"name": "gpus", "ok": False, "detail": "GPU 0: pid 4711 python3 (71234 MiB) in vllm-autostart.service",
+     "fix": "hsx-runner preflight --free-gpus stops and disables vllm-autostart.service"},
+]}  # fmt: skip
+FREED = {"ok": True, "checks": [
+    {"name": "gpus", "ok": True, "detail": "vllm-autostart.service: stopped and disabled", "fix": ""},
+]}  # fmt: skip
+
+
+def test_preflight_answers_with_every_check_and_its_fix(bot):
+    bot.fake.reply("preflight", HELD, code=1)
+    bot.command("preflight")
+    (resp,) = bot.rec.wait_for("response")
+    assert resp["text"].startswith("preflight: a start would be refused")
+    assert (
+        "✗ gpus: GPU 0: pid 4711" in resp["text"] and "fix: hsx-runner preflight --free-gpus" in resp["text"]
+    )
+    assert bot.fake.verbs() == ["preflight"] and bot.audit() == []
+
+
+def test_free_gpus_names_the_unit_asks_then_stops_it_once_and_audits(bot):
+    bot.fake.reply("preflight", HELD, code=1)
+    with open(os.path.join(bot.fake.folder, "free-gpus.json"), "w") as f:
+        json.dump(FREED, f)
+    bot.command("free-gpus", user=STRANGER)  # not an operator: refused before anything is asked
+    (refused,) = bot.rec.wait_for("response")
+    assert "refused" in refused["text"] and bot.fake.calls() == []
+    bot.command("free-gpus")
+    ask = bot.rec.wait_for("response", 2)[1]
+    assert ask["text"].startswith("Stop and disable vllm-autostart.service?")
+    button = ask["blocks"][1]["elements"][0]
+    assert (button["action_id"], button["value"]) == ("hsx_confirm", "free-gpus")
+    assert [c[-1] for c in bot.fake.calls()] == [bot.fake.config]  # asked: a plain preflight, nothing stopped
+    assert bot.click("hsx_confirm", "free-gpus") == 200
+    done = bot.rec.wait_for("response", 4)[-1]
+    assert "free-gpus" in done["text"] and "stopped and disabled" in done["text"], done
+    assert bot.fake.calls()[-1][-1] == "--free-gpus"
+    assert [(e["action"], e["result"]) for e in bot.audit()] == [("free-gpus", "refused: not an operator"),
+                                                                ("free-gpus", "ok")]  # fmt: skip
+
+
+def test_start_force_passes_the_flag_and_the_audit_says_so(bot):
+    bot.command("start --force")
+    (resp,) = bot.rec.wait_for("response")
+    assert bot.fake.calls()[0][0] == "start" and "--force" in bot.fake.calls()[0]
+    assert [(e["action"], e["result"]) for e in bot.audit()] == [("start --force", "ok")]
+    assert "start --force" in resp["text"]

@@ -212,8 +212,8 @@ def test_operator_stop_confirmed_through_the_socket_stops_once(bot):
     bot.acked(bot.command("stop", user=OPERATOR))
     (ask,) = bot.rec.wait_for("response")
     button = ask["blocks"][1]["elements"][0]
-    assert button["action_id"] == "hsx_stop_confirm" and bot.fake.calls() == []
-    bot.acked(bot.click("hsx_stop_confirm", button["value"], user=OPERATOR))
+    assert button["action_id"] == "hsx_confirm" and bot.fake.calls() == []
+    bot.acked(bot.click("hsx_confirm", button["value"], user=OPERATOR))
     posts = bot.rec.wait_for("response", 3)
     assert posts[1].get("delete_original") is True
     assert posts[2]["response_type"] == "in_channel" and "stop accepted" in posts[2]["text"]

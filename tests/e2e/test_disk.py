@@ -49,13 +49,20 @@ def test_full_disk_pauses_alerts_once_then_resume_finishes(gpu_box, demo_assets,
         disk_recheck_s=600.0,  # the pause ends by /extract resume, not by a timer racing it
     )
     code, rep = gpu_box.deploy(conf)
-    assert code == 0, rep
+    bad = [c["name"] for c in rep["preflight"]["checks"] if not c["ok"]]
+    assert code == 1 and bad == ["disk"], rep  # deployed; preflight sees the worst case will not fit
 
     ops = Ops(conf)
     try:
         bot, rec, box = ops.bot, ops.rec, ops.rt.handlers.box
-        bot.command("start")
-        rec.wait_for("response", timeout=60)
+        bot.command("start")  # preflight sees the worst case will not fit: refused, nothing started
+        (refused,) = rec.wait_for("response", timeout=60)
+        assert "preflight refused the start: disk:" in refused["text"], refused["text"]
+        assert not os.path.exists(os.path.join(out, "status.json"))
+        bot.command("start --force")  # the operator knows better (samples are smaller): it runs
+        forced = rec.wait_for("response", 2, timeout=60)[1]
+        assert "refused" not in forced["text"], forced["text"]
+        assert [e["action"] for e in bot.audit()][-2:] == ["start", "start --force"]
         paused = wait_for(
             lambda: (s := box.status()).phase.value == "paused" and s, timeout=90, what="the pause"
         )

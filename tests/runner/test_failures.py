@@ -1,0 +1,91 @@
+"""Every failure carries its reason, at every phase, and preflight gates the start: what an
+operator sees from chat without opening a shell on the box (real runner processes)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+
+from bot import summary, watcher
+from runner.status import StatusRecord
+from tests.conftest import runner
+from tests.runner.helpers import done_count, out_dir, status
+
+
+def _start(conf: str, *extra) -> tuple[int, dict]:
+    p = runner("start", "--json", "--config", conf, *extra)
+    return p.returncode, json.loads(p.stdout)
+
+
+def _alert(rec: dict) -> str:
+    """The crash alert the watcher posts for this record (its pure decision, real record)."""
+    now = dt.datetime.now(dt.timezone.utc)
+    actions, _ = watcher.decide(watcher.WatchState(), watcher.Observation(now, record=StatusRecord.from_dict(rec)),
+                                watcher.Limits())  # fmt: skip
+    (alert,) = [a for a in actions if a.kind == "alert"]
+    return alert.text
+
+
+def test_a_tokenizer_that_fails_to_load_is_reported_before_any_server(job, tmp_path):
+    broken = tmp_path / "tok"
+    broken.mkdir()
+    (broken / "tokenizer_config.json").write_text('{"tokenizer_class": "NoSuchTokenizer"}')
+    conf = job(samples=5, job__tokenizer=str(broken))
+    code, rep = _start(conf)
+    assert code == 3 and not rep["started"], rep
+    assert "failed at once in tokenizer" in rep["reason"] and "trust_remote_code" in rep["reason"], rep
+    st = status(conf)
+    assert st["phase"] == "failed" and st["failed_in"] == "tokenizer" and "tokenizer" in st["reason"]
+    assert any('File "' in line for line in st["log_tail"]), st["log_tail"]  # the traceback's end
+    assert not os.path.exists(os.path.join(out_dir(conf), "logs", "server.log"))  # no server was started
+    text = _alert(st)
+    assert "FAILED in tokenizer" in text and "what to do: check [job] tokenizer" in text and "```" in text, (
+        text
+    )
+    logs = json.loads(runner("logs", "--json", "--which", "all", "-n", "200", "--config", conf).stdout)[
+        "lines"
+    ]
+    assert "--- runner: runner.log ---" in logs and any("Traceback" in line for line in logs), logs
+
+
+def test_a_dataset_json_mismatch_fails_with_the_keys_and_keeps_the_counts(job):
+    conf = job(samples=4)
+    runner("run", "--config", conf, check=True)
+    with open(conf) as f:
+        text = f.read()
+    with open(conf, "w") as f:
+        f.write(text.replace("max_length = 256", "max_length = 128"))
+    code, rep = _start(conf)
+    assert code == 3 and "failed at once in dataset.json" in rep["reason"], rep
+    assert "max_length: 256 -> 128" in rep["reason"] and "use a new [job] out" in rep["reason"]
+    st = status(conf)
+    assert st["failed_in"] == "dataset.json" and st["done"] == 4 and st["total"] == 4, st  # counts kept
+    assert "max_length: 256 -> 128" in _alert(st)
+    assert done_count(conf) == 4
+
+
+def test_preflight_gates_the_start_and_force_skips_it_saying_so(job):
+    conf = job(samples=3, job__min_free_bytes=10**18)  # more than any disk has
+    code, rep = _start(conf)
+    assert code == 3 and not rep["started"] and "preflight refused the start: disk:" in rep["reason"], rep
+    assert not os.path.exists(os.path.join(out_dir(conf), "status.json"))  # nothing ran
+    code, rep = _start(conf, "--force")
+    assert code == 0 and rep["started"] and rep["forced"] == ["disk"], rep
+
+
+def test_a_missing_model_is_refused_by_preflight_with_the_fix(job, tmp_path):
+    conf = job(samples=3, job__model=str(tmp_path / "no-model"))
+    code, rep = _start(conf)
+    assert code == 3 and "model:" in rep["reason"] and "fix:" in rep["reason"], rep
+
+
+def test_a_failed_record_renders_step_reason_and_what_to_do():
+    rec = StatusRecord.from_dict({
+        "phase": "failed", "total": 10, "done": 4, "failed_in": "self_test", "reason": "dump missing",
+        "hint": "the dump path is broken", "log_tail": ["a", "b```c"],
+    })  # fmt: skip
+    text = summary.render_text(rec)
+    assert text.splitlines()[0].startswith("FAILED in self_test") and "dump missing" in text
+    assert "what to do: the dump path is broken; then `/extract resume`" in text
+    assert summary.log_block(rec) == "```\na\nb'''c\n```"
