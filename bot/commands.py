@@ -342,8 +342,9 @@ class Handlers:
 
 
 def gpu_units(check: dict) -> list[str]:
-    """The systemd units a preflight ``gpus`` check names."""
-    return sorted(set(re.findall(r"in ([A-Za-z0-9@._:-]+\.service)", str(check.get("detail", "")))))
+    """The systemd units a preflight ``gpus`` check found holding GPUs."""
+    units = check.get("units")
+    return [str(u) for u in units] if isinstance(units, list) else []
 
 
 def free_gpus_reply(report: dict) -> dict:

@@ -3,6 +3,7 @@ vLLM held all 8 GPUs after a reboot. Stopping such a unit happens only when aske
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 
@@ -27,28 +28,89 @@ def _proc(pid: int, name: str) -> str:
         return ""
 
 
-def holders() -> tuple[list[dict], str | None]:
-    """Processes on any GPU: [{gpu, pid, name, used_mib, unit}], or an error when NVML is absent."""
-    try:
-        import pynvml
+STUB_ENV = "HSX_NVML_STUB"  # a JSON file standing in for NVML (tests; there is no GPU there)
 
-        pynvml.nvmlInit()
+
+class _Stub:
+    """pynvml's few calls over a JSON description: {"gpus": [{"used_mib", "total_mib",
+    "procs": [{"pid", "used_mib"}]}]}."""
+
+    NVMLError = RuntimeError
+
+    def __init__(self, path: str):
+        import json
+
+        with open(path) as f:
+            self.gpus = json.load(f)["gpus"]
+
+    def nvmlInit(self):
+        pass
+
+    def nvmlShutdown(self):
+        pass
+
+    def nvmlDeviceGetCount(self):
+        return len(self.gpus)
+
+    def nvmlDeviceGetHandleByIndex(self, i):
+        return self.gpus[i]
+
+    def nvmlDeviceGetMemoryInfo(self, h):
+        from types import SimpleNamespace
+
+        return SimpleNamespace(used=h["used_mib"] * 2**20, total=h.get("total_mib", 81559) * 2**20)
+
+    def nvmlDeviceGetComputeRunningProcesses(self, h):
+        from types import SimpleNamespace
+
+        return [
+            SimpleNamespace(pid=p["pid"], usedGpuMemory=p.get("used_mib", 0) * 2**20)
+            for p in h.get("procs", [])
+        ]
+
+    def nvmlDeviceGetGraphicsRunningProcesses(self, h):
+        return []
+
+
+def _nvml():
+    stub = os.environ.get(STUB_ENV)
+    if stub:
+        return _Stub(stub)
+    import pynvml
+
+    return pynvml
+
+
+def survey() -> tuple[list[dict], str | None]:
+    """Every GPU: {gpu, used_mib, total_mib, procs: [{pid, name, used_mib, unit}]}, or an error
+    when NVML is absent. Memory is reported too: in a container NVML may show no PIDs."""
+    try:
+        nv = _nvml()
+        nv.nvmlInit()
     except Exception as e:  # no driver, no library: say so, do not guess
         return [], f"NVML unavailable ({type(e).__name__}: {e})"
     out = []
     try:
-        for i in range(pynvml.nvmlDeviceGetCount()):
-            h = pynvml.nvmlDeviceGetHandleByIndex(i)
-            procs = list(pynvml.nvmlDeviceGetComputeRunningProcesses(h))
-            procs += list(pynvml.nvmlDeviceGetGraphicsRunningProcesses(h))
-            for p in procs:
-                used = getattr(p, "usedGpuMemory", None)
-                out.append({
-                    "gpu": i, "pid": p.pid, "name": _proc(p.pid, "comm").strip() or "?",
-                    "used_mib": int(used / 2**20) if used else None, "unit": unit_of(_proc(p.pid, "cgroup")),
-                })  # fmt: skip
+        for i in range(nv.nvmlDeviceGetCount()):
+            h = nv.nvmlDeviceGetHandleByIndex(i)
+            mem = nv.nvmlDeviceGetMemoryInfo(h)
+            procs = list(nv.nvmlDeviceGetComputeRunningProcesses(h))
+            procs += list(nv.nvmlDeviceGetGraphicsRunningProcesses(h))
+            out.append({
+                "gpu": i, "used_mib": int(mem.used / 2**20), "total_mib": int(mem.total / 2**20),
+                "procs": [{
+                    "pid": p.pid, "name": _proc(p.pid, "comm").strip() or "?",
+                    "used_mib": int(p.usedGpuMemory / 2**20) if getattr(p, "usedGpuMemory", None) else None,
+                    "unit": unit_of(_proc(p.pid, "cgroup")),
+                } for p in procs],
+            })  # fmt: skip
+    except Exception as e:  # a driver error mid-survey: report it rather than half a picture
+        return [], f"NVML failed ({type(e).__name__}: {e})"
     finally:
-        pynvml.nvmlShutdown()
+        try:
+            nv.nvmlShutdown()
+        except Exception:  # noqa: BLE001 - already failing or never initialised
+            pass
     return out, None
 
 

@@ -17,6 +17,35 @@ def _check(name: str, ok: bool, detail: str, fix: str = "") -> dict:
     return {"name": name, "ok": bool(ok), "detail": detail, "fix": fix}
 
 
+HELD_MIB = 2048  # a GPU with this much memory in use is held, whether or not NVML shows who
+
+
+def gpus_check(needs_gpu: bool, own_pid: int | None, free_gpus: bool) -> dict:
+    """Held GPUs: other processes on them, or memory in use that no visible process explains
+    (inside a container NVML may show no PIDs). ``free_gpus`` stops the systemd units found."""
+    devices, err = gpus.survey()
+    if err:
+        return _check("gpus", not needs_gpu, err, "install the NVIDIA driver" if needs_gpu else "")
+    foreign = [dict(p, gpu=d["gpu"]) for d in devices for p in d["procs"] if p["pid"] != own_pid]
+    shown = {p["gpu"] for p in foreign}
+    hidden = [d for d in devices if d["gpu"] not in shown and d["used_mib"] >= HELD_MIB]
+    units = sorted({p["unit"] for p in foreign if p["unit"]})
+    parts = [f"GPU {p['gpu']}: pid {p['pid']} {p['name']} ({p['used_mib']} MiB){' in ' + p['unit'] if p['unit'] else ''}" for p in foreign]  # fmt: skip
+    parts += [f"GPU {d['gpu']}: {d['used_mib']:,} of {d['total_mib']:,} MiB in use by processes NVML does not show" for d in hidden]  # fmt: skip
+    stopped = gpus.stop_units(units) if (free_gpus and units) else []
+    parts += [f"{r['unit']}: {r['detail']}" for r in stopped]
+    ok = not hidden and (not foreign or (bool(stopped) and all(r["ok"] for r in stopped)
+                                         and len(units) == len({p["unit"] for p in foreign})))  # fmt: skip
+    if units:
+        fix = (
+            f"/extract free-gpus (or hsx-runner preflight --free-gpus) stops and disables {', '.join(units)}"
+        )
+    else:
+        fix = "stop those processes (another container or job may hold the GPUs)"
+    check = _check("gpus", ok, "; ".join(parts) or f"{len(devices)} GPUs, none held", "" if ok else fix)
+    return {**check, "units": units}  # what /extract free-gpus offers to stop
+
+
 def _device(s) -> str:
     """Where the server computes: [server] device for the reference backend, SGLang's own
     --device flag (default cuda) for SGLang."""
@@ -100,28 +129,7 @@ def preflight(cfg: Config, free_gpus: bool = False) -> dict:
         _check("lock", True, f"a runner is running (pid {pid})" if held else "no runner holds the job")
     )
 
-    procs, err = gpus.holders()
-    needs_gpu = _device(s) != "cpu"
-    if err:
-        checks.append(_check("gpus", not needs_gpu, err, "install the NVIDIA driver" if needs_gpu else ""))
-    else:
-        foreign = [p for p in procs if p["pid"] != pid]
-        units = sorted({p["unit"] for p in foreign if p["unit"]})
-        detail = "; ".join(f"GPU {p['gpu']}: pid {p['pid']} {p['name']} ({p['used_mib']} MiB){' in ' + p['unit'] if p['unit'] else ''}" for p in foreign)  # fmt: skip
-        stopped = gpus.stop_units(units) if (free_gpus and units) else []
-        if stopped:
-            detail += "; " + "; ".join(f"{r['unit']}: {r['detail']}" for r in stopped)
-        ok = not foreign or (
-            bool(stopped)
-            and all(r["ok"] for r in stopped)
-            and len(units) == len({p["unit"] for p in foreign})
-        )
-        fix = (
-            f"hsx-runner preflight --free-gpus stops and disables {', '.join(units)}"
-            if units
-            else "stop those processes"
-        )
-        checks.append(_check("gpus", ok, detail or "no other process holds a GPU", "" if ok else fix))
+    checks.append(gpus_check(_device(s) != "cpu", pid, free_gpus))
 
     checks.append(autostart_check(cfg))
 

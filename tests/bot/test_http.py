@@ -279,7 +279,8 @@ def test_hsx_verify_quick_without_json_passes_quick(fake, cfg, tmp_path):
 HELD = {"ok": False, "checks": [
     {"name": "disk", "ok": True, "detail": "8 TB free", "fix": ""},
     {"name": "gpus", "ok": False, "detail": "GPU 0: pid 4711 python3 (71234 MiB) in vllm-autostart.service",
-     "fix": "hsx-runner preflight --free-gpus stops and disables vllm-autostart.service"},
+     "fix": "hsx-runner preflight --free-gpus stops and disables vllm-autostart.service",
+     "units": ["vllm-autostart.service"]},
 ]}  # fmt: skip
 FREED = {"ok": True, "checks": [
     {"name": "gpus", "ok": True, "detail": "vllm-autostart.service: stopped and disabled", "fix": ""},

@@ -89,3 +89,41 @@ def test_a_failed_record_renders_step_reason_and_what_to_do():
     assert text.splitlines()[0].startswith("FAILED in self_test") and "dump missing" in text
     assert "what to do: the dump path is broken; then `/extract resume`" in text
     assert summary.log_block(rec) == "```\na\nb'''c\n```"
+
+
+def _nvml_stub(tmp_path, gpus: list[dict]) -> str:
+    path = tmp_path / "nvml.json"
+    path.write_text(json.dumps({"gpus": gpus}))
+    return str(path)
+
+
+def test_held_gpus_refuse_the_start_even_when_nvml_shows_no_process(job, tmp_path, monkeypatch):
+    """Inside a container NVML may list no PIDs: memory in use is enough to call a GPU held."""
+    from runner import gpus
+
+    monkeypatch.setenv(gpus.STUB_ENV, _nvml_stub(tmp_path, [
+        {"used_mib": 3, "total_mib": 81559},
+        {"used_mib": 70000, "total_mib": 81559},  # held by someone NVML cannot show
+        {"used_mib": 9000, "procs": [{"pid": os.getpid(), "used_mib": 9000}]},  # a visible process
+    ]))  # fmt: skip
+    conf = job(samples=3, server__device="cuda")
+    code, rep = _start(conf)
+    assert code == 3 and "preflight refused the start: gpus:" in rep["reason"], rep
+    assert "GPU 1: 70,000 of 81,559 MiB in use by processes NVML does not show" in rep["reason"]
+    assert f"GPU 2: pid {os.getpid()}" in rep["reason"] and "GPU 0" not in rep["reason"]
+    monkeypatch.setenv(gpus.STUB_ENV, _nvml_stub(tmp_path, [{"used_mib": 3}, {"used_mib": 500}]))
+    checks = {
+        c["name"]: c for c in json.loads(runner("preflight", "--json", "--config", conf).stdout)["checks"]
+    }
+    assert checks["gpus"]["ok"] and checks["gpus"]["detail"] == "2 GPUs, none held", checks["gpus"]
+
+
+def test_real_nvml_on_a_machine_without_a_gpu_fails_cleanly(monkeypatch):
+    from runner import gpus
+
+    monkeypatch.delenv(gpus.STUB_ENV, raising=False)
+    devices, err = gpus.survey()
+    if devices:  # a machine with a GPU and a driver: a true survey
+        assert all({"gpu", "used_mib", "total_mib", "procs"} <= set(d) for d in devices)
+    else:
+        assert err and err.startswith("NVML unavailable"), err
