@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass, field
 
 from remote.errors import RemoteError
 from runner.config import Config
-from runner.status import Phase, StatusRecord, write_atomic
+from runner.status import Phase, StatusRecord, age_s, write_atomic
 
 from . import history, summary
 from .slack_out import resume_button
@@ -80,13 +80,18 @@ class Limits:
     milestone_pct: int = 10
     heartbeat_stale_s: float = 120.0
     unreachable_alert_s: float = 300.0
-    error_spike: int = ERROR_SPIKE
+    error_spike: int = ERROR_SPIKE  # when the record does not say how many requests are out
     progress_update_s: float = PROGRESS_UPDATE_S
+    stall_after_s: float = 300.0
+    rate_drop_after_s: float = 600.0
 
     @classmethod
     def from_config(cls, cfg: Config) -> Limits:
         w = cfg.watcher
-        return cls(max(1, w.milestone_pct), w.heartbeat_stale_s, w.unreachable_alert_s)
+        return cls(
+            max(1, w.milestone_pct), w.heartbeat_stale_s, w.unreachable_alert_s,
+            stall_after_s=w.stall_after_s, rate_drop_after_s=w.rate_drop_after_s,
+        )  # fmt: skip
 
 
 def _iso(t: dt.datetime) -> str:
@@ -118,17 +123,51 @@ def _conditions(
             False,
         )
     same_run = prev.run == run and prev.errors is not None
-    if same_run and rec.errors_this_run - prev.errors >= lim.error_spike:
+    spike = max(3, rec.in_flight) if rec.in_flight else lim.error_spike  # a round of requests failing
+    if same_run and rec.errors_this_run - prev.errors >= spike:
         new = rec.errors_this_run - prev.errors
         out[f"errors:{run}:{rec.errors_this_run}"] = (
-            f"Error spike: {new} new errors since the last check",
+            f"Error spike: {new} new errors since the last check ({rec.in_flight} requests in flight)",
             False,
         )
+    out.update(_flow_conditions(rec, lim, now))
     # one disk episode per run: the forecast and the pause it leads to are the same story
     if rec.phase is Phase.PAUSED:
         out[f"disk:{run}"] = (f"Extraction PAUSED: {rec.reason or 'no reason given'}", True)
     elif rec.phase.is_active() and rec.disk.need is not None and rec.disk.need > rec.disk.free:
         out[f"disk:{run}"] = ("Disk will run out before the job ends", False)
+    return out
+
+
+RESOLVES = {"stalled": "STALLED", "ratedrop": "Rate drop"}  # alerts whose end is posted too
+
+
+def _flow_conditions(rec: StatusRecord, lim: Limits, now: dt.datetime) -> dict[str, tuple[str, bool]]:
+    """STALLED (no commit for long) and a rate drop, while extracting. A key names one episode:
+    the last commit (or the moment the rate fell) it began at."""
+    if rec.phase is not Phase.EXTRACTING:
+        return {}
+    out, run = {}, rec.started_at or ""
+    # nothing committed yet this run: quiet since extracting began; a record from a runner that
+    # does not report its last commit cannot be judged
+    since = rec.last_commit_at or (rec.phase_since if rec.done_this_run == 0 else None)
+    quiet = age_s(since, now)
+    floor = max(lim.stall_after_s, 10 * (rec.latency_p50_s or 0.0))
+    if quiet is not None and quiet > floor:
+        what = f"{rec.in_flight} request{'s' if rec.in_flight != 1 else ''} in flight"
+        if rec.oldest_in_flight_idx is not None and rec.oldest_in_flight_s is not None:
+            what += f", the oldest (sample {rec.oldest_in_flight_idx}) out for {summary.human_duration(rec.oldest_in_flight_s)}"
+        out[f"stalled:{run}:{since}"] = (
+            f"STALLED: no sample committed for {summary.human_duration(quiet)} ({what})",
+            False,
+        )
+    low = age_s(rec.rate_low_since, now)
+    if low is not None and low >= lim.rate_drop_after_s and rec.rate_median:
+        out[f"ratedrop:{run}:{rec.rate_low_since}"] = (
+            f"Rate drop: {rec.rate or 0:.2f} samples/s for {summary.human_duration(low)}, "
+            f"under half this run's median {rec.rate_median:.2f}/s",
+            False,
+        )
     return out
 
 
@@ -160,6 +199,16 @@ def decide(prev: WatchState, obs: Observation, lim: Limits) -> tuple[list[Action
 
     conds = _conditions(rec, prev, lim, now)
     keep = [k for k in st.active if k in conds]
+    for key in st.active:  # an episode that ended: say so, once
+        kind = key.split(":", 1)[0]
+        if key not in conds and kind in RESOLVES:
+            actions.append(
+                Action(
+                    "recovered",
+                    f":white_check_mark: {RESOLVES[kind]} resolved on {rec.host or 'the GPU box'}\n{text}",
+                    key=key,
+                )
+            )
     for key, (head, resume) in conds.items():
         if key not in st.active:
             body = (

@@ -96,6 +96,8 @@ class WatcherConfig:
     milestone_pct: int = 10
     heartbeat_stale_s: float = 120.0
     unreachable_alert_s: float = 300.0
+    stall_after_s: float = 300.0  # STALLED: no commit for max(this, 10 x the median sample time)
+    rate_drop_after_s: float = 600.0  # a rate below half the run's median this long is an alert
     state_file: str = ""
 
 

@@ -128,6 +128,7 @@ class Extractor:
                 continue
             if sample.truncated:
                 self.rec.rec.truncated += 1
+            self.rec.in_flight[idx] = time.monotonic()
             try:
                 await self._extract(sample)
             except asyncio.CancelledError:
@@ -136,6 +137,8 @@ class Extractor:
                 self._sample_failed(sample.idx, e)
             else:
                 self.consecutive = 0
+            finally:
+                self.rec.in_flight.pop(idx, None)
 
     def _sample_failed(self, idx: int, e: Exception) -> None:
         if self.stopping.is_set() and self.abort_reason:
@@ -236,7 +239,8 @@ class Extractor:
             os.unlink(dump.sidecar_path(self.dump_dir, rid))
         except FileNotFoundError:
             pass
-        self.rec.extracted(meta["seq"], meta["bytes"])
+        started = self.rec.in_flight.get(idx)
+        self.rec.extracted(meta["seq"], meta["bytes"], time.monotonic() - started if started else None)
 
     async def _monitor(self) -> None:
         cap = self.cfg.server.max_restarts

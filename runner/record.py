@@ -17,6 +17,10 @@ import orjson
 from .status import EVENTS, STATUS, Disk, Phase, StatusRecord, now_iso, write_record
 
 PROGRESS_EVENT_S = 60.0
+LATENCY_SAMPLES = 200  # the p50/p95 over this many recent samples
+RATE_SAMPLES = 20_000  # one a minute: two weeks of run for the median
+RATE_SAMPLE_S = 60.0
+LOW_RATE = 0.5  # below this fraction of the run's median rate, the rate has dropped
 log = logging.getLogger("hsx.record")  # a progress point for charts at most this often
 
 
@@ -31,6 +35,11 @@ class Recorder:
         self._bytes_n = 0
         self._last_progress_event = 0.0
         self._last_milestone = -1
+        self.in_flight: dict[int, float] = {}  # idx -> monotonic start (the extractor fills it)
+        self._latency: collections.deque[float] = collections.deque(maxlen=LATENCY_SAMPLES)
+        self._rates_seen: collections.deque[float] = collections.deque(maxlen=RATE_SAMPLES)
+        self._rate_sampled = 0.0
+        self._rate_every = min(RATE_SAMPLE_S, window_s / 4)  # a short window (tests) samples faster
         self.rec = StatusRecord(
             job=job, host=socket.gethostname(), pid=os.getpid(), alive=True, total=total, started_at=now_iso()
         )
@@ -66,7 +75,10 @@ class Recorder:
             self._bytes, self._bytes_n = avg_bytes * committed, committed
         self._last_milestone = self._milestone(committed)
 
-    def extracted(self, tokens: int, nbytes: int) -> None:
+    def extracted(self, tokens: int, nbytes: int, seconds: float | None = None) -> None:
+        self.rec.last_commit_at = now_iso()
+        if seconds is not None:
+            self._latency.append(seconds)
         self.rec.done += 1
         self.rec.done_this_run += 1
         self._bytes += nbytes
@@ -135,6 +147,31 @@ class Recorder:
         else:
             r.rate_trend = None
 
+    def _flow(self, now: float) -> None:
+        """What a stall or a slowdown shows: requests out and for how long, latency, the
+        rate against this run's median."""
+        r = self.rec
+        r.in_flight = len(self.in_flight)
+        if self.in_flight:
+            idx, t0 = min(self.in_flight.items(), key=lambda kv: kv[1])
+            r.oldest_in_flight_s, r.oldest_in_flight_idx = round(now - t0, 1), idx
+        else:
+            r.oldest_in_flight_s = r.oldest_in_flight_idx = None
+        if self._latency:
+            lat = sorted(self._latency)
+            r.latency_p50_s = round(lat[len(lat) // 2], 3)
+            r.latency_p95_s = round(lat[min(len(lat) - 1, int(0.95 * len(lat)))], 3)
+        if r.rate is not None and now - self._rate_sampled >= self._rate_every:
+            self._rate_sampled = now
+            self._rates_seen.append(r.rate)
+            seen = sorted(self._rates_seen)
+            r.rate_median = seen[len(seen) // 2]
+        low = r.phase == Phase.EXTRACTING and r.rate_median and (r.rate or 0.0) < LOW_RATE * r.rate_median
+        if not low:
+            r.rate_low_since = None
+        elif r.rate_low_since is None:
+            r.rate_low_since = now_iso()
+
     def _disk(self) -> None:
         d = self.rec.disk
         try:
@@ -152,6 +189,7 @@ class Recorder:
     def write(self) -> None:
         now = time.monotonic()
         self._rates(now)
+        self._flow(now)
         self._disk()
         self.rec.heartbeat_at = now_iso()
         write_record(self.path, self.rec)

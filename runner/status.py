@@ -82,6 +82,14 @@ class StatusRecord:
     rate_trend: str | None = None  # steady | rising | falling
     tokens_per_s: float | None = None
     eta_s: float | None = None
+    last_commit_at: str | None = None  # this run's newest committed sample
+    in_flight: int = 0  # requests out now
+    oldest_in_flight_s: float | None = None  # how long the oldest of them has been out
+    oldest_in_flight_idx: int | None = None
+    latency_p50_s: float | None = None  # per sample, request to commit, over recent samples
+    latency_p95_s: float | None = None
+    rate_median: float | None = None  # this run's median rate (sampled each minute)
+    rate_low_since: str | None = None  # when the rate fell below half of rate_median, while it stays there
     disk: Disk = field(default_factory=Disk)
     server: ServerInfo = field(default_factory=ServerInfo)
     last_error: str | None = None

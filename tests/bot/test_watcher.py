@@ -190,3 +190,68 @@ def test_resume_button_resumes_once(fake, cfg):
             (STRANGER, "refused"),
             ("U0OPERATOR", "ok"),
         ]
+
+
+def _iso(t: dt.datetime) -> str:
+    return t.isoformat().replace("+00:00", "Z")
+
+
+def test_stalled_once_per_episode_naming_what_is_in_flight_then_resolved():
+    lim = Limits(stall_after_s=300)
+    last = T0 - dt.timedelta(minutes=4)
+    stuck = dict(heartbeat_at=_iso(T0), last_commit_at=_iso(last), in_flight=8, oldest_in_flight_s=250.0,
+                 oldest_in_flight_idx=25581, latency_p50_s=2.0)  # fmt: skip
+    acts, st = decide(WatchState(), Observation(T0, record=rec(**stuck)), lim)
+    assert "alert" not in kinds(acts)  # 4 minutes: under max(300 s, 10 x 2 s)
+    later = T0 + dt.timedelta(minutes=2)
+    acts, st = decide(st, Observation(later, record=rec(**{**stuck, "heartbeat_at": _iso(later)})), lim)
+    (alert,) = [a for a in acts if a.kind == "alert"]
+    assert "STALLED: no sample committed for 6m" in alert.text and "8 requests in flight" in alert.text
+    assert "the oldest (sample 25581) out for 4m10s" in alert.text and not alert.resume
+    again = later + dt.timedelta(minutes=1)
+    acts, st = decide(st, Observation(again, record=rec(**{**stuck, "heartbeat_at": _iso(again)})), lim)
+    assert "alert" not in kinds(acts)  # one alert per episode
+    moving = {**stuck, "last_commit_at": _iso(again), "heartbeat_at": _iso(again)}
+    acts, st = decide(st, Observation(again, record=rec(**moving)), lim)
+    (ok,) = [a for a in acts if a.kind == "recovered"]
+    assert ok.text.startswith(":white_check_mark: STALLED resolved on gpu-1")
+    acts, _ = decide(st, Observation(again, record=rec(**moving)), lim)
+    assert "recovered" not in kinds(acts)
+
+
+def test_the_stall_threshold_grows_with_slow_samples():
+    slow = rec(heartbeat_at=_iso(T0), last_commit_at=_iso(T0 - dt.timedelta(minutes=8)), latency_p50_s=60.0)
+    acts, _ = decide(WatchState(), Observation(T0, record=slow), Limits(stall_after_s=300))
+    assert "alert" not in kinds(acts)  # 8 minutes < 10 x 60 s
+
+
+def test_rate_drop_after_its_time_below_half_the_median():
+    lim = Limits(rate_drop_after_s=600)
+    r = dict(heartbeat_at=_iso(T0), last_commit_at=_iso(T0), rate=0.4, rate_median=1.16)
+    acts, st = decide(
+        WatchState(), Observation(T0, record=rec(**r, rate_low_since=_iso(T0 - dt.timedelta(minutes=5)))), lim
+    )
+    assert "alert" not in kinds(acts)
+    low = _iso(T0 - dt.timedelta(minutes=11))
+    acts, st = decide(st, Observation(T0, record=rec(**r, rate_low_since=low)), lim)
+    (alert,) = [a for a in acts if a.kind == "alert"]
+    assert "Rate drop: 0.40 samples/s for 11m, under half this run's median 1.16/s" in alert.text
+    acts, _ = decide(st, Observation(T0, record=rec(**{**r, "rate": 1.1}, rate_low_since=None)), lim)
+    assert [a.text.split("\n")[0] for a in acts if a.kind == "recovered"] == [
+        ":white_check_mark: Rate drop resolved on gpu-1"
+    ]
+
+
+def test_an_error_spike_is_judged_against_the_requests_in_flight():
+    st = WatchState()
+    _, st = decide(st, Observation(T0, record=rec(heartbeat_at=_iso(T0), in_flight=4)), LIM)
+    acts, st = decide(
+        st, Observation(T0, record=rec(heartbeat_at=_iso(T0), in_flight=4, errors_this_run=4)), LIM
+    )
+    assert any(
+        "Error spike: 4 new errors since the last check (4 requests in flight)" in a.text for a in acts
+    )
+    acts, _ = decide(
+        st, Observation(T0, record=rec(heartbeat_at=_iso(T0), in_flight=4, errors_this_run=7)), LIM
+    )
+    assert "alert" not in kinds(acts)  # 3 new, under a round of 4
