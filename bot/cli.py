@@ -74,6 +74,8 @@ def cmd_verb(args) -> int:
             text += " --repair" * args.repair + " --quick" * args.quick
         if args.verb == "stop":
             text += " --yes"
+        if args.verb == "status" and args.detail:
+            text += " --detail"
         if args.verb in ("start", "resume") and args.force:
             text += " --force"
         if args.verb == "preflight":
@@ -217,6 +219,8 @@ def parser() -> argparse.ArgumentParser:
             g = s.add_mutually_exclusive_group()
             for name in ("runner", "server", "crash"):
                 g.add_argument(f"--{name}", dest="which", action="store_const", const=name, default="all")
+        if v == "status":
+            s.add_argument("--detail", action="store_true", help="tokens/s, latency, what is in flight")
         if v in ("start", "resume"):
             s.add_argument("--force", action="store_true", help="past preflight's gates (audited)")
         if v == "verify":

@@ -42,7 +42,7 @@ _MENTION_RE = re.compile(r"^<@[A-Z0-9]+>\s*")
 _CONFIRM_WORDS = ("--yes", "confirm")
 
 HELP = """\
-`/extract status` (or just "progress?") — where the extraction is, rate, ETA, disk
+`/extract status [--detail]` (or just "progress?") — where the extraction is, rate, ETA, disk; --detail adds tokens/s, latency and what is in flight
 `/extract start [--force]` — start the job on the GPU box after preflight; --force skips its gates (operators)
 `/extract resume [--force]` — continue after a crash or stop; finished samples are kept (operators)
 `/extract preflight` — what would stop a start: model, dataset, disk, GPUs held, the patch
@@ -64,6 +64,7 @@ class Command:
     quick: bool = False  # verify
     confirmed: bool = False  # stop, free-gpus
     force: bool = False  # start, resume: past preflight's gates
+    detail: bool = False  # status: throughput and latency too
     path: str = ""  # adopt: the directory, as typed
     problem: str = ""  # why the input was not understood; the reply is help
 
@@ -134,6 +135,10 @@ def parse(text: object) -> Command:
         if any(a not in _CONFIRM_WORDS for a in args):
             return _help(f"`{verb}` takes no arguments (it asks to confirm)")
         return Command(verb, confirmed=bool(args))
+    if verb == "status" and args:
+        if args != ["--detail"]:
+            return _help("`status` takes only --detail")
+        return Command("status", detail=True)
     if verb in ("start", "resume") and args:
         if args != ["--force"]:
             return _help(f"`{verb}` takes only --force")
@@ -246,8 +251,11 @@ class Handlers:
                 error=True,
             )
         stale = self.cfg.watcher.heartbeat_stale_s
+        text = summary.render_text(rec, stale_s=stale)
+        if cmd.detail:
+            text += "\n" + summary.render_detail(rec)
         return Reply(
-            text=summary.render_text(rec, stale_s=stale),
+            text=text,
             blocks=summary.render_blocks(rec, stale_s=stale),
             extra={"record": rec},
         )

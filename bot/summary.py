@@ -93,6 +93,24 @@ def progress_line(rec: StatusRecord) -> str:
     return line
 
 
+def render_detail(rec: StatusRecord, now: dt.datetime | None = None) -> str:
+    """`/extract status --detail`: throughput, latency, what is in flight, the last commit."""
+    now = _now(now)
+    tps = f"{rec.tokens_per_s:,.0f} tokens/s" if rec.tokens_per_s is not None else "tokens/s: measuring"
+    lat = (
+        f"latency p50 {rec.latency_p50_s:.2f}s · p95 {rec.latency_p95_s:.2f}s"
+        if rec.latency_p50_s is not None and rec.latency_p95_s is not None
+        else "latency: measuring"
+    )
+    flight = f"{rec.in_flight} in flight"
+    if rec.oldest_in_flight_idx is not None and rec.oldest_in_flight_s is not None:
+        flight += f" (oldest: sample {rec.oldest_in_flight_idx}, {human_duration(rec.oldest_in_flight_s)})"
+    age = age_s(rec.last_commit_at, now)
+    last = f"last commit {human_duration(age)} ago" if age is not None else "no commit yet this run"
+    median = f" · run median {rec.rate_median:.2f} samples/s" if rec.rate_median else ""
+    return f"{tps} · {lat}\n{flight} · {last}{median}"
+
+
 CRASH_HINT = "the runner died without a word: `/extract logs --crash` shows its last output"
 
 

@@ -149,3 +149,20 @@ def test_summary_counts_adopted_samples_apart():
     text = render_text(rec)
     assert "Stopped — adopted 6 samples from /d" in text and "6 / 12 — 50.0% done · 6 adopted" in text
     assert "adopted" not in render_text(StatusRecord(phase=Phase.DONE, total=12, done=12))
+
+
+def test_status_detail_adds_throughput_latency_and_what_is_in_flight(fake, cfg):
+    from bot.wiring import make_handlers
+
+    assert (
+        parse("status --detail") == Command("status", detail=True) and parse("status --full").verb == "help"
+    )
+    fake.set_status(
+        latency_p50_s=1.234, latency_p95_s=4.5, in_flight=8, oldest_in_flight_s=75.0, oldest_in_flight_idx=25590,
+        last_commit_at="2030-01-01T11:42:49Z", rate_median=1.2,
+    )  # fmt: skip
+    text = make_handlers(cfg, fake.box()).ask("status --detail", "anyone").text
+    assert text.startswith("25,581 / 37,312 — 68.6% done")
+    assert "4,100 tokens/s · latency p50 1.23s · p95 4.50s" in text
+    assert "8 in flight (oldest: sample 25590, 1m15s)" in text and "run median 1.20 samples/s" in text
+    assert "latency" not in make_handlers(cfg, fake.box()).ask("status", "anyone").text
