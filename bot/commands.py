@@ -15,6 +15,7 @@ from runner.config import Config
 
 from . import summary
 from .audit import AuditLog, mention
+from .summary import count_of, indices_text, render_verify
 
 VERBS = (
     "start",
@@ -339,14 +340,27 @@ class Handlers:
         return self._act(cmd, user, lambda: self.box.adopt(cmd.path))
 
     def _verify(self, cmd: Command, user: str) -> Reply:
-        call = lambda: self.box.verify(repair=cmd.repair, quick=cmd.quick)  # noqa: E731
+        call = lambda: self.box.verify(repair=cmd.repair, quick=cmd.quick, background=True)  # noqa: E731
         if cmd.mutating:
             return self._act(cmd, user, call)
         try:
             reply = call()
         except RemoteError as e:
             return Reply(text=summary.render_error(e), ephemeral=True, error=True)
-        return Reply(text=render_verify(reply), extra={"reply": reply})
+        return Reply(text=verify_text(reply), error=bool(reply.get("background") and not reply.get("started")),
+                     extra={"reply": reply})  # fmt: skip
+
+
+def verify_text(reply: dict) -> str:
+    """A verify report, or the answer to starting one in the background."""
+    if not reply.get("background"):
+        return render_verify(reply)
+    if not reply.get("started"):
+        return f"`verify` refused: {reply.get('reason') or 'no reason given'}"
+    return (
+        f"verify running in the background on the GPU box (pid {reply.get('pid')}): `progress?` shows how far "
+        "it is; its result is posted here when it ends"
+    )
 
 
 def gpu_units(check: dict) -> list[str]:
@@ -378,7 +392,7 @@ def render_preflight(report: dict) -> str:
 
 def _action_text(cmd: Command, reply: dict, refused: bool, message: str) -> str:
     if cmd.verb == "verify":
-        return render_verify(reply)
+        return verify_text(reply)
     if cmd.verb == "adopt" and not refused:
         return render_adopt(reply)
     if refused:
@@ -386,60 +400,23 @@ def _action_text(cmd: Command, reply: dict, refused: bool, message: str) -> str:
     return f"`{cmd.verb}`: {message or 'done'}"
 
 
-def _indices(xs: object, limit: int = 10) -> str:
-    if not isinstance(xs, list) or not xs:
-        return ""
-    shown = ", ".join(str(x) for x in xs[:limit])
-    return shown + (f", … (+{len(xs) - limit})" if len(xs) > limit else "")
-
-
-def _count(x: object) -> int:
-    return len(x) if isinstance(x, list) else x if isinstance(x, int) and not isinstance(x, bool) else 0
-
-
 def render_adopt(reply: dict) -> str:
     bad = reply.get("bad") if isinstance(reply.get("bad"), dict) else {}
-    missing = reply.get("missing_count", _count(reply.get("missing")))
+    missing = reply.get("missing_count", count_of(reply.get("missing")))
     lines = [
-        f"adopt {reply.get('source', '')}: {_count(reply.get('adopted')):,} adopted · {len(bad):,} bad · "
-        f"{_count(reply.get('stray')):,} stray (quarantined, nothing deleted) · "
+        f"adopt {reply.get('source', '')}: {count_of(reply.get('adopted')):,} adopted · {len(bad):,} bad · "
+        f"{count_of(reply.get('stray')):,} stray (quarantined, nothing deleted) · "
         f"{missing if isinstance(missing, int) else 0:,} missing"
     ]
     for i, why in list(bad.items())[:10]:
         lines.append(f"bad {i}: {str(why)[:200]}")
     if len(bad) > 10:
         lines.append(f"… {len(bad) - 10:,} more bad (`hsx adopt --json` lists them)")
-    if _count(reply.get("already")):
-        lines.append(f"already in the job, left alone: {_count(reply.get('already')):,}")
-    if _count(reply.get("loss_mask_differs")):
-        lines.append(f"adopted with a loss_mask unlike this job's: {_indices(reply['loss_mask_differs'])}")
+    if count_of(reply.get("already")):
+        lines.append(f"already in the job, left alone: {count_of(reply.get('already')):,}")
+    if count_of(reply.get("loss_mask_differs")):
+        lines.append(
+            f"adopted with a loss_mask unlike this job's: {indices_text(reply['loss_mask_differs'])}"
+        )
     lines.append("`/extract resume` extracts the rest; the rate counts only extracted samples")
-    return "\n".join(lines)
-
-
-def render_verify(reply: dict) -> str:
-    total = reply.get("total")
-    ok = _count(reply.get("ok"))
-    parts = {k: reply.get(k) for k in ("missing", "corrupt", "failed")}
-    head = f"verify: {ok:,} / {total:,} sound" if isinstance(total, int) else f"verify: {ok:,} sound"
-    head += " — " + ", ".join(f"{_count(v):,} {k}" for k, v in parts.items())
-    lines = [head]
-    for k, v in parts.items():
-        if _indices(v):
-            lines.append(f"{k}: {_indices(v)}")
-    if _count(reply.get("unrecorded")):
-        lines.append(
-            f"sound but not yet in the manifest (the next run records them): {_indices(reply['unrecorded'])}"
-        )
-    if reply.get("repaired") is not None:
-        lines.append(f"re-queued: {_count(reply.get('repaired')):,}")
-    settled = not _count(reply.get("unrecorded")) and all(
-        _count(v) == 0 for k, v in parts.items() if k != "failed"
-    )
-    if settled and isinstance(total, int):
-        lines.append(
-            "every sample is present and sound"
-            if not _count(parts["failed"])
-            else "every sample is present or failed with a reason"
-        )
     return "\n".join(lines)

@@ -93,6 +93,35 @@ def progress_line(rec: StatusRecord) -> str:
     return line
 
 
+def background_line(rec: StatusRecord) -> str:
+    """A background verb while it runs: 'verify: 12,400 / 37,312 files, 1.4 GB/s, ETA 41m'."""
+    bg = rec.background or {}
+    if bg.get("state") != "running":
+        return ""
+    done, total = bg.get("done") or 0, bg.get("total")
+    line = (
+        f"{bg.get('verb', 'background')}: {done:,} / {total:,} files"
+        if total
+        else f"{bg.get('verb')}: starting"
+    )
+    if bg.get("rate_bytes_s"):
+        line += f", {human_bytes(bg['rate_bytes_s'])}/s"
+    if bg.get("eta_s") is not None and total:
+        line += f", ETA {human_duration(bg['eta_s'])}"
+    return line
+
+
+def background_result(rec: StatusRecord) -> str:
+    """What a finished background verb found, once it has ended ('' while it runs)."""
+    bg = rec.background or {}
+    state, verb = bg.get("state"), bg.get("verb", "background job")
+    if state == "done" and isinstance(bg.get("result"), dict):
+        return f"{verb} finished: " + render_verify(bg["result"])
+    if state in ("failed", "crashed"):
+        return f":x: {verb} {state}: {bg.get('error') or 'its process is gone'} (`/extract logs --crash`)"
+    return ""
+
+
 def render_detail(rec: StatusRecord, now: dt.datetime | None = None) -> str:
     """`/extract status --detail`: throughput, latency, what is in flight, the last commit."""
     now = _now(now)
@@ -254,6 +283,8 @@ def render_text(rec: StatusRecord, now: dt.datetime | None = None, stale_s: floa
     """The terse summary: what "progress?" answers."""
     now = _now(now)
     lines = _phase_lines(rec, now)
+    if background_line(rec):
+        lines.append(background_line(rec))
     if ranks_line(rec):
         lines.append(ranks_line(rec))
     if rec.phase is not Phase.EXTRACTING and rec.server.restarts and rec.phase is not Phase.STARTING_SERVER:
@@ -347,3 +378,42 @@ def render_error(
 
 def render_error_blocks(err: RemoteError, **kw) -> list[dict]:
     return [_section(":warning: " + render_error(err, **kw))]
+
+
+def indices_text(xs: object, limit: int = 10) -> str:
+    if not isinstance(xs, list) or not xs:
+        return ""
+    shown = ", ".join(str(x) for x in xs[:limit])
+    return shown + (f", … (+{len(xs) - limit})" if len(xs) > limit else "")
+
+
+def count_of(x: object) -> int:
+    return len(x) if isinstance(x, list) else x if isinstance(x, int) and not isinstance(x, bool) else 0
+
+
+def render_verify(reply: dict) -> str:
+    total = reply.get("total")
+    ok = count_of(reply.get("ok"))
+    parts = {k: reply.get(k) for k in ("missing", "corrupt", "failed")}
+    head = f"verify: {ok:,} / {total:,} sound" if isinstance(total, int) else f"verify: {ok:,} sound"
+    head += " — " + ", ".join(f"{count_of(v):,} {k}" for k, v in parts.items())
+    lines = [head]
+    for k, v in parts.items():
+        if indices_text(v):
+            lines.append(f"{k}: {indices_text(v)}")
+    if count_of(reply.get("unrecorded")):
+        lines.append(
+            f"sound but not yet in the manifest (the next run records them): {indices_text(reply['unrecorded'])}"
+        )
+    if reply.get("repaired") is not None:
+        lines.append(f"re-queued: {count_of(reply.get('repaired')):,}")
+    settled = not count_of(reply.get("unrecorded")) and all(
+        count_of(v) == 0 for k, v in parts.items() if k != "failed"
+    )
+    if settled and isinstance(total, int):
+        lines.append(
+            "every sample is present and sound"
+            if not count_of(parts["failed"])
+            else "every sample is present or failed with a reason"
+        )
+    return "\n".join(lines)

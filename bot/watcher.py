@@ -33,6 +33,7 @@ class WatchState:
     job: str = ""  # job + total: milestones restart when this changes
     milestone: int = 0  # highest milestone posted (percent)
     active: list[str] = field(default_factory=list)  # alert keys currently true (posted once)
+    background: str = ""  # the background job whose result was posted (verb:started_at)
     errors: int | None = None  # errors_this_run at the last poll
     run: str = ""  # started_at of the run last seen
     phase: str = ""
@@ -68,7 +69,7 @@ class Observation:
 
 @dataclass
 class Action:
-    kind: str  # progress | milestone | done | alert | recovered
+    kind: str  # progress | milestone | done | alert | recovered | result
     text: str
     key: str = ""
     resume: bool = False  # alert carries a Resume button
@@ -250,6 +251,11 @@ def decide(prev: WatchState, obs: Observation, lim: Limits) -> tuple[list[Action
         later.append(Action("done", f":white_check_mark: {text}", key=f"done:{job}"))
         st.milestone = 100
 
+    bg = rec.background or {}
+    key = f"{bg.get('verb')}:{bg.get('started_at')}"
+    if summary.background_result(rec) and st.background != key:  # its result, once
+        later.append(Action("result", summary.background_result(rec), key=key))
+        st.background = key
     actions += later
     st.phase = rec.phase.value
     st.run = rec.started_at or ""
@@ -320,7 +326,7 @@ class Watcher:
                 text=a.text,
                 reply_broadcast=a.kind == "done",
             )
-        else:  # alert, recovered
+        else:  # alert, recovered, result
             blocks = [{"type": "section", "text": {"type": "mrkdwn", "text": a.text[:2900]}}]
             if a.resume:
                 blocks.append(resume_button(a.key))

@@ -17,7 +17,7 @@ ANSWER_CODES = {
     "start": (0, 3),  # 3: refused (already running), reply says why
     "resume": (0, 3),
     "stop": (0, 3),
-    "verify": (0, 1),  # 1: not every sample is sound, reply lists them
+    "verify": (0, 1, 3),  # 1: not every sample is sound, reply lists them; 3: a background one refused
     "adopt": (0, 3),  # 3: refused (bad directory, a runner holds the job), reply says why
     "logs": (0,),
     "events": (0,),
@@ -79,8 +79,14 @@ class GpuBox:
     def stop(self) -> dict[str, Any]:
         return self._call("stop")
 
-    def verify(self, repair: bool = False, quick: bool = False) -> dict[str, Any]:
-        args = (["--repair"] if repair else []) + (["--quick"] if quick else [])
+    def verify(self, repair: bool = False, quick: bool = False, background: bool = False) -> dict[str, Any]:
+        """The report; with ``background``, the answer to starting it detached (status shows its
+        progress, and the watcher posts its result)."""
+        args = (
+            (["--repair"] if repair else [])
+            + (["--quick"] if quick else [])
+            + (["--background"] if background else [])
+        )
         return self._call("verify", *args, timeout_s=max(self.timeout_s, 3600.0))
 
     def adopt(self, path: str) -> dict[str, Any]:

@@ -247,9 +247,24 @@ def cmd_events(args, cfg: Config) -> int:
 
 
 def cmd_verify(args, cfg: Config) -> int:
+    from . import background
     from .verify import verify
 
-    report = verify(cfg, repair=args.repair, quick=args.quick)
+    flags = ["--repair"] * args.repair + ["--quick"] * args.quick
+    if args.background:
+        rep = background.start(cfg.job.out, cfg.path, "verify", flags)
+        text = f"verify running in the background (pid {rep['pid']})" if rep["started"] else rep["reason"]
+        _emit(args, rep, text)
+        return 0 if rep["started"] else REFUSED
+    prog = background.Progress(cfg.job.out, "verify", flags) if args.record else None
+    try:
+        report = verify(cfg, repair=args.repair, quick=args.quick, progress=prog)
+    except BaseException as e:
+        if prog:
+            prog.finish(None, f"{type(e).__name__}: {e}")
+        raise
+    if prog:
+        prog.finish(report)
     text = (f"{report['ok']}/{report['total']} sound; missing {len(report['missing'])}, "
             f"corrupt {len(report['corrupt'])}, failed {len(report['failed'])}"
             + (f", unrecorded {len(report['unrecorded'])}" if report["unrecorded"] else ""))  # fmt: skip
@@ -316,6 +331,8 @@ def parser() -> argparse.ArgumentParser:
     s = verb("verify", cmd_verify, "check every sample")
     s.add_argument("--repair", action="store_true", help="re-queue corrupt and missing samples")
     s.add_argument("--quick", action="store_true", help="skip checksums and tensor values")
+    s.add_argument("--background", action="store_true", help="run detached and niced; status shows progress")
+    s.add_argument("--record", action="store_true", help=argparse.SUPPRESS)  # the detached run itself
     s = verb("adopt", cmd_adopt, "take over samples another tool wrote (SpecForge layout or .pt files)")
     s.add_argument("dir", help="the directory with the files (the job's own out, or another)")
     s = verb("preflight", cmd_preflight, "check GPUs, disk, paths, patch")

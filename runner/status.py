@@ -99,12 +99,14 @@ class StatusRecord:
     log_tail: list[str] | None = None  # the last lines of the log that shows it
     heartbeat_age_s: float | None = None  # filled by readers, not by the writer
     ranks: list[dict] | None = None  # a cluster run only: one entry per rank (runner.slurm)
+    background: dict | None = None  # a background verb (verify) and its progress; filled by readers
 
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
         d["phase"] = self.phase.value
-        if self.ranks is None:  # the single-box record stays exactly as it was
-            del d["ranks"]
+        for k in ("ranks", "background"):  # absent unless there is one
+            if d[k] is None:
+                del d[k]
         return d
 
     @classmethod
@@ -129,6 +131,8 @@ class StatusRecord:
             if not isinstance(tail, list):
                 raise StatusError("status record field 'log_tail' is not a list")
             kw["log_tail"] = [str(x) for x in tail]
+        if kw.get("background") is not None and not isinstance(kw["background"], dict):
+            raise StatusError("status record field 'background' is not an object")
         ranks = kw.get("ranks")
         if ranks is not None and not (isinstance(ranks, list) and all(isinstance(r, dict) for r in ranks)):
             raise StatusError("status record field 'ranks' is not a list of objects")

@@ -4,6 +4,8 @@ the contract, equal to the dataset's tokens, finite, and matching its manifest c
 
 from __future__ import annotations
 
+import collections
+import concurrent.futures
 import json
 import os
 import shutil
@@ -16,6 +18,13 @@ from .store import FILE_RE, SHARD_RE, Store, shard_name
 
 QUARANTINE = ".quarantine"
 QUARANTINE_SUFFIX = ".bad"
+
+
+def _size(p: str) -> int:
+    try:
+        return os.path.getsize(p)
+    except OSError:
+        return 0
 
 
 def _scan(out: str) -> dict[int, list[str]]:
@@ -83,7 +92,12 @@ def check_contents(
     return None
 
 
-def verify(cfg: Config, repair: bool = False, quick: bool = False) -> dict:
+WORKERS = 4  # files read and checked at once: reads, checksums and loads overlap
+AHEAD = 4 * WORKERS
+
+
+def verify(cfg: Config, repair: bool = False, quick: bool = False, progress=None) -> dict:
+    """``progress(files_done, total, bytes_read)`` is called as it goes (background verify)."""
     out = cfg.job.out
     store = Store(out)
     try:
@@ -99,27 +113,44 @@ def verify(cfg: Config, repair: bool = False, quick: bool = False) -> dict:
     found = _scan(out)
     ok, missing, failed, unrecorded = 0, [], [], []
     corrupt: dict[int, str] = {}
-    for idx in range(total):
-        paths = found.get(idx, [])
-        if not paths:
-            (failed if idx in failures and failures[idx].get("permanent", True) else missing).append(idx)
-            continue
-        if len(paths) > 1:
-            corrupt[idx] = f"present {len(paths)} times: {paths}"
-            continue
-        try:
-            want = ds.get(idx).input_ids
-        except RowError as e:
-            corrupt[idx] = f"committed, but the dataset row is unusable now ({e})"
-            continue
-        entry = manifest.get(idx)
-        reason = check_sample(paths[0], idx, want, entry, desc, quick)
+    nbytes = 0
+
+    def settle(idx: int, fut) -> None:
+        nonlocal ok
+        reason, entry = fut.result(), manifest.get(idx)
         if reason:
             corrupt[idx] = reason + ("" if entry else " (and no manifest line)")
         elif entry is None:
             unrecorded.append(idx)  # sound; the next run (or --repair) records it
         else:
             ok += 1
+
+    # The dataset is read here (it is not thread-safe); files are checked on a few threads.
+    pending: collections.deque = collections.deque()
+    with concurrent.futures.ThreadPoolExecutor(WORKERS, thread_name_prefix="verify") as pool:
+        for idx in range(total):
+            paths = found.get(idx, [])
+            if not paths:
+                (failed if idx in failures and failures[idx].get("permanent", True) else missing).append(idx)
+            elif len(paths) > 1:
+                corrupt[idx] = f"present {len(paths)} times: {paths}"
+            else:
+                try:
+                    want = ds.get(idx).input_ids
+                except RowError as e:
+                    corrupt[idx] = f"committed, but the dataset row is unusable now ({e})"
+                else:
+                    nbytes += _size(paths[0])
+                    fut = pool.submit(check_sample, paths[0], idx, want, manifest.get(idx), desc, quick)
+                    pending.append((idx, fut))
+            while len(pending) > AHEAD or (pending and pending[0][1].done()):
+                settle(*pending.popleft())
+            if progress:
+                progress(idx + 1 - len(pending), total, nbytes)
+        while pending:
+            settle(*pending.popleft())
+    if progress:
+        progress(total, total, nbytes)
     stray = sorted(i for i in found if i >= total)
     ds.close()
     repaired = []

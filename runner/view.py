@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import os
 
-from . import lock
+from . import background, lock
 from .status import STATUS, Phase, StatusRecord, age_s, read_record
 
 NOT_STARTED = "not started yet"
@@ -27,6 +27,7 @@ def current(out: str) -> StatusRecord:
             pass
         if held:
             rec.phase, rec.reason = Phase.PREFLIGHT, None
+        rec.background = background.read(out)
         return rec
     rec = read_record(path)  # StatusError on a corrupt file: the caller reports it
     if held and pid and rec.pid != pid:
@@ -41,6 +42,7 @@ def current(out: str) -> StatusRecord:
         rec.phase_since = rec.heartbeat_at
     if not held:
         rec.rate = rec.tokens_per_s = rec.eta_s = None
+    rec.background = background.read(out)
     return rec
 
 

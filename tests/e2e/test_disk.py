@@ -93,7 +93,11 @@ def test_full_disk_pauses_alerts_once_then_resume_finishes(gpu_box, demo_assets,
         wait_for(lambda: _status(out)["phase"] == "done", timeout=120, what="the job done")
         n = len(rec.named("response"))
         bot.command("verify")
-        (verified,) = rec.wait_for("response", n + 1, timeout=120)[n:]
+        (started,) = rec.wait_for("response", n + 1, timeout=120)[n:]
+        assert started["text"].startswith("verify running in the background"), started["text"]
+        (verified,) = wait_for(
+            lambda: ops.posts("C0ALERTS", "verify finished"), timeout=120, what="the result"
+        )
         assert "every sample is present and sound" in verified["text"], verified["text"]
         assert len(ops.posts("C0ALERTS", ALERT)) == 1
     finally:
