@@ -84,7 +84,9 @@ def test_deploy_start_crash_resume_verify(gpu_box, demo_assets, tmp_path):
         # "progress?" gets the terse summary from the GPU box
         bot.event({"type": "message", "channel": "C0PROGRESS", "user": STRANGER, "text": "progress?", "ts": "1.1"}, "Ev1")  # fmt: skip
         answer = wait_for(lambda: ops.posts("C0PROGRESS", f"/ {SAMPLES} —"), timeout=30, what="the answer")
-        assert re.match(rf"^[\d,]+ / {SAMPLES} — [\d.]+% done( · [^\n]*)?\n", answer[0]["text"]), answer[0]["text"]
+        assert re.match(rf"^[\d,]+ / {SAMPLES} — [\d.]+% done( · [^\n]*)?\n", answer[0]["text"]), answer[0][
+            "text"
+        ]
 
         # an unauthorized stop changes nothing, neither typed nor by the confirm button
         bot.command("stop --yes", user=STRANGER)
