@@ -77,6 +77,14 @@ class Extractor:
         self.consecutive = 0
         self.transient_failed = 0
         self._queue: list[int] = []
+        self.lengths = None  # every row's token count, once known (runner.lengths)
+
+    def remaining_tokens(self) -> int | None:
+        """Tokens still to extract (queued and in flight), or None until the lengths are known."""
+        lengths = self.lengths
+        if lengths is None:
+            return None
+        return sum(lengths[i] for i in self._queue) + sum(lengths[i] for i in list(self.rec.in_flight))
 
     def stop(self) -> None:
         self.stopping.set()

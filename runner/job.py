@@ -12,7 +12,7 @@ import signal
 import sys
 import uuid
 
-from . import dump, layers, ranks
+from . import dump, layers, lengths, ranks
 from .config import Config, require_job
 from .dataset import Dataset, RowError, open_dataset
 from .disk import DiskGuard, worst_case_bytes
@@ -282,7 +282,13 @@ class Job:
         asyncio.get_running_loop().add_signal_handler(signal.SIGUSR1, self.extractor.wake)
         if self._stop_requested:
             self.extractor.stop()
-        await self.extractor.run(remaining)
+        rec.remaining_tokens = self.extractor.remaining_tokens
+        stop_lengths = lengths.in_background(cfg.job, ds.vocab_size, self.out,
+                                             lambda got: setattr(self.extractor, "lengths", got))  # fmt: skip
+        try:
+            await self.extractor.run(remaining)
+        finally:
+            stop_lengths.set()
         if self._stop_requested:
             rec.phase(Phase.STOPPED, "stopped on request")
             return 0

@@ -36,6 +36,7 @@ class Recorder:
         self._last_progress_event = 0.0
         self._last_milestone = -1
         self.in_flight: dict[int, float] = {}  # idx -> monotonic start (the extractor fills it)
+        self.remaining_tokens = lambda: None  # tokens left, once the rows' lengths are known
         self._latency: collections.deque[float] = collections.deque(maxlen=LATENCY_SAMPLES)
         self._rates_seen: collections.deque[float] = collections.deque(maxlen=RATE_SAMPLES)
         self._rate_sampled = 0.0
@@ -135,7 +136,11 @@ class Recorder:
         r.rate = n / span
         r.tokens_per_s = sum(t for _, t in list(self._win)[1:]) / span
         remaining = max(0, r.total - r.done - r.failed)
-        r.eta_s = remaining / r.rate if r.rate > 0 else None
+        tokens_left = self.remaining_tokens() if r.tokens_per_s else None
+        if tokens_left is not None:  # rows differ in length by orders of magnitude: count tokens
+            r.eta_s, r.eta_basis = tokens_left / r.tokens_per_s, "tokens"
+        else:
+            r.eta_s, r.eta_basis = (remaining / r.rate if r.rate > 0 else None), "samples"
         # trend: the newest third of the window against the whole
         cut = now - span / 3
         recent = [t for t, _ in self._win if t >= cut]

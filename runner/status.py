@@ -82,6 +82,7 @@ class StatusRecord:
     rate_trend: str | None = None  # steady | rising | falling
     tokens_per_s: float | None = None
     eta_s: float | None = None
+    eta_basis: str | None = None  # "tokens" (the rows' token counts are known) or "samples"
     last_commit_at: str | None = None  # this run's newest committed sample
     in_flight: int = 0  # requests out now
     oldest_in_flight_s: float | None = None  # how long the oldest of them has been out

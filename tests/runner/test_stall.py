@@ -11,7 +11,7 @@ import time
 
 from bot.watcher import Limits, Observation, WatchState, decide
 from runner.status import StatusRecord, parse_iso
-from tests.runner.helpers import kill_group, start_run, status, wait_for
+from tests.runner.helpers import kill_group, out_dir, start_run, status, wait_for
 
 
 class Watch:
@@ -110,3 +110,43 @@ def test_a_throttled_server_raises_a_rate_drop(job):
         if pid:
             os.kill(pid, signal.SIGCONT)
         _end(p)
+
+
+def test_the_eta_counts_the_tokens_left_once_the_rows_lengths_are_known(job):
+    """Token lengths are computed in the background on the first start and cached in the output."""
+    import json
+
+    from runner.config import load
+    from runner.dataset import open_dataset
+    from runner.lengths import FILE, fingerprint
+
+    conf = job(samples=200, job__concurrency=1, job__status_interval_s=0.2, job__rate_window_s=5.0)
+    p = start_run(conf)
+    try:
+        rec = wait_for(lambda: (r := status(conf))["eta_basis"] == "tokens" and r["eta_s"] and r, timeout=120,
+                       every=0.1, what="an ETA from tokens")  # fmt: skip
+        assert rec["tokens_per_s"] > 0 and rec["phase"] == "extracting"
+        assert p.wait(180) == 0
+    finally:
+        _end(p)
+    cfg = load(conf)
+    with open(os.path.join(out_dir(conf), FILE)) as f:
+        cached = json.load(f)
+    ds = open_dataset(cfg.job, None)
+    assert cached["fingerprint"] == fingerprint(cfg.job)
+    assert cached["lengths"] == [len(ds.get(i).input_ids) for i in range(len(ds))]
+
+
+def test_eta_from_tokens_left_over_tokens_per_second(tmp_path):
+    from runner.record import Recorder
+
+    rec = Recorder(str(tmp_path), "j", 10, 30.0)
+    rec._win.extend([(100.0, 50), (101.0, 100), (102.0, 100)])  # 200 tokens in 2 s after the first
+    rec._rates(102.0)
+    assert rec.rec.eta_basis == "samples" and rec.rec.eta_s == 10 / 1.0  # 10 rows left at 1 row/s
+    rec.remaining_tokens = lambda: 1000
+    rec._rates(102.0)
+    assert rec.rec.tokens_per_s == 100.0 and rec.rec.eta_basis == "tokens" and rec.rec.eta_s == 10.0
+    rec.remaining_tokens = lambda: 50_000  # long rows left: the token ETA says so
+    rec._rates(102.0)
+    assert rec.rec.eta_s == 500.0
