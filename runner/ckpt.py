@@ -237,6 +237,23 @@ def write_sample(
     return sink.written, sink.hasher.hexdigest()
 
 
+# Float formats by their bits: an exponent of all ones is inf or nan.
+_EXPONENT = {
+    torch.bfloat16: (torch.int16, 0x7F80),
+    torch.float16: (torch.int16, 0x7C00),
+    torch.float32: (torch.int32, 0x7F800000),
+}
+
+
+def all_finite(t: torch.Tensor) -> bool:
+    """No inf or nan in ``t``. On the bits: several times faster than torch.isfinite on bf16,
+    which sets verify's pace over terabytes."""
+    if t.dtype not in _EXPONENT or t.numel() == 0:
+        return bool(torch.isfinite(t).all())
+    ints, mask = _EXPONENT[t.dtype]
+    return int((t.contiguous().view(ints) & mask).max()) != mask
+
+
 def file_checksum(path: str | os.PathLike) -> str:
     """The write_sample checksum, recomputed by streaming the file."""
     hasher = _new_hasher()

@@ -325,7 +325,7 @@ class Job:
         import aiohttp
         import torch
 
-        from .ckpt import load_sample
+        from .ckpt import all_finite, load_sample
 
         sample = None
         for idx in remaining[:50]:
@@ -359,7 +359,7 @@ class Job:
                 problems.append("input_ids differ from the request")
             if hs.dtype != getattr(torch, self.cfg.job.dtype):
                 problems.append(f"dtype {hs.dtype}, want [job] dtype {self.cfg.job.dtype}")
-            if not (torch.isfinite(hs.float()).all() and torch.isfinite(aux.float()).all()):
+            if not (all_finite(hs) and all_finite(aux)):
                 problems.append("non-finite values")
             if problems:
                 raise JobFailed("self-test failed: " + "; ".join(problems))

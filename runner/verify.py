@@ -57,7 +57,7 @@ def check_contents(
     """check_sample without the place: a file still to be renamed into its shard (adopt)."""
     import torch
 
-    from .ckpt import CorruptSample, file_checksum, load_sample
+    from .ckpt import CorruptSample, all_finite, file_checksum, load_sample
 
     if entry is not None:
         size = os.path.getsize(path)
@@ -87,7 +87,7 @@ def check_contents(
         return f"seq {seq} != manifest {entry.get('seq')}"
     if want_ids is not None and ids.tolist() != want_ids:
         return "input_ids differ from the dataset's tokens"
-    if (entry is None or not quick) and not (torch.isfinite(hs).all() and torch.isfinite(aux).all()):
+    if (entry is None or not quick) and not (all_finite(hs) and all_finite(aux)):
         return "non-finite values"
     return None
 

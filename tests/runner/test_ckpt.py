@@ -266,3 +266,18 @@ def test_benchmark_runs_on_tiny_sizes(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "write_sample" in out and "dd" in out and "| " in out
     assert list(tmp_path.iterdir()) == []  # cleaned up
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+def test_all_finite_on_the_bits_agrees_with_isfinite(dtype):
+    from runner.ckpt import all_finite
+
+    x = torch.randn(3, 50, 8).to(dtype)
+    assert all_finite(x)
+    x[1, 7, 3] = float(torch.finfo(dtype).max)  # the largest finite value is still finite
+    x[0, 0, 0] = -0.0
+    assert all_finite(x) and all_finite(x[:, ::2])  # a strided view too
+    for bad in (float("nan"), float("inf"), float("-inf")):
+        y = x.clone()
+        y[2, 49, 7] = bad
+        assert not all_finite(y) and not bool(torch.isfinite(y).all()), bad
