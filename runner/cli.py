@@ -11,9 +11,9 @@ import signal
 import sys
 import time
 
-from . import layers, lock, view
+from . import lock, view
 from .config import Config, load, require_job
-from .errors import ConfigError, HsxError, LockedError, StatusError
+from .errors import HsxError, LockedError, StatusError
 
 REFUSED = 3
 
@@ -57,11 +57,6 @@ def _spawn(args, cfg: Config, resume: bool) -> int:
     if _slurm(cfg):
         return _submit(args, cfg, resume)
     out = cfg.job.out
-    try:
-        layers.check_remote_code(cfg.job)
-    except ConfigError as e:
-        _emit(args, {"started": False, "reason": str(e)}, str(e))
-        return REFUSED
     held, pid = lock.is_held(out)
     verb = "resume" if resume else "start"
     if held:
@@ -131,7 +126,14 @@ def _settled(args, out: str, p, verb: str, forced: list[str]) -> int:
     while True:
         try:
             rec = view.current(out)
-        except StatusError:  # the child is rewriting a record it found corrupt
+        except StatusError:  # a corrupt record the child has not rewritten yet
+            if time.monotonic() > deadline:
+                _emit(
+                    args,
+                    {"started": True, "pid": p.pid, "verb": verb, **extra},
+                    f"{word}: runner pid {p.pid}{note}",
+                )
+                return 0
             time.sleep(0.05)
             continue
         if rec.pid == p.pid and rec.phase.value == "failed":
