@@ -61,17 +61,22 @@ def cmd_verb(args) -> int:
             return 0 if ok else 1
         from .wiring import make_handlers
 
-        if args.verb == "adopt":  # DIR as given, not through the chat parser's narrower path rule
+        if args.verb in ("adopt", "verify"):  # a terminal waits for the report (chat runs them detached)
             from .commands import Command
 
-            reply = make_handlers(cfg, box).handle(Command("adopt", path=args.dir), "terminal", operator=True)
+            cmd = (
+                Command(
+                    "adopt", path=args.dir, wait=True
+                )  # DIR as given, not the chat parser's narrower rule
+                if args.verb == "adopt"
+                else Command("verify", repair=args.repair, quick=args.quick, wait=True)
+            )
+            reply = make_handlers(cfg, box).handle(cmd, "terminal", operator=True)
             print(reply.text)
             return 1 if reply.error else 0
         text = "/extract " + args.verb
         if args.verb == "logs":
             text += f" {args.n}" + (f" --{args.which}" if args.which != "all" else "")
-        if args.verb == "verify":
-            text += " --repair" * args.repair + " --quick" * args.quick
         if args.verb == "stop":
             text += " --yes"
         if args.verb == "status" and args.detail:

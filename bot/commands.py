@@ -15,7 +15,7 @@ from runner.config import Config
 
 from . import summary
 from .audit import AuditLog, mention
-from .summary import count_of, indices_text, render_verify
+from .summary import render_adopt, render_verify
 
 VERBS = (
     "start",
@@ -66,6 +66,7 @@ class Command:
     confirmed: bool = False  # stop, free-gpus
     force: bool = False  # start, resume: past preflight's gates
     detail: bool = False  # status: throughput and latency too
+    wait: bool = False  # verify, adopt: in the foreground (a terminal); chat runs them in the background
     path: str = ""  # adopt: the directory, as typed
     problem: str = ""  # why the input was not understood; the reply is help
 
@@ -337,10 +338,10 @@ class Handlers:
         return self._act(cmd, user, self.box.stop)
 
     def _adopt(self, cmd: Command, user: str) -> Reply:
-        return self._act(cmd, user, lambda: self.box.adopt(cmd.path))
+        return self._act(cmd, user, lambda: self.box.adopt(cmd.path, background=not cmd.wait))
 
     def _verify(self, cmd: Command, user: str) -> Reply:
-        call = lambda: self.box.verify(repair=cmd.repair, quick=cmd.quick, background=True)  # noqa: E731
+        call = lambda: self.box.verify(repair=cmd.repair, quick=cmd.quick, background=not cmd.wait)  # noqa: E731
         if cmd.mutating:
             return self._act(cmd, user, call)
         try:
@@ -353,12 +354,15 @@ class Handlers:
 
 def verify_text(reply: dict) -> str:
     """A verify report, or the answer to starting one in the background."""
-    if not reply.get("background"):
-        return render_verify(reply)
+    return background_text("verify", reply) if reply.get("background") else render_verify(reply)
+
+
+def background_text(verb: str, reply: dict) -> str:
+    """The answer to starting a long verb in the background."""
     if not reply.get("started"):
-        return f"`verify` refused: {reply.get('reason') or 'no reason given'}"
+        return f"`{verb}` refused: {reply.get('reason') or 'no reason given'}"
     return (
-        f"verify running in the background on the GPU box (pid {reply.get('pid')}): `progress?` shows how far "
+        f"{verb} running in the background on the GPU box (pid {reply.get('pid')}): `progress?` shows how far "
         "it is; its result is posted here when it ends"
     )
 
@@ -391,32 +395,12 @@ def render_preflight(report: dict) -> str:
 
 
 def _action_text(cmd: Command, reply: dict, refused: bool, message: str) -> str:
+    if cmd.verb in ("verify", "adopt") and reply.get("background"):
+        return background_text(cmd.verb, reply)
     if cmd.verb == "verify":
-        return verify_text(reply)
+        return render_verify(reply)
     if cmd.verb == "adopt" and not refused:
         return render_adopt(reply)
     if refused:
         return f"`{cmd.verb}` refused: {message or 'no reason given'}"
     return f"`{cmd.verb}`: {message or 'done'}"
-
-
-def render_adopt(reply: dict) -> str:
-    bad = reply.get("bad") if isinstance(reply.get("bad"), dict) else {}
-    missing = reply.get("missing_count", count_of(reply.get("missing")))
-    lines = [
-        f"adopt {reply.get('source', '')}: {count_of(reply.get('adopted')):,} adopted · {len(bad):,} bad · "
-        f"{count_of(reply.get('stray')):,} stray (quarantined, nothing deleted) · "
-        f"{missing if isinstance(missing, int) else 0:,} missing"
-    ]
-    for i, why in list(bad.items())[:10]:
-        lines.append(f"bad {i}: {str(why)[:200]}")
-    if len(bad) > 10:
-        lines.append(f"… {len(bad) - 10:,} more bad (`hsx adopt --json` lists them)")
-    if count_of(reply.get("already")):
-        lines.append(f"already in the job, left alone: {count_of(reply.get('already')):,}")
-    if count_of(reply.get("loss_mask_differs")):
-        lines.append(
-            f"adopted with a loss_mask unlike this job's: {indices_text(reply['loss_mask_differs'])}"
-        )
-    lines.append("`/extract resume` extracts the rest; the rate counts only extracted samples")
-    return "\n".join(lines)

@@ -116,7 +116,7 @@ def background_result(rec: StatusRecord) -> str:
     bg = rec.background or {}
     state, verb = bg.get("state"), bg.get("verb", "background job")
     if state == "done" and isinstance(bg.get("result"), dict):
-        return f"{verb} finished: " + render_verify(bg["result"])
+        return f"{verb} finished: " + (render_adopt if verb == "adopt" else render_verify)(bg["result"])
     if state in ("failed", "crashed"):
         return f":x: {verb} {state}: {bg.get('error') or 'its process is gone'} (`/extract logs --crash`)"
     return ""
@@ -416,4 +416,26 @@ def render_verify(reply: dict) -> str:
             if not count_of(parts["failed"])
             else "every sample is present or failed with a reason"
         )
+    return "\n".join(lines)
+
+
+def render_adopt(reply: dict) -> str:
+    bad = reply.get("bad") if isinstance(reply.get("bad"), dict) else {}
+    missing = reply.get("missing_count", count_of(reply.get("missing")))
+    lines = [
+        f"adopt {reply.get('source', '')}: {count_of(reply.get('adopted')):,} adopted · {len(bad):,} bad · "
+        f"{count_of(reply.get('stray')):,} stray (quarantined, nothing deleted) · "
+        f"{missing if isinstance(missing, int) else 0:,} missing"
+    ]
+    for i, why in list(bad.items())[:10]:
+        lines.append(f"bad {i}: {str(why)[:200]}")
+    if len(bad) > 10:
+        lines.append(f"… {len(bad) - 10:,} more bad (`hsx adopt --json` lists them)")
+    if count_of(reply.get("already")):
+        lines.append(f"already in the job, left alone: {count_of(reply.get('already')):,}")
+    if count_of(reply.get("loss_mask_differs")):
+        lines.append(
+            f"adopted with a loss_mask unlike this job's: {indices_text(reply['loss_mask_differs'])}"
+        )
+    lines.append("`/extract resume` extracts the rest; the rate counts only extracted samples")
     return "\n".join(lines)

@@ -89,11 +89,12 @@ class GpuBox:
         )
         return self._call("verify", *args, timeout_s=max(self.timeout_s, 3600.0))
 
-    def adopt(self, path: str) -> dict[str, Any]:
+    def adopt(self, path: str, background: bool = False) -> dict[str, Any]:
         """Take over another tool's output in ``path`` (a directory on the GPU box): one argv
         element, absolute, printable; it never passes through a shell."""
         check_adopt_dir(path)
-        return self._call("adopt", path, timeout_s=max(self.timeout_s, 3600.0))
+        return self._call("adopt", *(["--background"] if background else []), path,
+                          timeout_s=max(self.timeout_s, 3600.0))  # fmt: skip
 
     def logs(self, n: int = 20, which: str = "runner") -> list[str]:
         """The last ``n`` lines of the runner's log, the server's, the crash output, or of all."""

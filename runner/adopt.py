@@ -56,7 +56,20 @@ def check_dir(path: object) -> str:
     return os.path.normpath(path)
 
 
-def adopt(cfg: Config, src: str) -> dict:
+def adopt(cfg: Config, src: str, progress=None) -> dict:
+    """``progress(files_done, files, bytes)`` is called as it goes (adopt in the background)."""
+    src, out, in_place = refusal_check(cfg, src)
+    lock = JobLock(out)
+    lock.acquire()  # LockedError: a runner started just now
+    try:
+        return _Adopter(cfg, out, out if in_place else src, in_place, progress).run()
+    finally:
+        lock.release()
+
+
+def refusal_check(cfg: Config, src: str) -> tuple[str, str, bool]:
+    """What refuses an adopt before it starts (a bad DIR, untrusted code, a runner holding the
+    job); returns (DIR, out, in place)."""
     out = os.path.abspath(cfg.job.out)
     src = check_dir(os.path.abspath(src) if isinstance(src, str) and src else src)
     if not os.path.isdir(src):
@@ -68,12 +81,14 @@ def adopt(cfg: Config, src: str) -> dict:
     held = held_any(out)
     if held:
         raise LockedError(held[1], held[0])
-    lock = JobLock(out)
-    lock.acquire()  # LockedError: a runner started just now
+    return src, out, in_place
+
+
+def _size(p: str) -> int:
     try:
-        return _Adopter(cfg, out, out if in_place else src, in_place).run()
-    finally:
-        lock.release()
+        return os.path.getsize(p)
+    except OSError:
+        return 0
 
 
 def _inside(path: str, parent: str) -> bool:
@@ -82,8 +97,9 @@ def _inside(path: str, parent: str) -> bool:
 
 
 class _Adopter:
-    def __init__(self, cfg: Config, out: str, src: str, in_place: bool):
+    def __init__(self, cfg: Config, out: str, src: str, in_place: bool, progress=None):
         self.cfg, self.out, self.src, self.in_place = cfg, out, src, in_place
+        self.progress = progress
         self.store = Store(out)
         self.qdir = os.path.join(out, QUARANTINE)
         self.adopted: list[int] = []
@@ -111,8 +127,12 @@ class _Adopter:
             self.committed = self.store.listing() & self.store.manifest_indices()
             self.failures = self.store.failures()
             found = self._scan()
-            for idx in sorted(found):
+            nbytes = 0
+            for n, idx in enumerate(sorted(found), 1):
+                nbytes += sum(_size(p) for p in found[idx])
                 self._one(ds, idx, total, sorted(found[idx]))
+                if self.progress:
+                    self.progress(n, len(found), nbytes)
         finally:
             ds.close()
         permanent = {i for i, r in self.failures.items() if r.get("permanent", True)}

@@ -277,17 +277,34 @@ def cmd_verify(args, cfg: Config) -> int:
 def cmd_adopt(args, cfg: Config) -> int:
     """Exit 0 when it ran (bad files included: the report lists them); 3 when refused (a bad
     DIR, a runner holding the job), with the reason; 2 for a config error."""
-    from .adopt import AdoptRefused, adopt, summary_text
+    from . import background
+    from .adopt import AdoptRefused, adopt, refusal_check, summary_text
 
+    prog = None
     try:
-        report = adopt(cfg, args.dir)
+        if args.background:  # refuse here, at once, what the detached run would refuse
+            refusal_check(cfg, args.dir)
+            rep = background.start(cfg.job.out, cfg.path, "adopt", [os.path.abspath(args.dir)])
+            text = f"adopt running in the background (pid {rep['pid']})" if rep["started"] else rep["reason"]
+            _emit(args, rep, text)
+            return 0 if rep["started"] else REFUSED
+        prog = background.Progress(cfg.job.out, "adopt", [args.dir]) if args.record else None
+        report = adopt(cfg, args.dir, progress=prog)
     except (AdoptRefused, LockedError) as e:
+        if prog:
+            prog.finish(None, str(e))
         why = str(e) + ("; stop it first (hsx-runner stop), then adopt" if isinstance(e, LockedError) else "")
         if args.json:
             print(json.dumps({"ok": False, "refused": True, "reason": why, "message": why}))
         else:
             print(f"hsx-runner adopt: refused: {why}", file=sys.stderr)
         return REFUSED
+    except BaseException as e:
+        if prog:
+            prog.finish(None, f"{type(e).__name__}: {e}")
+        raise
+    if prog:
+        prog.finish(report)
     text = summary_text(report)
     _emit(args, {"ok": True, **report, "message": text.splitlines()[0]}, text)
     return 0
@@ -336,6 +353,8 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--background", action="store_true", help="run detached and niced; status shows progress")
     s.add_argument("--record", action="store_true", help=argparse.SUPPRESS)  # the detached run itself
     s = verb("adopt", cmd_adopt, "take over samples another tool wrote (SpecForge layout or .pt files)")
+    s.add_argument("--background", action="store_true", help="run detached and niced; status shows progress")
+    s.add_argument("--record", action="store_true", help=argparse.SUPPRESS)  # the detached run itself
     s.add_argument("dir", help="the directory with the files (the job's own out, or another)")
     s = verb("preflight", cmd_preflight, "check GPUs, disk, paths, patch")
     s.add_argument("--free-gpus", action="store_true", help="stop and disable units that hold GPUs")

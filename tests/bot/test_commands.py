@@ -115,26 +115,29 @@ def test_parse_adopt_keeps_the_path_and_refuses_anything_else():
         assert cmd.verb == "help" and "adopt" in cmd.problem or "refused" in cmd.problem, text
 
 
-def test_adopt_report_is_rendered_and_a_refusal_is_audited(fake, cfg):
+def test_adopt_runs_in_the_background_its_report_is_rendered_and_a_refusal_is_audited(fake, cfg):
+    from bot.summary import background_result
+    from runner.status import StatusRecord
+
     h = make_handlers(cfg, fake.box())
-    fake.reply(
-        "adopt",
-        {"ok": True, "source": "/data/old", "total": 12, "adopted": 6, "bad": {"2": "does not load: truncated"},
-         "stray": [15], "missing": [1, 5, 9], "missing_count": 3, "already": [], "loss_mask_differs": [],
-         "message": "adopted 6 of 12 from /data/old"},
-    )  # fmt: skip
+    fake.reply("adopt", {"ok": True, "started": True, "background": True, "pid": 77, "verb": "adopt"})
     reply = h.ask("/extract adopt /data/old", "U0OPERATOR")
-    assert reply.text.startswith(
-        "adopt /data/old: 6 adopted · 1 bad · 1 stray (quarantined, nothing deleted) · 3 missing\n"
-        "bad 2: does not load: truncated"
-    )
+    assert reply.text.startswith("adopt running in the background on the GPU box (pid 77)"), reply.text
     assert "→ ok" in reply.audit and fake.calls()[-1] == [
         "adopt",
         "--json",
         "--config",
         fake.config,
+        "--background",
         "/data/old",
     ]
+    report = {"ok": True, "source": "/data/old", "total": 12, "adopted": 6, "bad": {"2": "does not load: truncated"},
+              "stray": [15], "missing": [1, 5, 9], "missing_count": 3, "already": [], "loss_mask_differs": []}  # fmt: skip
+    done = StatusRecord(background={"verb": "adopt", "state": "done", "started_at": "t", "result": report})
+    assert background_result(done).startswith(
+        "adopt finished: adopt /data/old: 6 adopted · 1 bad · 1 stray (quarantined, nothing deleted) · 3 missing\n"
+        "bad 2: does not load: truncated"
+    )
     fake.reply("adopt", {"ok": False, "refused": True, "reason": "job is already running (pid 7)"}, code=3)
     reply = h.ask("adopt /data/old", "U0OPERATOR")
     assert reply.error and reply.text == "`adopt` refused: job is already running (pid 7)"

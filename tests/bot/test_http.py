@@ -77,7 +77,9 @@ def test_operator_adopt_passes_the_directory_as_one_argument_and_audits(bot):
         resp["response_type"] == "in_channel"
         and f"audit: <@{OPERATOR}> `adopt /data/Old_Output` → ok" in resp["text"]
     )
-    assert bot.fake.calls() == [["adopt", "--json", "--config", bot.fake.config, "/data/Old_Output"]]
+    assert bot.fake.calls() == [
+        ["adopt", "--json", "--config", bot.fake.config, "--background", "/data/Old_Output"]
+    ]
     assert [(e["action"], e["result"]) for e in bot.audit()] == [("adopt /data/Old_Output", "ok")]
 
 

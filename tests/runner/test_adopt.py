@@ -243,3 +243,36 @@ def test_adopt_across_filesystems_copies_records_then_removes_the_source(
     assert os.listdir(os.path.join(out, ".tmp")) == [] and unrecorded_ckpts(out) == []
     assert_same_tensors(tensors(conf), {i: truth[i] for i in (1, 2)})
     assert [r["idx"] for r in manifest(out)] == [1, 2]
+
+
+def test_adopt_in_the_background_posts_its_report_through_the_status_record(reference, job, tmp_path):
+    """`/extract adopt` runs detached (an SSH call cannot wait on terabytes); a held job is
+    refused at once, before anything is spawned."""
+    from bot.summary import background_result
+    from runner.lock import JobLock
+    from runner.status import StatusRecord
+    from tests.runner.helpers import wait_for
+
+    _, truth = reference
+    foreign = tmp_path / "bg"
+    for i in (1, 2, 5):
+        save(str(foreign / "rows_0-2000" / f"data_{i}.ckpt"), truth[i])
+    conf = job(samples=N)
+    out = out_dir(conf)
+    lock = JobLock(out)
+    lock.acquire()
+    try:
+        p = runner("adopt", "--json", "--background", "--config", conf, str(foreign))
+        assert p.returncode == 3 and "stop it first" in json.loads(p.stdout)["reason"]
+        assert "background" not in status(conf)
+    finally:
+        lock.release()
+    p = runner("adopt", "--json", "--background", "--config", conf, str(foreign))
+    rep = json.loads(p.stdout)
+    assert p.returncode == 0 and rep["started"] and rep["background"], rep
+    bg = wait_for(lambda: (b := status(conf).get("background") or {}).get("state") == "done" and b, timeout=120,
+                  what="adopt done")  # fmt: skip
+    assert bg["verb"] == "adopt" and bg["total"] == 3 and bg["result"]["adopted"] == 3, bg
+    text = background_result(StatusRecord.from_dict(status(conf)))
+    assert text.startswith(f"adopt finished: adopt {foreign}: 3 adopted · 0 bad"), text
+    assert status(conf)["adopted"] == 3 and unrecorded_ckpts(out) == []
