@@ -320,7 +320,7 @@ class Handlers:
             report = self.box.preflight()
         except RemoteError as e:
             return Reply(text=summary.render_error(e), ephemeral=True, error=True)
-        gpus = next((c for c in report.get("checks", []) if c.get("name") == "gpus"), {})
+        gpus = gpus_check_of(report)
         units = gpu_units(gpus)
         if gpus.get("ok") or not units:
             what = "no other process holds a GPU" if gpus.get("ok") else str(gpus.get("detail", ""))
@@ -367,6 +367,12 @@ def background_text(verb: str, reply: dict) -> str:
     )
 
 
+def gpus_check_of(report: dict) -> dict:
+    """The ``gpus`` check of a preflight report ({} when there is none)."""
+    checks = report.get("checks") if isinstance(report.get("checks"), list) else []
+    return next((c for c in checks if isinstance(c, dict) and c.get("name") == "gpus"), {})
+
+
 def gpu_units(check: dict) -> list[str]:
     """The systemd units a preflight ``gpus`` check found holding GPUs."""
     units = check.get("units")
@@ -375,7 +381,7 @@ def gpu_units(check: dict) -> list[str]:
 
 def free_gpus_reply(report: dict) -> dict:
     """preflight --free-gpus as an action reply: ok when the GPUs are free afterwards."""
-    gpus = next((c for c in report.get("checks", []) if c.get("name") == "gpus"), {})
+    gpus = gpus_check_of(report)
     return {"ok": bool(gpus.get("ok")), "message": str(gpus.get("detail", "no gpus check"))[:400]}
 
 

@@ -32,7 +32,7 @@ from .errors import HsxError, LockedError
 from .lock import JobLock, held_any
 from .status import EVENTS, STATUS, Phase, StatusRecord, now_iso, read_record, write_record
 from .store import COMPLETE_DIR, TMP_DIR, Store, sample_path, shard_name
-from .verify import QUARANTINE, QUARANTINE_SUFFIX, check_contents
+from .verify import QUARANTINE, QUARANTINE_SUFFIX, check_contents, file_size
 
 # data_12.pt, 12.pt, sample_12.ckpt, data_12.ckpt.gz (the last one is refused: not a plain save)
 NAME_RE = re.compile(r"^(?:[A-Za-z]+_)?(\d+)\.(?:pt|ckpt)(\.gz)?$")
@@ -84,13 +84,6 @@ def refusal_check(cfg: Config, src: str) -> tuple[str, str, bool]:
     return src, out, in_place
 
 
-def _size(p: str) -> int:
-    try:
-        return os.path.getsize(p)
-    except OSError:
-        return 0
-
-
 def _inside(path: str, parent: str) -> bool:
     path, parent = os.path.realpath(path), os.path.realpath(parent)
     return path == parent or path.startswith(parent.rstrip("/") + "/")
@@ -129,7 +122,7 @@ class _Adopter:
             found = self._scan()
             nbytes = 0
             for n, idx in enumerate(sorted(found), 1):
-                nbytes += sum(_size(p) for p in found[idx])
+                nbytes += sum(file_size(p) for p in found[idx])
                 self._one(ds, idx, total, sorted(found[idx]))
                 if self.progress:
                     self.progress(n, len(found), nbytes)

@@ -4,6 +4,7 @@ cannot wait hours for a multi-terabyte output, so the verb runs detached, niced,
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -79,6 +80,19 @@ def start(out: str, config: str, verb: str, args: list[str]) -> dict:
             }
         time.sleep(0.05)
     return {"started": True, "pid": p.pid, "verb": verb, "background": True}
+
+
+@contextlib.contextmanager
+def recording(out: str, verb: str, args: list[str], on: bool, plain: tuple = ()):
+    """The detached run's Progress (None when not detached); an exception that ends the verb
+    is written into the record (``plain`` ones without their type name) before it propagates."""
+    prog = Progress(out, verb, args) if on else None
+    try:
+        yield prog
+    except BaseException as e:
+        if prog:
+            prog.finish(None, str(e) if isinstance(e, plain) else f"{type(e).__name__}: {e}")
+        raise
 
 
 class Progress:

@@ -254,24 +254,26 @@ def cmd_verify(args, cfg: Config) -> int:
 
     flags = ["--repair"] * args.repair + ["--quick"] * args.quick
     if args.background:
-        rep = background.start(cfg.job.out, cfg.path, "verify", flags)
-        text = f"verify running in the background (pid {rep['pid']})" if rep["started"] else rep["reason"]
-        _emit(args, rep, text)
-        return 0 if rep["started"] else REFUSED
-    prog = background.Progress(cfg.job.out, "verify", flags) if args.record else None
-    try:
+        return _detach(args, cfg, "verify", flags)
+    with background.recording(cfg.job.out, "verify", flags, args.record) as prog:
         report = verify(cfg, repair=args.repair, quick=args.quick, progress=prog)
-    except BaseException as e:
         if prog:
-            prog.finish(None, f"{type(e).__name__}: {e}")
-        raise
-    if prog:
-        prog.finish(report)
+            prog.finish(report)
     text = (f"{report['ok']}/{report['total']} sound; missing {len(report['missing'])}, "
             f"corrupt {len(report['corrupt'])}, failed {len(report['failed'])}"
             + (f", unrecorded {len(report['unrecorded'])}" if report["unrecorded"] else ""))  # fmt: skip
     _emit(args, report, text)
     return 0 if report["complete"] else 1
+
+
+def _detach(args, cfg: Config, verb: str, argv: list[str]) -> int:
+    """``VERB --background``: start it detached and answer at once."""
+    from . import background
+
+    rep = background.start(cfg.job.out, cfg.path, verb, argv)
+    text = f"{verb} running in the background (pid {rep['pid']})" if rep["started"] else rep["reason"]
+    _emit(args, rep, text)
+    return 0 if rep["started"] else REFUSED
 
 
 def cmd_adopt(args, cfg: Config) -> int:
@@ -280,31 +282,22 @@ def cmd_adopt(args, cfg: Config) -> int:
     from . import background
     from .adopt import AdoptRefused, adopt, refusal_check, summary_text
 
-    prog = None
     try:
         if args.background:  # refuse here, at once, what the detached run would refuse
             refusal_check(cfg, args.dir)
-            rep = background.start(cfg.job.out, cfg.path, "adopt", [os.path.abspath(args.dir)])
-            text = f"adopt running in the background (pid {rep['pid']})" if rep["started"] else rep["reason"]
-            _emit(args, rep, text)
-            return 0 if rep["started"] else REFUSED
-        prog = background.Progress(cfg.job.out, "adopt", [args.dir]) if args.record else None
-        report = adopt(cfg, args.dir, progress=prog)
+            return _detach(args, cfg, "adopt", [os.path.abspath(args.dir)])
+        refusals = (AdoptRefused, LockedError)
+        with background.recording(cfg.job.out, "adopt", [args.dir], args.record, plain=refusals) as prog:
+            report = adopt(cfg, args.dir, progress=prog)
+            if prog:
+                prog.finish(report)
     except (AdoptRefused, LockedError) as e:
-        if prog:
-            prog.finish(None, str(e))
         why = str(e) + ("; stop it first (hsx-runner stop), then adopt" if isinstance(e, LockedError) else "")
         if args.json:
             print(json.dumps({"ok": False, "refused": True, "reason": why, "message": why}))
         else:
             print(f"hsx-runner adopt: refused: {why}", file=sys.stderr)
         return REFUSED
-    except BaseException as e:
-        if prog:
-            prog.finish(None, f"{type(e).__name__}: {e}")
-        raise
-    if prog:
-        prog.finish(report)
     text = summary_text(report)
     _emit(args, {"ok": True, **report, "message": text.splitlines()[0]}, text)
     return 0

@@ -48,16 +48,16 @@ def gpus_check(needs_gpu: bool, own_pid: int | None, free_gpus: bool) -> dict:
 
 def _device(s) -> str:
     """Where the server computes: [server] device for the reference backend, SGLang's own
-    --device flag (default cuda) for SGLang."""
+    --device flag (default cuda) for SGLang, read by the patch's one flag parser."""
     if s.backend != "sglang":
         return s.device
-    args = list(s.extra_args)
-    for i, a in enumerate(args):
-        if a == "--device" and i + 1 < len(args):
-            return args[i + 1]
-        if a.startswith("--device="):
-            return a.split("=", 1)[1]
-    return "cuda"
+    from patches.sglang_dump import ArgsError, parse_flags
+
+    try:
+        given = parse_flags(list(s.extra_args)).get("--device")
+    except ArgsError:  # the server start refuses such arguments with the reason
+        return "cuda"
+    return given[-1][0] if given and given[-1] else "cuda"
 
 
 def _line_count(path: str) -> int:

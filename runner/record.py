@@ -55,14 +55,8 @@ class Recorder:
             old = read_record(self.path)
         except Exception:  # noqa: BLE001 - no usable record: start from zero
             return
-        r = self.rec
-        r.total, r.done, r.failed, r.adopted, r.truncated = (
-            old.total,
-            old.done,
-            old.failed,
-            old.adopted,
-            old.truncated,
-        )
+        for k in ("total", "done", "failed", "adopted", "truncated"):
+            setattr(self.rec, k, getattr(old, k))
 
     # --- counters --------------------------------------------------------------------------
     def set_done(self, committed: int, failed: int, avg_bytes: float | None = None) -> None:

@@ -20,7 +20,8 @@ QUARANTINE = ".quarantine"
 QUARANTINE_SUFFIX = ".bad"
 
 
-def _size(p: str) -> int:
+def file_size(p: str) -> int:
+    """Bytes of a file, 0 if it is gone (progress counting only)."""
     try:
         return os.path.getsize(p)
     except OSError:
@@ -140,7 +141,7 @@ def verify(cfg: Config, repair: bool = False, quick: bool = False, progress=None
                 except RowError as e:
                     corrupt[idx] = f"committed, but the dataset row is unusable now ({e})"
                 else:
-                    nbytes += _size(paths[0])
+                    nbytes += file_size(paths[0])
                     fut = pool.submit(check_sample, paths[0], idx, want, manifest.get(idx), desc, quick)
                     pending.append((idx, fut))
             while len(pending) > AHEAD or (pending and pending[0][1].done()):
