@@ -18,8 +18,8 @@ import time
 
 from aiohttp import web
 
-from runner import dump
-from runner.config import Config
+from runner.contract import dump
+from runner.contract.config import Config
 from runner.dataset import Dataset
 from runner.extractor import Extractor
 from runner.record import Recorder

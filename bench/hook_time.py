@@ -41,7 +41,7 @@ def main() -> None:
     from sglang.srt.model_executor.forward_batch_info import CaptureHiddenMode
 
     from patches import scheduler_patch
-    from runner import dump
+    from runner.contract import dump
 
     out = tempfile.mkdtemp(prefix="hsx-hook-bench-", dir=args.dir)
     try:

@@ -16,7 +16,7 @@ seed) with the same number of requests in flight, max_new_tokens 1:
      response), as for the extractor.
 
 Every server gets ``--disable-radix-cache`` (c requires it; a and b get it so none of them can
-reuse a prefix). Request bodies are runner.dump.request_body, serialised once; a sends the
+reuse a prefix). Request bodies are runner.contract.dump.request_body, serialised once; a sends the
 same bytes with ``return_hidden_states`` false. The model is a Llama config written here,
 loaded with ``--load-format dummy`` (random weights, nothing downloaded) and
 ``--skip-tokenizer-init`` (prompts are token ids). c must have written one data file and one
@@ -49,7 +49,8 @@ import urllib.request
 
 import aiohttp
 
-from runner import dump, sglang_cpu
+from runner import sglang_cpu
+from runner.contract import dump
 from runner.server import READY_LINE
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

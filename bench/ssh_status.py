@@ -28,7 +28,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from remote.client import GpuBox  # noqa: E402
 from remote.ssh import SSHTransport  # noqa: E402
-from runner.status import Phase, StatusRecord, write_record  # noqa: E402
+from runner.contract.status import Phase, StatusRecord, write_record  # noqa: E402
 from tests import sshd  # noqa: E402
 
 RUNNER = os.path.join(os.path.dirname(sys.executable), "hsx-runner")

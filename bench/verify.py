@@ -24,7 +24,7 @@ import time
 import torch
 
 from runner import ckpt
-from runner.config import from_dict
+from runner.contract.config import from_dict
 from runner.store import Store, sample_path, shard_name
 from runner.verify import verify
 

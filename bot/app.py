@@ -10,8 +10,8 @@ from collections.abc import Mapping
 from slack_bolt import App, BoltResponse
 from slack_sdk import WebClient
 
-from runner.config import Config
-from runner.errors import ConfigError
+from runner.contract.config import Config
+from runner.contract.errors import ConfigError
 
 from . import listeners
 from .runtime import Runtime

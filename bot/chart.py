@@ -5,7 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import io
 
-from runner.status import parse_iso
+from runner.contract.status import parse_iso
 
 Point = tuple[dt.datetime, int, "float | None"]
 

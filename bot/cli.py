@@ -12,8 +12,8 @@ import sys
 import time
 
 from remote.client import check_adopt_dir
-from runner.config import Config, load
-from runner.errors import HsxError
+from runner.contract.config import Config, load
+from runner.contract.errors import HsxError
 
 VERBS = ("status", "start", "resume", "stop", "verify", "adopt", "logs", "preflight")
 HEADLESS_POLL_S = 2.0

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from remote.errors import RemoteError
-from runner.config import Config
+from runner.contract.config import Config
 
 from . import summary
 from .audit import AuditLog, mention

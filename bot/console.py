@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from typing import TextIO
 
-from runner.config import Config
+from runner.contract.config import Config
 
 from .commands import parse
 from .wiring import make_handlers

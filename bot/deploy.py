@@ -27,8 +27,8 @@ import zipfile
 from dataclasses import asdict, dataclass, field
 
 from remote.errors import RemoteError
-from runner.config import Config, from_dict, require_job
-from runner.errors import ConfigError, HsxError
+from runner.contract.config import Config, from_dict, require_job
+from runner.contract.errors import ConfigError, HsxError
 
 if sys.version_info >= (3, 11):
     import tomllib

@@ -10,8 +10,8 @@ from __future__ import annotations
 import json
 import os
 
-from runner.config import Config
-from runner.status import StatusRecord, now_iso
+from runner.contract.config import Config
+from runner.contract.status import StatusRecord, now_iso
 
 MAX_LINES = 20000
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from runner.config import Config
+from runner.contract.config import Config
 
 from .commands import Handlers
 from .seen import SeenIds

@@ -10,7 +10,7 @@ import json
 import os
 import threading
 
-from runner.status import write_atomic
+from runner.contract.atomic import write_atomic
 
 
 class SeenIds:

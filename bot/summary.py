@@ -17,7 +17,7 @@ from remote.errors import (
     RemoteError,
     Unreachable,
 )
-from runner.status import Phase, StatusRecord, age_s, parse_iso
+from runner.contract.status import Phase, StatusRecord, age_s, parse_iso
 
 STALE_HEARTBEAT_S = 120.0  # an active job whose heartbeat is older than this is flagged
 MAX_ERROR_CHARS = 400

@@ -15,8 +15,9 @@ import time
 from dataclasses import asdict, dataclass, field
 
 from remote.errors import RemoteError
-from runner.config import Config
-from runner.status import Phase, StatusRecord, age_s, write_atomic
+from runner.contract.atomic import write_atomic
+from runner.contract.config import Config
+from runner.contract.status import Phase, StatusRecord, age_s
 
 from . import history, summary
 from .slack_out import resume_button

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from runner.config import Config
+from runner.contract.config import Config
 
 from . import history
 from .audit import AuditLog

@@ -11,10 +11,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from runner import dump
+from runner.contract import dump
+from runner.contract.errors import HsxError
 
 
-class RowMismatch(ValueError):
+class RowMismatch(HsxError, ValueError):
     """The rows gathered for a request do not cover exactly its prompt."""
 
 

@@ -34,7 +34,8 @@ import time
 import urllib.error
 import urllib.request
 
-from runner import dump, layers
+from runner import layers
+from runner.contract import dump
 
 from .sglang_dump import server_argv
 

@@ -15,6 +15,8 @@ import re
 import zipfile
 from dataclasses import dataclass
 
+from runner.contract.errors import HsxError
+
 SGLANG_VERSION = "0.5.23"
 
 _FLAG_FIELDS_DIR = "sglang/srt/arg_groups/fields/"
@@ -225,7 +227,7 @@ HOOKS: tuple[Hook, ...] = (
 )
 
 
-class IncompatibleSGLang(RuntimeError):
+class IncompatibleSGLang(HsxError, RuntimeError):
     """The installed or inspected SGLang is not the one this patch was written for."""
 
 

@@ -12,8 +12,10 @@ ids first, then the capture points themselves; neither giving the wanted points 
 
 from __future__ import annotations
 
+from runner.contract.errors import HsxError
 
-class LayerIdsError(ValueError):
+
+class LayerIdsError(HsxError, ValueError):
     """The model class cannot capture the requested layers."""
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import os
 
-from runner import dump
+from runner.contract import dump
 
 from . import capture, layer_ids
 from .sglang_dump import parse_layer_ids

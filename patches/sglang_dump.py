@@ -1,6 +1,6 @@
 """Launcher of the patched SGLang server: ``python -m patches.sglang_dump <sglang server args>``.
 
-Reads the dump directory and aux layer ids from the environment (names in runner/dump.py),
+Reads the dump directory and aux layer ids from the environment (names in runner/contract/dump.py),
 refuses a SGLang other than the pinned version or one whose hook points moved
 (patches/hooks.py), refuses server arguments the dump would be wrong under, then starts
 SGLang's own HTTP server with the scheduler-side patch injected into every scheduler process.
@@ -14,7 +14,8 @@ import logging
 import os
 import sys
 
-from runner import dump
+from runner.contract import dump
+from runner.contract.errors import HsxError
 
 from .hooks import SGLANG_VERSION, IncompatibleSGLang
 
@@ -68,7 +69,7 @@ _OWN_FLAGS = (
 )
 
 
-class ArgsError(ValueError):
+class ArgsError(HsxError, ValueError):
     """Server arguments the dump patch cannot run under."""
 
 

@@ -1,5 +1,5 @@
 """Writes complete samples into the dump directory on writer threads (the dump contract in
-runner/dump.py): the data file through runner.ckpt.write_sample, then the sidecar; or a
+runner/contract/dump.py): the data file through runner.ckpt.write_sample, then the sidecar; or a
 failure note with the reason, so the extractor knows at once.
 
 The scheduler hands a sample over and goes on: nothing here runs on its loop but ``submit``.
@@ -16,7 +16,7 @@ import logging
 import os
 import threading
 
-from runner import dump
+from runner.contract import dump
 
 from .capture import Sample
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from runner.status import StatusRecord
+from runner.contract.status import StatusRecord
 
 from .errors import BadReply, CommandFailed
 from .transport import Result, Transport
@@ -62,7 +62,7 @@ class GpuBox:
         return reply
 
     def status(self) -> StatusRecord:
-        from runner.errors import StatusError
+        from runner.contract.errors import StatusError
 
         reply = self._call("status")
         try:

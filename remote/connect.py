@@ -5,8 +5,8 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 
-from runner.config import Config
-from runner.errors import ConfigError
+from runner.contract.config import Config
+from runner.contract.errors import ConfigError
 
 from .client import GpuBox
 from .retry import RetryRecord

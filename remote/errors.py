@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from runner.contract.errors import HsxError
 
-class RemoteError(Exception):
+
+class RemoteError(HsxError):
     """Root of everything that can go wrong reaching or driving the GPU box."""
 
     transient = False  # retried by remote.retry when True

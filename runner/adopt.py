@@ -26,11 +26,11 @@ import shutil
 import orjson
 
 from . import layers
-from .config import Config
+from .contract.config import Config
+from .contract.errors import HsxError, LockedError
+from .contract.status import EVENTS, STATUS, Phase, StatusRecord, now_iso, read_record, write_record
 from .dataset import RowError, open_dataset
-from .errors import HsxError, LockedError
 from .lock import JobLock, held_any
-from .status import EVENTS, STATUS, Phase, StatusRecord, now_iso, read_record, write_record
 from .store import COMPLETE_DIR, TMP_DIR, Store, sample_path, shard_name
 from .verify import QUARANTINE, QUARANTINE_SUFFIX, check_contents, file_size
 

@@ -12,7 +12,8 @@ import subprocess
 import sys
 import time
 
-from .status import now_iso, write_atomic
+from .contract.atomic import write_atomic
+from .contract.status import now_iso
 
 RECORD = "background.json"
 WRITE_EVERY_S = 1.0

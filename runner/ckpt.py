@@ -24,8 +24,8 @@ import threading
 import torch
 import xxhash
 
-from runner.dump import CHECKSUM_ALGO
-from runner.errors import HsxError
+from runner.contract.dump import CHECKSUM_ALGO
+from runner.contract.errors import HsxError
 
 KEYS = ("input_ids", "loss_mask", "hidden_state", "aux_hidden_state")
 AUX_LAYERS = 3

@@ -12,8 +12,8 @@ import sys
 import time
 
 from . import lock, view
-from .config import Config, load, require_job
-from .errors import HsxError, LockedError, StatusError
+from .contract.config import Config, load, require_job
+from .contract.errors import HsxError, LockedError, StatusError
 
 REFUSED = 3
 

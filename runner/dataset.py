@@ -16,6 +16,7 @@ from array import array
 from dataclasses import dataclass
 
 from . import masks
+from .contract.errors import HsxError
 
 ROLE_ALIASES = {
     "user": "user",
@@ -29,7 +30,7 @@ ROLE_ALIASES = {
 REASONING_KEYS = ("reasoning_content", "reasoning", "thinking")
 
 
-class RowError(ValueError):
+class RowError(HsxError, ValueError):
     """This row cannot be used; the message is the reason recorded in failed.jsonl."""
 
 

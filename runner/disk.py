@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import shutil
 
+from .contract.status import Phase
 from .record import Recorder
-from .status import Phase
 
 
 def worst_case_bytes(max_length: int, hidden_size: int, dtype_bytes: int = 2) -> int:

@@ -19,9 +19,9 @@ from tenacity import (
     wait_exponential_jitter,
 )
 
-from . import dump
+from .contract import dump
+from .contract.errors import JobFailed, ServerError
 from .dataset import Dataset, RowError
-from .errors import JobFailed, ServerError
 from .record import Recorder
 from .server import Server
 from .store import Store

@@ -12,15 +12,16 @@ import signal
 import sys
 import uuid
 
-from . import dump, layers, lengths, ranks
-from .config import Config, require_job
+from . import layers, lengths, ranks
+from .contract import dump
+from .contract.config import Config, require_job
+from .contract.errors import ConfigError, JobFailed, ServerError, ServerExited
+from .contract.status import Phase, now_iso
 from .dataset import Dataset, RowError, open_dataset
 from .disk import DiskGuard, worst_case_bytes
-from .errors import ConfigError, JobFailed, ServerError, ServerExited
 from .lock import JobLock
 from .record import Recorder
 from .server import Server
-from .status import Phase, now_iso
 from .store import Store, sample_path
 
 log = logging.getLogger("hsx.job")
@@ -82,7 +83,7 @@ def check_or_write_dataset_json(out: str, desc: dict) -> None:
             detail = "; ".join(f"{k}: {have.get(k)!r} -> {desc.get(k)!r}" for k in diff)
             raise ConfigError(f"{out} was written by a different job ({detail}); use a new [job] out")
         return
-    from .status import write_atomic
+    from .contract.atomic import write_atomic
 
     write_atomic(path, json.dumps(desc, indent=1) + "\n")
 
@@ -403,7 +404,7 @@ class Job:
 def claim_record(out: str, job: str, path: str | None = None) -> None:
     """Right after taking the lock: a record naming this runner, so a kill from here on reads
     as a crash; the previous run's counts stay until the plan replaces them."""
-    from .status import STATUS, StatusError, StatusRecord, read_record, write_record
+    from .contract.status import STATUS, StatusError, StatusRecord, read_record, write_record
 
     path = path or os.path.join(out, STATUS)
     try:

@@ -109,7 +109,7 @@ def remote_code(*dirs: str) -> list[str]:
 def check_remote_code(job) -> list[str]:
     """Refuse, naming the key, a model or tokenizer that needs code it would run unasked;
     return the files that bring code (trusted, or none)."""
-    from .errors import ConfigError
+    from .contract.errors import ConfigError
 
     files = remote_code(job.model, job.tokenizer)
     if files and not job.trust_remote_code:

@@ -9,8 +9,8 @@ import os
 import threading
 from array import array
 
+from .contract.atomic import write_atomic
 from .dataset import RowError, open_dataset
-from .status import write_atomic
 
 FILE = "lengths.json"  # not *.ckpt: SpecForge never reads it
 log = logging.getLogger("hsx.lengths")

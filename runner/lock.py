@@ -12,7 +12,7 @@ import fcntl
 import os
 import struct
 
-from .errors import LockedError
+from .contract.errors import LockedError
 
 NAME = ".lock"
 # struct flock on Linux LP64: l_type, l_whence, l_start, l_len, l_pid (padded to 32 bytes)

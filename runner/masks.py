@@ -18,6 +18,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from .contract.errors import HsxError
+
 _MARK = "HSXMARK7F3A9"  # no whitespace: templates trim content
 HARMONY_HEADER = "<|start|>assistant"
 # Where SpecForge's registry starts the trained span before the end of the generation prompt:
@@ -27,7 +29,7 @@ SPECFORGE_HEADER = {"<|im_assistant|>assistant<|im_middle|><think>": "<|im_assis
 _HARMONY_NEXT = re.compile(r"(?=<\|start\|>user<\|message\|>|$)")
 
 
-class TemplateError(ValueError):
+class TemplateError(HsxError, ValueError):
     """The chat template gives no assistant header or end-of-turn we can find."""
 
 

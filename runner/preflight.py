@@ -8,9 +8,9 @@ import shutil
 import sys
 
 from . import gpus, layers, lock
-from .config import Config
+from .contract.config import Config
+from .contract.errors import ConfigError
 from .disk import fmt, worst_case_bytes
-from .errors import ConfigError
 
 
 def _check(name: str, ok: bool, detail: str, fix: str = "") -> dict:

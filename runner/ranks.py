@@ -11,9 +11,9 @@ import os
 import socket
 from dataclasses import dataclass
 
-from .errors import ConfigError
+from .contract.errors import ConfigError
+from .contract.status import EVENTS, STATUS
 from .lock import NAME as LOCK
-from .status import EVENTS, STATUS
 from .store import SHARD, rank_file
 
 

@@ -14,7 +14,7 @@ import time
 
 import orjson
 
-from .status import EVENTS, STATUS, Disk, Phase, StatusRecord, now_iso, write_record
+from .contract.status import EVENTS, STATUS, Disk, Phase, StatusRecord, now_iso, write_record
 
 PROGRESS_EVENT_S = 60.0
 LATENCY_SAMPLES = 200  # the p50/p95 over this many recent samples
@@ -49,7 +49,7 @@ class Recorder:
     def carry_counts(self) -> None:
         """Keep the claimed record's counts (the last run's) until this run's plan is made, so
         a failure in set-up does not read as an empty job."""
-        from .status import read_record
+        from .contract.status import read_record
 
         try:
             old = read_record(self.path)

@@ -1,5 +1,5 @@
 """The reference backend: a transformers model behind the same HTTP endpoints and dump
-behaviour as the patched SGLang server (see runner/dump.py).
+behaviour as the patched SGLang server (see runner/contract/dump.py).
 
 One forward at a time on one thread (deterministic for a seed on CPU: no batching, no
 padding); dumps are written on a second thread so the next forward overlaps the write.
@@ -18,7 +18,8 @@ import sys
 
 from aiohttp import web
 
-from . import dump, layers
+from . import layers
+from .contract import dump
 
 log = logging.getLogger("hsx.reference")
 READY_LINE = "The server is fired up and ready to roll!"  # same line SGLang prints

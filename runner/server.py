@@ -16,9 +16,9 @@ from collections.abc import Callable
 
 import aiohttp
 
-from . import dump
-from .config import Config
-from .errors import ServerError, ServerExited
+from .contract import dump
+from .contract.config import Config
+from .contract.errors import ServerError, ServerExited
 from .sglang_cpu import checkout_root
 
 READY_LINE = "The server is fired up and ready to roll!"

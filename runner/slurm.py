@@ -17,10 +17,11 @@ import sys
 from dataclasses import dataclass
 
 from . import ranks
-from .config import Config
+from .contract.atomic import write_atomic
+from .contract.config import Config
+from .contract.errors import HsxError, StatusError
+from .contract.status import Phase, StatusRecord, age_s, now_iso, read_record
 from .dataset import line_offsets
-from .errors import HsxError, StatusError
-from .status import Phase, StatusRecord, age_s, now_iso, read_record, write_atomic
 from .store import SHARD, Store, shard_name
 
 STATE_FILE = "cluster.json"  # in the output directory: world, ranges, each rank's Slurm job

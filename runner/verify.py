@@ -12,7 +12,7 @@ import shutil
 from collections import defaultdict
 
 from . import layers
-from .config import Config
+from .contract.config import Config
 from .dataset import RowError, open_dataset
 from .store import FILE_RE, SHARD_RE, Store, shard_name
 

@@ -9,7 +9,7 @@ import json
 import os
 
 from . import background, lock
-from .status import STATUS, Phase, StatusRecord, age_s, read_record
+from .contract.status import STATUS, Phase, StatusRecord, age_s, read_record
 
 NOT_STARTED = "not started yet"
 

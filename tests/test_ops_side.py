@@ -6,7 +6,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from runner.status import Phase, StatusRecord, write_record
+from runner.contract.status import Phase, StatusRecord, write_record
 from tests.conftest import RUNNER
 
 CHECK = (

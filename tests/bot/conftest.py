@@ -11,7 +11,7 @@ import pytest
 
 from remote.client import GpuBox
 from remote.transport import LocalTransport
-from runner.config import from_dict
+from runner.contract.config import from_dict
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 

@@ -11,8 +11,8 @@ import time
 import pytest
 
 from bot.app import build_app, run_bot
-from runner.config import load
-from runner.errors import ConfigError
+from runner.contract.config import load
+from runner.contract.errors import ConfigError
 from tests.conftest import BIN, free_port
 from tests.runner.helpers import wait_for
 
@@ -162,7 +162,7 @@ def test_unreachable_box_is_reported_with_the_hop(bot, tmp_path):
 
 def test_chart_uploads_a_png(bot):
     from bot import history
-    from runner.status import StatusRecord
+    from runner.contract.status import StatusRecord
 
     for t, done in (("2030-01-01T10:00:00Z", 100), ("2030-01-01T11:00:00Z", 4300)):
         history.append(bot.cfg, StatusRecord(heartbeat_at=t, done=done, rate=1.16))

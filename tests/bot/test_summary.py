@@ -8,7 +8,7 @@ import pytest
 
 from bot.summary import human_bytes, human_duration, render_blocks, render_error, render_text
 from remote.errors import BadReply, CommandFailed, HostKeyMismatch, Unreachable
-from runner.status import Phase, StatusRecord
+from runner.contract.status import Phase, StatusRecord
 
 from .conftest import EXTRACTING
 

@@ -9,7 +9,7 @@ from slack_sdk import WebClient
 
 from bot.watcher import Limits, Observation, Watcher, WatchState, decide
 from remote.errors import Unreachable
-from runner.status import StatusRecord
+from runner.contract.status import StatusRecord
 
 from . import slack_api
 from .conftest import EXTRACTING

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from runner.config import from_dict
-from runner.errors import ConfigError
+from runner.contract.config import from_dict
+from runner.contract.errors import ConfigError
+from runner.contract.status import StatusRecord
 from runner.ranks import rank_range, split
-from runner.status import StatusRecord
 from runner.store import shard_name
 
 

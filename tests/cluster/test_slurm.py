@@ -10,7 +10,7 @@ import subprocess
 
 from bot.summary import render_text
 from bot.watcher import Limits, Observation, WatchState, decide
-from runner.status import StatusRecord
+from runner.contract.status import StatusRecord
 from tests.cluster.conftest import cluster_job, short_rows
 from tests.conftest import runner
 from tests.runner.helpers import assert_same_tensors, status, tensors, verify, wait_for

@@ -102,7 +102,7 @@ class Ops:
 
     def __init__(self, conf: str):
         from bot.watcher import start_watcher
-        from runner.config import load
+        from runner.contract.config import load
 
         self.cfg = load(conf)
         self._stack = contextlib.ExitStack()

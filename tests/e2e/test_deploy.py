@@ -10,8 +10,8 @@ import sys
 import pytest
 
 from bot import deploy
-from runner.config import from_dict, load
-from runner.errors import ConfigError
+from runner.contract.config import from_dict, load
+from runner.contract.errors import ConfigError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -68,7 +68,7 @@ def test_runner_unit_in_deploy_is_what_deploy_installs():
 def test_example_config_loads_and_names_every_key():
     import dataclasses
 
-    from runner.config import Config
+    from runner.contract.config import Config
 
     path = os.path.join(ROOT, "deploy", "hsx.example.toml")
     cfg = load(path)

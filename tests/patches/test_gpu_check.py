@@ -10,8 +10,9 @@ import pytest
 import torch
 
 from patches import gpu_check as gc
-from runner import dump, layers
+from runner import layers
 from runner.ckpt import write_sample
+from runner.contract import dump
 
 H = 8
 N = 12  # layers of both checked models

@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from patches import sglang_dump as sd
-from runner import dump
+from runner.contract import dump
 from tests.patches import fake_sglang
 
 BASE = dict(python="/venv/bin/python", model="/m", host="127.0.0.1", port=30001, tp_size=8, dp_size=1,

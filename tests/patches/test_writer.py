@@ -10,7 +10,7 @@ import torch
 
 from patches import writer as w
 from patches.capture import Sample
-from runner import dump
+from runner.contract import dump
 
 
 def sample(rid: str, n: int = 4, h: int = 8) -> Sample:

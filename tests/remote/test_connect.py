@@ -11,8 +11,8 @@ from remote.client import GpuBox
 from remote.connect import open_box
 from remote.ssh import Endpoint, SSHTransport, parse_jump
 from remote.transport import LocalTransport
-from runner.config import from_dict
-from runner.errors import ConfigError
+from runner.contract.config import from_dict
+from runner.contract.errors import ConfigError
 
 
 def cfg(**remote):

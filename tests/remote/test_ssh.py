@@ -18,8 +18,8 @@ from remote.client import GpuBox
 from remote.connect import open_box
 from remote.errors import AuthFailed, CommandTimeout, HostKeyMismatch, Unreachable
 from remote.ssh import MAX_COMMAND_BYTES, SSHTransport
-from runner.config import from_dict
-from runner.status import Phase, StatusRecord, write_record
+from runner.contract.config import from_dict
+from runner.contract.status import Phase, StatusRecord, write_record
 from tests import sshd
 
 RUNNER = os.path.join(os.path.dirname(sys.executable), "hsx-runner")

@@ -33,7 +33,7 @@ def main() -> None:
         time.sleep(3600)
     from aiohttp import web
 
-    from runner import dump
+    from runner.contract import dump
 
     dump_dir = os.environ[dump.DUMP_DIR_ENV]
 

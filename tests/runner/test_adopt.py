@@ -229,7 +229,7 @@ def test_adopt_across_filesystems_copies_records_then_removes_the_source(
     """Where a rename cannot reach the output, the file is copied under a temp name beside it,
     recorded, renamed into place, and only then is the source removed."""
     from runner import adopt as adopt_mod
-    from runner.config import load
+    from runner.contract.config import load
 
     _, truth = reference
     foreign = tmp_path / "other-fs"
@@ -249,8 +249,8 @@ def test_adopt_in_the_background_posts_its_report_through_the_status_record(refe
     """`/extract adopt` runs detached (an SSH call cannot wait on terabytes); a held job is
     refused at once, before anything is spawned."""
     from bot.summary import background_result
+    from runner.contract.status import StatusRecord
     from runner.lock import JobLock
-    from runner.status import StatusRecord
     from tests.runner.helpers import wait_for
 
     _, truth = reference

@@ -13,8 +13,8 @@ from bot.watcher import Limits, Observation, WatchState, decide
 from bot.wiring import make_handlers
 from remote.client import GpuBox
 from remote.transport import LocalTransport
-from runner.config import load
-from runner.status import StatusRecord
+from runner.contract.config import load
+from runner.contract.status import StatusRecord
 from runner.store import Store, sample_path
 from tests.conftest import RUNNER, runner
 from tests.runner.helpers import out_dir, status, wait_for

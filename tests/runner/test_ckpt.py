@@ -8,7 +8,7 @@ import xxhash
 
 from runner import ckpt
 from runner.ckpt import BadSample, CorruptSample, file_checksum, load_sample, write_sample
-from runner.errors import HsxError
+from runner.contract.errors import HsxError
 
 SEQ, H = 37, 16
 

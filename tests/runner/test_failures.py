@@ -8,7 +8,7 @@ import json
 import os
 
 from bot import summary, watcher
-from runner.status import StatusRecord
+from runner.contract.status import StatusRecord
 from tests.conftest import runner
 from tests.runner.helpers import done_count, out_dir, status
 

@@ -135,7 +135,7 @@ def test_dump_written_after_the_answer_is_waited_for(job, tmp_path):
 def test_a_model_with_its_own_code_is_refused_until_trusted(job, demo_assets, tmp_path):
     import shutil
 
-    from runner.config import load
+    from runner.contract.config import load
     from runner.server import build_argv
 
     model = tmp_path / "remote-model"

@@ -8,7 +8,7 @@ import threading
 
 import pytest
 
-from runner.errors import LockedError
+from runner.contract.errors import LockedError
 from runner.lock import JobLock, is_held
 
 

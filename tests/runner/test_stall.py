@@ -10,7 +10,7 @@ import threading
 import time
 
 from bot.watcher import Limits, Observation, WatchState, decide
-from runner.status import StatusRecord, parse_iso
+from runner.contract.status import StatusRecord, parse_iso
 from tests.runner.helpers import kill_group, out_dir, start_run, status, wait_for
 
 
@@ -116,7 +116,7 @@ def test_the_eta_counts_the_tokens_left_once_the_rows_lengths_are_known(job):
     """Token lengths are computed in the background on the first start and cached in the output."""
     import json
 
-    from runner.config import load
+    from runner.contract.config import load
     from runner.dataset import open_dataset
     from runner.lengths import FILE, fingerprint
 

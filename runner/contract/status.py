@@ -10,10 +10,10 @@ import dataclasses
 import datetime as dt
 import enum
 import json
-import os
 from dataclasses import dataclass, field
 from typing import Any
 
+from .atomic import write_atomic
 from .errors import StatusError
 
 SCHEMA = 1
@@ -167,16 +167,6 @@ def age_s(s: str | None, now: dt.datetime | None = None) -> float | None:
         return None
     now = now or dt.datetime.now(dt.timezone.utc)
     return (now - t).total_seconds()
-
-
-def write_atomic(path: str, text: str) -> None:
-    """Write text so readers see the old or the new file, never a torn one."""
-    tmp = f"{path}.{os.getpid()}.tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
 
 
 def write_record(path: str, rec: StatusRecord) -> None:

@@ -22,6 +22,8 @@ import json
 import os
 import re
 
+from .errors import HsxError
+
 RID_RE = re.compile(r"^[A-Za-z0-9._-]{1,128}$")
 DUMP_DIR_ENV = "HSX_DUMP_DIR"
 DUMP_LAYERS_ENV = "HSX_AUX_LAYER_IDS"  # comma-separated layer ids, same convention as SpecForge
@@ -34,7 +36,7 @@ CHECKSUM_ALGO = "xxh3_64"
 DATA_SUFFIX = ".dump"
 
 
-class DumpError(ValueError):
+class DumpError(HsxError, ValueError):
     """A dump request or sidecar that breaks the contract."""
 
 

@@ -1,0 +1,6 @@
+"""The contract every package shares: what crosses a process or machine boundary.
+
+Stdlib only, imported by all four packages (runner, patches, remote, bot) and importing none of
+them: the status record and its renderer, typed replies and exit codes, the one error root, the
+config sections, atomic writes, and the dump contract between the server and the extractor.
+"""
