@@ -193,7 +193,7 @@ def _sglang_cpu_server() -> dict:
 
 
 def _headless(box, pid: int | None) -> int:
-    from .summary import render_text
+    from runner.contract.render import render_text
 
     last = ""
     deadline = time.monotonic() + 60

@@ -11,11 +11,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from remote.errors import RemoteError
+from runner.contract import render
 from runner.contract.config import Config
 
 from . import summary
 from .audit import AuditLog, mention
-from .summary import render_adopt, render_verify
 
 VERBS = (
     "start",
@@ -253,9 +253,9 @@ class Handlers:
                 error=True,
             )
         stale = self.cfg.watcher.heartbeat_stale_s
-        text = summary.render_text(rec, stale_s=stale)
+        text = render.render_text(rec, stale_s=stale)
         if cmd.detail:
-            text += "\n" + summary.render_detail(rec)
+            text += "\n" + render.render_detail(rec)
         return Reply(
             text=text,
             blocks=summary.render_blocks(rec, stale_s=stale),
@@ -354,7 +354,7 @@ class Handlers:
 
 def verify_text(reply: dict) -> str:
     """A verify report, or the answer to starting one in the background."""
-    return background_text("verify", reply) if reply.get("background") else render_verify(reply)
+    return background_text("verify", reply) if reply.get("background") else render.render_verify(reply)
 
 
 def background_text(verb: str, reply: dict) -> str:
@@ -404,9 +404,9 @@ def _action_text(cmd: Command, reply: dict, refused: bool, message: str) -> str:
     if cmd.verb in ("verify", "adopt") and reply.get("background"):
         return background_text(cmd.verb, reply)
     if cmd.verb == "verify":
-        return render_verify(reply)
+        return render.render_verify(reply)
     if cmd.verb == "adopt" and not refused:
-        return render_adopt(reply)
+        return render.render_adopt(reply)
     if refused:
         return f"`{cmd.verb}` refused: {message or 'no reason given'}"
     return f"`{cmd.verb}`: {message or 'done'}"

@@ -15,6 +15,7 @@ import time
 from dataclasses import asdict, dataclass, field
 
 from remote.errors import RemoteError
+from runner.contract import render, status
 from runner.contract.atomic import write_atomic
 from runner.contract.config import Config
 from runner.contract.status import Phase, StatusRecord, age_s
@@ -80,7 +81,7 @@ class Action:
 @dataclass(frozen=True)
 class Limits:
     milestone_pct: int = 10
-    heartbeat_stale_s: float = 120.0
+    heartbeat_stale_s: float = status.STALE_S
     unreachable_alert_s: float = 300.0
     error_spike: int = ERROR_SPIKE  # when the record does not say how many requests are out
     progress_update_s: float = PROGRESS_UPDATE_S
@@ -116,9 +117,9 @@ def _conditions(
         )
     if rec.phase.is_failed() and not bad_ranks:  # a cluster run's failure is its ranks' alerts
         out[f"{rec.phase.value}:{run}:{rec.phase_since}"] = (f"Extraction {rec.phase.value.upper()}", True)
-    age = summary.heartbeat_age(rec, now)
-    if rec.phase.is_active() and age is not None and age > lim.heartbeat_stale_s:
-        out[f"stale:{run}:{rec.heartbeat_at}"] = (f"No heartbeat for {summary.human_duration(age)}", True)
+    if status.is_stale(rec, now, lim.heartbeat_stale_s):
+        age = status.heartbeat_age(rec, now)
+        out[f"stale:{run}:{rec.heartbeat_at}"] = (f"No heartbeat for {render.human_duration(age)}", True)
     if rec.server.restarts:
         out[f"restarts:{run}:{rec.server.restarts}"] = (
             f"Server restarted ({rec.server.restarts} so far)",
@@ -158,15 +159,15 @@ def _flow_conditions(rec: StatusRecord, lim: Limits, now: dt.datetime) -> dict[s
     if quiet is not None and quiet > floor:
         what = f"{rec.in_flight} request{'s' if rec.in_flight != 1 else ''} in flight"
         if rec.oldest_in_flight_idx is not None and rec.oldest_in_flight_s is not None:
-            what += f", the oldest (sample {rec.oldest_in_flight_idx}) out for {summary.human_duration(rec.oldest_in_flight_s)}"
+            what += f", the oldest (sample {rec.oldest_in_flight_idx}) out for {render.human_duration(rec.oldest_in_flight_s)}"
         out[f"stalled:{run}:{since}"] = (
-            f"STALLED: no sample committed for {summary.human_duration(quiet)} ({what})",
+            f"STALLED: no sample committed for {render.human_duration(quiet)} ({what})",
             False,
         )
     low = age_s(rec.rate_low_since, now)
     if low is not None and low >= lim.rate_drop_after_s and rec.rate_median:
         out[f"ratedrop:{run}:{rec.rate_low_since}"] = (
-            f"Rate drop: {rec.rate or 0:.2f} samples/s for {summary.human_duration(low)}, "
+            f"Rate drop: {rec.rate or 0:.2f} samples/s for {render.human_duration(low)}, "
             f"under half this run's median {rec.rate_median:.2f}/s",
             False,
         )
@@ -178,7 +179,7 @@ def decide(prev: WatchState, obs: Observation, lim: Limits) -> tuple[list[Action
     st = WatchState(**asdict(prev))
     actions: list[Action] = []
     if obs.record is None:
-        since = summary.parse_iso(st.unreachable_since) or obs.now
+        since = status.parse_iso(st.unreachable_since) or obs.now
         st.unreachable_since = _iso(since)
         key = f"unreachable:{st.unreachable_since}"
         if (obs.now - since).total_seconds() >= lim.unreachable_alert_s and key not in st.active:
@@ -197,7 +198,7 @@ def decide(prev: WatchState, obs: Observation, lim: Limits) -> tuple[list[Action
         if was:
             actions.append(Action("recovered", "GPU box reachable again", key=was[0]))
         st.unreachable_since = None
-    text = summary.render_text(rec, now, lim.heartbeat_stale_s)
+    text = render.render_text(rec, now, lim.heartbeat_stale_s)
 
     conds = _conditions(rec, prev, lim, now)
     keep = [k for k in st.active if k in conds]
@@ -218,8 +219,8 @@ def decide(prev: WatchState, obs: Observation, lim: Limits) -> tuple[list[Action
                 if not rec.last_error or rec.last_error in text
                 else f"{text}\nlast error: {rec.last_error}"
             )
-            if rec.phase.is_failed() and summary.log_block(rec):
-                body += "\n" + summary.log_block(rec)
+            if rec.phase.is_failed() and render.log_block(rec):
+                body += "\n" + render.log_block(rec)
             actions.append(
                 Action(
                     "alert",
@@ -231,7 +232,7 @@ def decide(prev: WatchState, obs: Observation, lim: Limits) -> tuple[list[Action
             keep.append(key)
     st.active = keep[-MAX_KEYS:]
 
-    last = summary.parse_iso(st.progress_at)
+    last = status.parse_iso(st.progress_at)
     due = last is None or (now - last).total_seconds() >= lim.progress_update_s or st.phase != rec.phase.value
     if due:
         actions.append(
@@ -254,8 +255,8 @@ def decide(prev: WatchState, obs: Observation, lim: Limits) -> tuple[list[Action
 
     bg = rec.background or {}
     key = f"{bg.get('verb')}:{bg.get('started_at')}"
-    if summary.background_result(rec) and st.background != key:  # its result, once
-        later.append(Action("result", summary.background_result(rec), key=key))
+    if render.background_result(rec) and st.background != key:  # its result, once
+        later.append(Action("result", render.background_result(rec), key=key))
         st.background = key
     actions += later
     st.phase = rec.phase.value

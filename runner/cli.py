@@ -187,7 +187,7 @@ def cmd_status(args, cfg: Config) -> int:
     if args.json:
         print(json.dumps(rec.to_dict()))
     else:
-        from bot.summary import render_text
+        from runner.contract.render import render_text
 
         print(render_text(rec))
     return 0

@@ -20,13 +20,12 @@ from . import ranks
 from .contract.atomic import write_atomic
 from .contract.config import Config
 from .contract.errors import HsxError, StatusError
-from .contract.status import Phase, StatusRecord, age_s, now_iso, read_record
+from .contract.status import STALE_S, Phase, StatusRecord, age_s, now_iso, read_record
 from .dataset import line_offsets
 from .store import SHARD, Store, shard_name
 
 STATE_FILE = "cluster.json"  # in the output directory: world, ranges, each rank's Slurm job
 SCRIPT = os.path.join(".slurm", "hsx-rank.sh")
-STALE_S = 120.0  # a running rank's heartbeat older than this is reported as stale
 QUEUED = {"PENDING", "CONFIGURING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESIZING", "SUSPENDED"}
 RUNNING = {"RUNNING", "COMPLETING", "STAGE_OUT", "SIGNALING"}
 BAD = {

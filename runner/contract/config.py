@@ -14,6 +14,7 @@ from typing import Any
 
 from .dump import FILE_DTYPES
 from .errors import ConfigError
+from .status import STALE_S
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -94,7 +95,7 @@ class SlackConfig:
 class WatcherConfig:
     interval_s: float = 30.0
     milestone_pct: int = 10
-    heartbeat_stale_s: float = 120.0
+    heartbeat_stale_s: float = STALE_S
     unreachable_alert_s: float = 300.0
     stall_after_s: float = 300.0  # STALLED: no commit for max(this, 10 x the median sample time)
     rate_drop_after_s: float = 600.0  # a rate below half the run's median this long is an alert

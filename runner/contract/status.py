@@ -19,6 +19,7 @@ from .errors import StatusError
 SCHEMA = 1
 STATUS = "status.json"  # in the job's output directory
 EVENTS = "events.jsonl"
+STALE_S = 120.0  # an active runner whose heartbeat is older than this may be hung or gone
 
 
 class Phase(str, enum.Enum):
@@ -167,6 +168,19 @@ def age_s(s: str | None, now: dt.datetime | None = None) -> float | None:
         return None
     now = now or dt.datetime.now(dt.timezone.utc)
     return (now - t).total_seconds()
+
+
+def heartbeat_age(rec: StatusRecord, now: dt.datetime | None = None) -> float | None:
+    """Seconds since the runner's last heartbeat (a reader may have filled it in already)."""
+    if rec.heartbeat_age_s is not None:
+        return rec.heartbeat_age_s
+    return age_s(rec.heartbeat_at, now)
+
+
+def is_stale(rec: StatusRecord, now: dt.datetime | None = None, limit: float = STALE_S) -> bool:
+    """The one staleness rule: an active phase whose heartbeat is older than ``limit``."""
+    age = heartbeat_age(rec, now)
+    return rec.phase.is_active() and age is not None and age > limit
 
 
 def write_record(path: str, rec: StatusRecord) -> None:

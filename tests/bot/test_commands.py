@@ -116,7 +116,7 @@ def test_parse_adopt_keeps_the_path_and_refuses_anything_else():
 
 
 def test_adopt_runs_in_the_background_its_report_is_rendered_and_a_refusal_is_audited(fake, cfg):
-    from bot.summary import background_result
+    from runner.contract.render import background_result
     from runner.contract.status import StatusRecord
 
     h = make_handlers(cfg, fake.box())
@@ -145,7 +145,7 @@ def test_adopt_runs_in_the_background_its_report_is_rendered_and_a_refusal_is_au
 
 
 def test_summary_counts_adopted_samples_apart():
-    from bot.summary import render_text
+    from runner.contract.render import render_text
     from runner.contract.status import Phase, StatusRecord
 
     rec = StatusRecord(phase=Phase.STOPPED, total=12, done=6, adopted=6, reason="adopted 6 samples from /d")

@@ -6,8 +6,9 @@ import datetime as dt
 
 import pytest
 
-from bot.summary import human_bytes, human_duration, render_blocks, render_error, render_text
+from bot.summary import render_blocks, render_error
 from remote.errors import BadReply, CommandFailed, HostKeyMismatch, Unreachable
+from runner.contract.render import human_bytes, human_duration, render_text
 from runner.contract.status import Phase, StatusRecord
 
 from .conftest import EXTRACTING

@@ -8,8 +8,8 @@ import json
 import os
 import subprocess
 
-from bot.summary import render_text
 from bot.watcher import Limits, Observation, WatchState, decide
+from runner.contract.render import render_text
 from runner.contract.status import StatusRecord
 from tests.cluster.conftest import cluster_job, short_rows
 from tests.conftest import runner

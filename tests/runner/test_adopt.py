@@ -248,7 +248,7 @@ def test_adopt_across_filesystems_copies_records_then_removes_the_source(
 def test_adopt_in_the_background_posts_its_report_through_the_status_record(reference, job, tmp_path):
     """`/extract adopt` runs detached (an SSH call cannot wait on terabytes); a held job is
     refused at once, before anything is spawned."""
-    from bot.summary import background_result
+    from runner.contract.render import background_result
     from runner.contract.status import StatusRecord
     from runner.lock import JobLock
     from tests.runner.helpers import wait_for

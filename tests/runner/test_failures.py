@@ -7,7 +7,8 @@ import datetime as dt
 import json
 import os
 
-from bot import summary, watcher
+from bot import watcher
+from runner.contract import render
 from runner.contract.status import StatusRecord
 from tests.conftest import runner
 from tests.runner.helpers import done_count, out_dir, status
@@ -85,10 +86,10 @@ def test_a_failed_record_renders_step_reason_and_what_to_do():
         "phase": "failed", "total": 10, "done": 4, "failed_in": "self_test", "reason": "dump missing",
         "hint": "the dump path is broken", "log_tail": ["a", "b```c"],
     })  # fmt: skip
-    text = summary.render_text(rec)
+    text = render.render_text(rec)
     assert text.splitlines()[0].startswith("FAILED in self_test") and "dump missing" in text
     assert "what to do: the dump path is broken; then `/extract resume`" in text
-    assert summary.log_block(rec) == "```\na\nb'''c\n```"
+    assert render.log_block(rec) == "```\na\nb'''c\n```"
 
 
 def _nvml_stub(tmp_path, gpus: list[dict]) -> str:

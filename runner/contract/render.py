@@ -1,0 +1,341 @@
+"""The plain-text renderer: a status record, a verify or adopt report to terse text.
+
+"progress?" in Slack, the terminal console, the watcher's posts and ``hsx-runner status`` all
+answer with what this module returns, so the summary reads the same everywhere (Block Kit, a
+chat-only dressing of the same text, stays in ``bot/summary.py``).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from .status import STALE_S, Phase, StatusRecord, age_s, heartbeat_age, is_stale, parse_iso
+
+MAX_ERROR_CHARS = 400
+
+
+def now_utc(now: dt.datetime | None) -> dt.datetime:
+    return now or dt.datetime.now(dt.timezone.utc)
+
+
+def human_bytes(n: int | float | None) -> str:
+    """Decimal units, as disk vendors and `df -H` count: 3.3 TB, 128 MB."""
+    if n is None:
+        return "?"
+    n = float(n)
+    for unit in ("B", "kB", "MB", "GB", "TB"):
+        if abs(n) < 1000 or unit == "PB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1000
+    return f"{n:.1f} PB"
+
+
+def human_duration(seconds: float | None) -> str:
+    """2h49m, 12m, 40s, 1d3h."""
+    if seconds is None:
+        return "?"
+    s = max(0, int(round(seconds)))
+    if s < 60:
+        return f"{s}s"
+    m, _ = divmod(s, 60)
+    if m < 60:
+        return f"{m}m{s % 60:02d}s" if m < 10 else f"{m}m"
+    h, m = divmod(m, 60)
+    if h < 24:
+        return f"{h}h{m:02d}m"
+    d, h = divmod(h, 24)
+    return f"{d}d{h}h"
+
+
+def clock(t: dt.datetime, now: dt.datetime) -> str:
+    """14:32 UTC, with the date when it is not today."""
+    t = t.astimezone(dt.timezone.utc)
+    if t.date() == now.astimezone(dt.timezone.utc).date():
+        return t.strftime("%H:%M UTC")
+    return t.strftime("%b %d %H:%M UTC").replace(" 0", " ")
+
+
+def _since(iso: str | None, now: dt.datetime) -> str:
+    t = parse_iso(iso)
+    if t is None:
+        return ""
+    return f"since {clock(t, now)} ({human_duration((now - t).total_seconds())} ago)"
+
+
+def percent(rec: StatusRecord) -> float:
+    pct = 100.0 * rec.fraction
+    # Never claim 100.0% while samples remain.
+    if rec.done < rec.total and round(pct, 1) >= 100.0:
+        return 99.9
+    return pct
+
+
+def progress_line(rec: StatusRecord) -> str:
+    if not rec.total:
+        return f"{rec.done:,} done (total not known yet)"
+    line = f"{rec.done:,} / {rec.total:,} — {percent(rec):.1f}% done"
+    if rec.adopted:  # taken over from another tool's output: done, but never part of the rate
+        line += f" · {rec.adopted:,} adopted"
+    if rec.failed:
+        line += f" · {rec.failed:,} failed"
+    if rec.truncated:
+        line += f" · {rec.truncated:,} truncated to max_length"
+    return line
+
+
+def background_line(rec: StatusRecord) -> str:
+    """A background verb while it runs: 'verify: 12,400 / 37,312 files, 1.4 GB/s, ETA 41m'."""
+    bg = rec.background or {}
+    if bg.get("state") != "running":
+        return ""
+    done, total = bg.get("done") or 0, bg.get("total")
+    line = (
+        f"{bg.get('verb', 'background')}: {done:,} / {total:,} files"
+        if total
+        else f"{bg.get('verb')}: starting"
+    )
+    if bg.get("rate_bytes_s"):
+        line += f", {human_bytes(bg['rate_bytes_s'])}/s"
+    if bg.get("eta_s") is not None and total:
+        line += f", ETA {human_duration(bg['eta_s'])}"
+    return line
+
+
+def background_result(rec: StatusRecord) -> str:
+    """What a finished background verb found, once it has ended ('' while it runs)."""
+    bg = rec.background or {}
+    state, verb = bg.get("state"), bg.get("verb", "background job")
+    if state == "done" and isinstance(bg.get("result"), dict):
+        return f"{verb} finished: " + (render_adopt if verb == "adopt" else render_verify)(bg["result"])
+    if state in ("failed", "crashed"):
+        return f":x: {verb} {state}: {bg.get('error') or 'its process is gone'} (`/extract logs --crash`)"
+    return ""
+
+
+def render_detail(rec: StatusRecord, now: dt.datetime | None = None) -> str:
+    """`/extract status --detail`: throughput, latency, what is in flight, the last commit."""
+    now = now_utc(now)
+    tps = f"{rec.tokens_per_s:,.0f} tokens/s" if rec.tokens_per_s is not None else "tokens/s: measuring"
+    lat = (
+        f"latency p50 {rec.latency_p50_s:.2f}s · p95 {rec.latency_p95_s:.2f}s"
+        if rec.latency_p50_s is not None and rec.latency_p95_s is not None
+        else "latency: measuring"
+    )
+    flight = f"{rec.in_flight} in flight"
+    if rec.oldest_in_flight_idx is not None and rec.oldest_in_flight_s is not None:
+        flight += f" (oldest: sample {rec.oldest_in_flight_idx}, {human_duration(rec.oldest_in_flight_s)})"
+    age = age_s(rec.last_commit_at, now)
+    last = f"last commit {human_duration(age)} ago" if age is not None else "no commit yet this run"
+    median = f" · run median {rec.rate_median:.2f} samples/s" if rec.rate_median else ""
+    return f"{tps} · {lat}\n{flight} · {last}{median}"
+
+
+CRASH_HINT = "the runner died without a word: `/extract logs --crash` shows its last output"
+
+
+def log_block(rec: StatusRecord, lines: int = 8) -> str:
+    """The log lines a failure carries, as a code block (for alerts)."""
+    fence = "`" * 3
+    tail = [line.replace(fence, "'" * 3) for line in (rec.log_tail or [])[-lines:]]
+    return f"{fence}\n" + "\n".join(tail) + f"\n{fence}" if tail else ""
+
+
+def rate_line(rec: StatusRecord, now: dt.datetime) -> str:
+    since = "since resume" if rec.done > rec.done_this_run else "since start"
+    errors = f"{rec.errors_this_run:,} error{'' if rec.errors_this_run == 1 else 's'} {since}"
+    if rec.rate is None:
+        return f"{errors} · rate: measuring"
+    rate = f"{rec.rate:.2f} samples/s" + (f" {rec.rate_trend}" if rec.rate_trend else "")
+    if rec.eta_s is None:
+        return f"{errors} · {rate}"
+    eta_at = now + dt.timedelta(seconds=rec.eta_s)
+    return f"{errors} · {rate} · ETA ~{human_duration(rec.eta_s)} ({clock(eta_at, now)})"
+
+
+def disk_line(rec: StatusRecord) -> str:
+    d = rec.disk
+    if not d.path and not d.used and not d.free:
+        return "Disk: not reported"
+    line = f"Disk {d.path or '?'}: {human_bytes(d.used)} used, {human_bytes(d.free)} free"
+    if d.need is not None and d.need > 0:
+        line += f" (~{human_bytes(d.need)} still needed)"
+        if d.need > d.free:
+            line += f" — short by {human_bytes(d.need - d.free)}"
+    return line
+
+
+def _error_tail(rec: StatusRecord) -> str:
+    if not rec.last_error:
+        return ""
+    text = rec.last_error.strip().replace("```", "'''")
+    if len(text) > MAX_ERROR_CHARS:
+        text = "…" + text[-MAX_ERROR_CHARS:]
+    return f"last error: {text}"
+
+
+def stale_note(rec: StatusRecord, now: dt.datetime, stale_s: float = STALE_S) -> str:
+    if is_stale(rec, now, stale_s):
+        return (
+            f"⚠ no heartbeat for {human_duration(heartbeat_age(rec, now))} — the runner may be hung or gone"
+        )
+    return ""
+
+
+def _phase_lines(rec: StatusRecord, now: dt.datetime) -> list[str]:
+    p = rec.phase
+    if p is Phase.EXTRACTING:
+        return [progress_line(rec), rate_line(rec, now), disk_line(rec)]
+    if p is Phase.PREFLIGHT:
+        return [f"Preflight: checking paths, disk, GPUs and the lock {_since(rec.phase_since, now)}".rstrip()]
+    if p is Phase.STARTING_SERVER:
+        srv = rec.server
+        started = srv.started_at or rec.phase_since
+        t = parse_iso(started)
+        took = f" — {human_duration((now - t).total_seconds())} so far" if t else ""
+        backend = f" ({srv.backend})" if srv.backend else ""
+        lines = [f"Starting server{backend}{took}"]
+        lines.append(f"now: {srv.activity}" if srv.activity else "now: waiting for the server to report")
+        if srv.restarts:
+            lines.append(f"server restarts: {srv.restarts}")
+        if rec.total:
+            lines.append(progress_line(rec))
+        return lines
+    if p is Phase.SELF_TEST:
+        return [f"Self-test: one request through the dump path {_since(rec.phase_since, now)}".rstrip()]
+    if p is Phase.PAUSED:
+        return [
+            f"Paused: {rec.reason or 'no reason given'} {_since(rec.phase_since, now)}".rstrip(),
+            progress_line(rec),
+            disk_line(rec),
+        ]
+    if p is Phase.DONE:
+        written = rec.done
+        tail = f" · {rec.adopted:,} adopted" if rec.adopted else ""
+        tail += f", {rec.failed:,} failed with a reason (see failed.jsonl)" if rec.failed else ""
+        t = parse_iso(rec.phase_since)
+        when = f" · finished {clock(t, now)} ({human_duration((now - t).total_seconds())} ago)" if t else ""
+        return [
+            f"Done: {written:,} / {rec.total:,} written{tail}{when}",
+            disk_line(rec),
+        ]
+    if p in (Phase.FAILED, Phase.CRASHED):
+        word = "FAILED" if p is Phase.FAILED else "CRASHED"
+        where = f" in {rec.failed_in}" if rec.failed_in else ""
+        head = f"{word}{where} {_since(rec.phase_since or rec.heartbeat_at, now)}".rstrip()
+        if rec.reason:
+            head += f": {rec.reason}"
+        todo = rec.hint or (CRASH_HINT if p is Phase.CRASHED else "")
+        todo = (
+            f"what to do: {todo}; then `/extract resume`"
+            if todo
+            else "`/extract resume` continues where it stopped"
+        )
+        return [head, progress_line(rec), disk_line(rec), todo]
+    if p is Phase.STOPPED:
+        if rec.reason and rec.reason.startswith("adopted "):  # hsx-runner adopt, before any run
+            why = f"— {rec.reason}"
+        else:
+            why = "on request"
+        return [
+            f"Stopped {why} {_since(rec.phase_since, now)}".rstrip(),
+            progress_line(rec),
+            "`/extract resume` continues where it stopped",
+        ]
+    return [f"phase {p.value}", progress_line(rec)]  # pragma: no cover - every phase is handled
+
+
+RANK_WORDS = ("running", "pending", "done", "stopped")  # any other rank state counts as failed
+
+
+def ranks_line(rec: StatusRecord) -> str:
+    """A cluster run, when something is off: 'ranks: 7 running, 1 failed — NODE_FAIL on gpu-3'."""
+    ranks = rec.ranks or []
+    states = [str(r.get("state", "")) for r in ranks]
+    if not ranks or all(s in ("running", "done") for s in states):
+        return ""
+    counts = {w: states.count(w) for w in RANK_WORDS}
+    bad = [r for r in ranks if r.get("state") not in RANK_WORDS]
+    parts = [f"{n} {w}" for w, n in counts.items() if n] + ([f"{len(bad)} failed"] if bad else [])
+    line = "ranks: " + ", ".join(parts)
+    if bad:
+        r = bad[0]
+        word = r.get("slurm") if r.get("slurm") not in (None, "", "RUNNING") else str(r.get("state")).upper()
+        line += f" — {word}" + (f" on {r['node']}" if r.get("node") else "") + f" (rank {r.get('rank')})"
+    return line
+
+
+def render_text(rec: StatusRecord, now: dt.datetime | None = None, stale_s: float = STALE_S) -> str:
+    """The terse summary: what "progress?" answers."""
+    now = now_utc(now)
+    lines = _phase_lines(rec, now)
+    if background_line(rec):
+        lines.append(background_line(rec))
+    if ranks_line(rec):
+        lines.append(ranks_line(rec))
+    if rec.phase is not Phase.EXTRACTING and rec.server.restarts and rec.phase is not Phase.STARTING_SERVER:
+        lines.append(f"server restarts: {rec.server.restarts}")
+    for extra in (stale_note(rec, now, stale_s), _error_tail(rec) if rec.phase is not Phase.DONE else ""):
+        if extra:
+            lines.append(extra)
+    return "\n".join(lines)
+
+
+def indices_text(xs: object, limit: int = 10) -> str:
+    if not isinstance(xs, list) or not xs:
+        return ""
+    shown = ", ".join(str(x) for x in xs[:limit])
+    return shown + (f", … (+{len(xs) - limit})" if len(xs) > limit else "")
+
+
+def count_of(x: object) -> int:
+    return len(x) if isinstance(x, list) else x if isinstance(x, int) and not isinstance(x, bool) else 0
+
+
+def render_verify(reply: dict) -> str:
+    total = reply.get("total")
+    ok = count_of(reply.get("ok"))
+    parts = {k: reply.get(k) for k in ("missing", "corrupt", "failed")}
+    head = f"verify: {ok:,} / {total:,} sound" if isinstance(total, int) else f"verify: {ok:,} sound"
+    head += " — " + ", ".join(f"{count_of(v):,} {k}" for k, v in parts.items())
+    lines = [head]
+    for k, v in parts.items():
+        if indices_text(v):
+            lines.append(f"{k}: {indices_text(v)}")
+    if count_of(reply.get("unrecorded")):
+        lines.append(
+            f"sound but not yet in the manifest (the next run records them): {indices_text(reply['unrecorded'])}"
+        )
+    if reply.get("repaired") is not None:
+        lines.append(f"re-queued: {count_of(reply.get('repaired')):,}")
+    settled = not count_of(reply.get("unrecorded")) and all(
+        count_of(v) == 0 for k, v in parts.items() if k != "failed"
+    )
+    if settled and isinstance(total, int):
+        lines.append(
+            "every sample is present and sound"
+            if not count_of(parts["failed"])
+            else "every sample is present or failed with a reason"
+        )
+    return "\n".join(lines)
+
+
+def render_adopt(reply: dict) -> str:
+    bad = reply.get("bad") if isinstance(reply.get("bad"), dict) else {}
+    missing = reply.get("missing_count", count_of(reply.get("missing")))
+    lines = [
+        f"adopt {reply.get('source', '')}: {count_of(reply.get('adopted')):,} adopted · {len(bad):,} bad · "
+        f"{count_of(reply.get('stray')):,} stray (quarantined, nothing deleted) · "
+        f"{missing if isinstance(missing, int) else 0:,} missing"
+    ]
+    for i, why in list(bad.items())[:10]:
+        lines.append(f"bad {i}: {str(why)[:200]}")
+    if len(bad) > 10:
+        lines.append(f"… {len(bad) - 10:,} more bad (`hsx adopt --json` lists them)")
+    if count_of(reply.get("already")):
+        lines.append(f"already in the job, left alone: {count_of(reply.get('already')):,}")
+    if count_of(reply.get("loss_mask_differs")):
+        lines.append(
+            f"adopted with a loss_mask unlike this job's: {indices_text(reply['loss_mask_differs'])}"
+        )
+    lines.append("`/extract resume` extracts the rest; the rate counts only extracted samples")
+    return "\n".join(lines)
