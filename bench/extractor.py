@@ -22,6 +22,7 @@ from runner.contract import dump
 from runner.contract.config import Config
 from runner.dataset import Dataset
 from runner.extractor import Extractor
+from runner.ranks import Names
 from runner.record import Recorder
 from runner.store import Store
 
@@ -130,7 +131,7 @@ def _run_into(out: str, port: int, samples: int, concurrency: int) -> float:
     cfg.job.concurrency = concurrency
     store = Store(os.path.join(out, "o"))
     store.prepare()
-    rec = Recorder(store.out, "bench", samples, 30.0)
+    rec = Recorder(Names(store.out), "bench", samples, 30.0)
     ds = Dataset(data, _Tok(), 4096)
     ext = Extractor(cfg, ds, store, rec, _Server(f"http://127.0.0.1:{port}"), store.tmp)
     t = time.perf_counter()

@@ -204,7 +204,7 @@ def check_dumps(dump_dir: str, rids: list[str], tokens: int, hidden: int) -> int
 
 def servers(a, python: str, work: str, dump_dir: str, aux_ids: list[int]) -> dict:
     """{mode: (argv, return_hidden_states)}; writes the model's config.json."""
-    from patches.sglang_dump import server_argv
+    from runner.contract.launch import server_argv
 
     model = os.path.join(work, "model")
     write_model(model, a.hidden, a.layers, a.vocab, a.tokens + 64)

@@ -4,7 +4,7 @@
 
 Baseline: ``dd if=/dev/zero oflag=direct conv=fsync`` of the sample's byte count. Then, each
 followed by an fsync so every row pays for durability: plain torch.save, torch.save with its
-zip CRC off (diagnostic), safetensors save_file, and runner.ckpt.write_sample. Methods run
+zip CRC off (diagnostic), safetensors save_file, and runner.contract.ckpt.write_sample. Methods run
 interleaved, each repeat, and the median is reported. Files are removed afterwards.
 """
 
@@ -22,7 +22,7 @@ import time
 import torch
 import xxhash
 
-from runner import ckpt
+from runner.contract import ckpt
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 _DD_LINE = re.compile(r"^(\d+) bytes.*copied, ([0-9.e+-]+) s", re.M)

@@ -1,5 +1,5 @@
 """The SGLang hidden-state dump patch (pinned to one SGLang version, see hooks.SGLANG_VERSION).
 
 ``python -m patches.sglang_dump <sglang server args>`` starts the patched server;
-``patches.sglang_dump.server_argv`` builds that command line from the runner's config.
+``runner.contract.launch.server_argv`` builds that command line from the runner's config.
 """

@@ -202,7 +202,7 @@ HOOKS: tuple[Hook, ...] = (
     _flag("return_aux_hidden_state_layer_ids", "configurable aux layers"),
     _flag("watchdog_timeout", "the writer never blocks the scheduler near it"),
     *(
-        _flag(f, "a layout the launcher refuses (patches/sglang_dump.py UNTESTED)")
+        _flag(f, "a layout the launcher refuses (runner/contract/launch.py UNTESTED)")
         for f in (
             "enable_two_batch_overlap",
             "moe_a2a_backend",

@@ -13,9 +13,9 @@ import logging
 import os
 
 from runner.contract import dump
+from runner.contract.launch import parse_layer_ids
 
 from . import capture, layer_ids
-from .sglang_dump import parse_layer_ids
 from .staging import HostStage
 from .writer import DumpWriter, wait_limit
 

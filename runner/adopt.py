@@ -31,6 +31,7 @@ from .contract.errors import HsxError, LockedError
 from .contract.status import EVENTS, STATUS, Phase, StatusRecord, now_iso, read_record, write_record
 from .dataset import RowError, open_dataset
 from .lock import JobLock, held_any
+from .ranks import Names
 from .store import COMPLETE_DIR, TMP_DIR, Store, sample_path, shard_name
 from .verify import QUARANTINE, QUARANTINE_SUFFIX, check_contents, file_size
 
@@ -59,7 +60,7 @@ def check_dir(path: object) -> str:
 def adopt(cfg: Config, src: str, progress=None) -> dict:
     """``progress(files_done, files, bytes)`` is called as it goes (adopt in the background)."""
     src, out, in_place = refusal_check(cfg, src)
-    lock = JobLock(out)
+    lock = JobLock(Names(out).lock)
     lock.acquire()  # LockedError: a runner started just now
     try:
         return _Adopter(cfg, out, out if in_place else src, in_place, progress).run()
@@ -104,7 +105,7 @@ class _Adopter:
         self.quarantined: list[dict] = []
 
     def run(self) -> dict:
-        from .job import check_or_write_dataset_json, describe
+        from .store import describe
 
         cfg, out = self.cfg, self.out
         info = layers.model_info(cfg.job.model)
@@ -114,7 +115,7 @@ class _Adopter:
             aux, aux_source = layers.job_aux_ids(cfg.job, info)
             # the same dataset.json a run writes (or the same refusal when another job wrote one)
             self.desc = describe(cfg, info, aux, aux_source, total, cfg.job.tokenizer)
-            check_or_write_dataset_json(out, self.desc)
+            self.store.pin(self.desc)
             os.makedirs(self.store.tmp, exist_ok=True)
             self.store.repair_tails()
             self.committed = self.store.listing() & self.store.manifest_indices()
@@ -218,7 +219,7 @@ class _Adopter:
 
     def _take(self, p: str, idx: int, want_mask: list[int]) -> str | None:
         """Record a checked file and move it into its shard; the line comes first."""
-        from .ckpt import CorruptSample, file_checksum, load_sample
+        from .contract.ckpt import CorruptSample, file_checksum, load_sample
 
         try:
             t = load_sample(p)
@@ -247,7 +248,7 @@ class _Adopter:
         return None
 
     def _commit_rename(self, idx: int, p: str, seq: int) -> bool:
-        from .ckpt import file_checksum
+        from .contract.ckpt import file_checksum
 
         try:  # the line, then os.replace: a crash between leaves the file where it was
             self.store.commit(idx, p, seq, os.path.getsize(p), file_checksum(p), adopted=True)

@@ -5,30 +5,25 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import json
 import logging
 import os
 import signal
 import sys
-import uuid
 
 from . import layers, lengths, ranks
-from .contract import dump
 from .contract.config import Config, require_job
 from .contract.errors import ConfigError, JobFailed, ServerError, ServerExited
 from .contract.status import Phase, now_iso
-from .dataset import Dataset, RowError, open_dataset
+from .dataset import Dataset, open_dataset
 from .disk import DiskGuard, worst_case_bytes
 from .lock import JobLock
 from .record import Recorder
+from .selftest import self_test
 from .server import Server
-from .store import Store, sample_path
+from .store import Store, describe, sample_path
 
 log = logging.getLogger("hsx.job")
-DATASET_JSON = "dataset.json"
 LOG_DIR = "logs"
-SELF_TEST_TOKENS = 64
-FORMAT = "hsx-specforge-v1"
 STOP_GRACE_S = 60.0
 
 
@@ -41,51 +36,6 @@ def setup_logging(out: str, path: str | None = None) -> str:
     root.handlers[:] = [handler]
     root.setLevel(logging.INFO)
     return path
-
-
-def describe(cfg: Config, info: dict, aux: list[int], aux_source: str, total: int, tokenizer: str) -> dict:
-    return {
-        "format": FORMAT,
-        "model": os.path.abspath(cfg.job.model),
-        "tokenizer": os.path.abspath(tokenizer),
-        "dataset": os.path.abspath(cfg.job.dataset),
-        "total": total,
-        "max_length": cfg.job.max_length,
-        "hidden_size": info["hidden_size"],
-        "num_layers": info["num_layers"],
-        "dtype": cfg.job.dtype,
-        "model_dtype": info["dtype"] if cfg.server.backend == "sglang" else cfg.server.dtype,
-        "aux_layer_ids": aux,
-        "aux_layer_source": aux_source,
-        "layer_convention": layers.CONVENTION,
-        "final_norm": layers.FINAL_NORM,
-        "checksum": dump.CHECKSUM_ALGO,
-        "shard_size": 2000,
-    }
-
-
-# Keys that must not change between runs writing into the same output.
-PINNED = ("model", "dataset", "total", "max_length", "hidden_size", "dtype", "aux_layer_ids")
-
-
-def check_or_write_dataset_json(out: str, desc: dict) -> None:
-    path = os.path.join(out, DATASET_JSON)
-    if os.path.exists(path):
-        try:
-            with open(path) as f:
-                have = json.load(f)
-        except (OSError, json.JSONDecodeError) as e:
-            raise ConfigError(
-                f"{path} is unreadable ({e}); move it away only if the output is disposable"
-            ) from None
-        diff = [k for k in PINNED if have.get(k) != desc.get(k)]
-        if diff:
-            detail = "; ".join(f"{k}: {have.get(k)!r} -> {desc.get(k)!r}" for k in diff)
-            raise ConfigError(f"{out} was written by a different job ({detail}); use a new [job] out")
-        return
-    from .contract.atomic import write_atomic
-
-    write_atomic(path, json.dumps(desc, indent=1) + "\n")
 
 
 # What to do when a phase after set-up fails (set-up steps carry their own).
@@ -173,8 +123,7 @@ class Job:
             total = len(ds)
             lo, hi = (0, total) if self.rank is None else ranks.rank_range(total, self.rank, self.world)
             desc = describe(cfg, info, aux, aux_source, total, job.tokenizer)
-            _step("dataset.json", "use a new [job] out, or the settings that wrote it",
-                  check_or_write_dataset_json, self.out, desc)  # fmt: skip
+            _step("dataset.json", "use a new [job] out, or the settings that wrote it", self.store.pin, desc)
         except BaseException:
             ds.close()
             raise
@@ -186,8 +135,7 @@ class Job:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self.request_stop)
         cfg = self.cfg
-        rec = Recorder(self.out, cfg.job.name, 0, cfg.job.rate_window_s)
-        rec.path, rec.events_path = self.names.status, self.names.events
+        rec = Recorder(self.names, cfg.job.name, 0, cfg.job.rate_window_s)
         rec.carry_counts()  # the last run's numbers until the plan replaces them
         rec.rec.server.backend = cfg.server.backend
         self.rec = rec
@@ -264,21 +212,21 @@ class Job:
 
         cfg, rec = self.cfg, self.rec
         dump_dir = self.store.tmp
-        self.server = Server(cfg, aux, dump_dir, self.names.server_log, self.out)
-        self.server.pid_file = self.names.server_pid
+        self.server = Server(cfg, aux, dump_dir, self.names)
         rec.phase(Phase.STARTING_SERVER)
         await self._start_server()
         rec.phase(Phase.SELF_TEST)
-        await self._self_test(ds, remaining, dump_dir)
+        hidden = layers.model_info(cfg.job.model)["hidden_size"]
+        tokens = await self_test(self.server, ds, remaining, dump_dir, cfg.job, hidden)
+        rec.event("self_test", ok=True, tokens=tokens)
         rec.phase(Phase.EXTRACTING)
         self.extractor = Extractor(cfg, ds, self.store, rec, self.server, dump_dir)
-        h = layers.model_info(cfg.job.model)["hidden_size"]
         self.extractor.guard = DiskGuard(
             self.out,
             rec,
             cfg.job.min_free_bytes,
             cfg.job.concurrency,
-            worst_case_bytes(cfg.job.max_length, h),
+            worst_case_bytes(cfg.job.max_length, hidden),
         )
         asyncio.get_running_loop().add_signal_handler(signal.SIGUSR1, self.extractor.wake)
         if self._stop_requested:
@@ -321,61 +269,9 @@ class Job:
                 if not await count_restart(self.server, rec, cap, "server died during start-up"):
                     raise ServerError(f"restart cap {cap} spent; last start: {e}") from None
 
-    async def _self_test(self, ds: Dataset, remaining: list[int], dump_dir: str) -> None:
-        """One real request through the dump path before any sample is written."""
-        import aiohttp
-        import torch
-
-        from .ckpt import all_finite, load_sample
-
-        sample = None
-        for idx in remaining[:50]:
-            try:
-                sample = ds.get(idx)
-                break
-            except RowError:
-                continue
-        ids = sample.input_ids[:SELF_TEST_TOKENS] if sample else [1, 2, 3, 4]
-        mask = sample.loss_mask[:SELF_TEST_TOKENS] if sample else [0, 1, 1, 1]
-        rid = f"selftest-{uuid.uuid4().hex[:8]}"
-        try:
-            async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=300)) as http:
-                async with http.post(
-                    self.server.url + "/generate", json=dump.request_body(rid, ids, mask)
-                ) as r:
-                    if r.status != 200:
-                        raise JobFailed(
-                            f"self-test failed: server answered {r.status}: {(await r.text())[:300]}"
-                        )
-            meta = await dump.await_dump(dump_dir, rid, self.cfg.job.dump_wait_s, self.server.alive)
-            t = load_sample(dump.data_path(dump_dir, rid))
-            hs, aux = t["hidden_state"], t["aux_hidden_state"]
-            seq, h = len(ids), self.rec_hidden()
-            problems = []
-            if meta["seq"] != seq or tuple(hs.shape) != (1, seq, h):
-                problems.append(f"hidden_state shape {tuple(hs.shape)}, want (1, {seq}, {h})")
-            if tuple(aux.shape) != (1, seq, 3 * h):
-                problems.append(f"aux_hidden_state shape {tuple(aux.shape)}, want (1, {seq}, {3 * h})")
-            if t["input_ids"].tolist() != ids:
-                problems.append("input_ids differ from the request")
-            if hs.dtype != getattr(torch, self.cfg.job.dtype):
-                problems.append(f"dtype {hs.dtype}, want [job] dtype {self.cfg.job.dtype}")
-            if not (all_finite(hs) and all_finite(aux)):
-                problems.append("non-finite values")
-            if problems:
-                raise JobFailed("self-test failed: " + "; ".join(problems))
-        except (aiohttp.ClientError, asyncio.TimeoutError, dump.DumpError, ValueError, KeyError) as e:
-            raise JobFailed(f"self-test failed: {type(e).__name__}: {e}") from None
-        finally:
-            dump.remove_dump(dump_dir, rid)
-        self.rec.event("self_test", ok=True, tokens=len(ids))
-
-    def rec_hidden(self) -> int:
-        return layers.model_info(self.cfg.job.model)["hidden_size"]
-
     def _adopt(self, orphans: list[int]) -> None:
         """Files committed just before a crash lost their manifest line: record them now."""
-        from .ckpt import CorruptSample
+        from .contract.ckpt import CorruptSample
 
         for idx in orphans:
             path = sample_path(self.out, idx)
@@ -422,8 +318,7 @@ def claim_record(out: str, job: str, path: str | None = None) -> None:
 def run(cfg: Config, rank: int | None = None, world: int | None = None) -> int:
     """The job in the foreground; with a rank, only that rank's samples (see runner.ranks)."""
     names = ranks.Names(cfg.job.out, rank)
-    lock = JobLock(cfg.job.out)
-    lock.path = names.lock
+    lock = JobLock(names.lock)
     lock.acquire()  # LockedError names the running pid
     claim_record(cfg.job.out, cfg.job.name, names.status)
     setup_logging(cfg.job.out, names.runner_log)

@@ -24,8 +24,8 @@ def _flock(kind: int) -> bytes:
 
 
 class JobLock:
-    def __init__(self, out: str):
-        self.path = os.path.join(out, NAME)
+    def __init__(self, path: str):
+        self.path = path  # the run's lock file (RunPaths.lock)
         self.fd: int | None = None
 
     def acquire(self) -> None:

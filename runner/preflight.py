@@ -51,7 +51,7 @@ def _device(s) -> str:
     --device flag (default cuda) for SGLang, read by the patch's one flag parser."""
     if s.backend != "sglang":
         return s.device
-    from patches.sglang_dump import ArgsError, parse_flags
+    from .contract.launch import ArgsError, parse_flags
 
     try:
         given = parse_flags(list(s.extra_args)).get("--device")

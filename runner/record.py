@@ -14,7 +14,8 @@ import time
 
 import orjson
 
-from .contract.status import EVENTS, STATUS, Disk, Phase, StatusRecord, now_iso, write_record
+from .contract.status import Disk, Phase, StatusRecord, now_iso, write_record
+from .ranks import Names
 
 PROGRESS_EVENT_S = 60.0
 LATENCY_SAMPLES = 200  # the p50/p95 over this many recent samples
@@ -25,10 +26,9 @@ log = logging.getLogger("hsx.record")  # a progress point for charts at most thi
 
 
 class Recorder:
-    def __init__(self, out: str, job: str, total: int, window_s: float):
-        self.out = out
-        self.path = os.path.join(out, STATUS)
-        self.events_path = os.path.join(out, EVENTS)
+    def __init__(self, paths: Names, job: str, total: int, window_s: float):
+        self.out = out = paths.out
+        self.path, self.events_path = paths.status, paths.events
         self.window_s = window_s
         self._win: collections.deque[tuple[float, int]] = collections.deque()
         self._bytes = 0

@@ -13,13 +13,18 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import aiohttp
 
 from .contract import dump
 from .contract.config import Config
 from .contract.errors import ServerError, ServerExited
+from .contract.launch import server_argv
 from .sglang_cpu import checkout_root
+
+if TYPE_CHECKING:
+    from .ranks import Names
 
 READY_LINE = "The server is fired up and ready to roll!"
 # What a starting server is doing, from its log: weight loading and its progress bars.
@@ -27,7 +32,6 @@ ACTIVITY_RE = re.compile(
     r"(Load weight begin.*|Load weight end.*|(?:Multi-thread loading shards|Loading safetensors checkpoint shards):\s*\d+% Completed \| \d+/\d+|Capture cuda graph.*|Init torch distributed.*)"
 )
 POLL_S = 0.5
-PID_FILE = "server.pid"
 
 
 def _die_with_parent() -> None:
@@ -48,8 +52,6 @@ def build_argv(cfg: Config, aux_ids: list[int]) -> list[str]:
             "--port", str(s.port), "--device", s.device, "--dtype", s.dtype, "--threads", str(s.threads),
             "--aux-layer-ids", ",".join(map(str, aux_ids)), *remote, *s.extra_args,
         ]  # fmt: skip
-    from patches.sglang_dump import server_argv
-
     return server_argv(
         python=python, model=j.model, host=s.host, port=s.port, tp_size=s.tp_size, dp_size=s.dp_size,
         mem_fraction=s.mem_fraction, aux_layer_ids=aux_ids, extra_args=list(s.extra_args),
@@ -71,13 +73,12 @@ def server_env(cfg: Config, dump_dir: str, aux_ids: list[int]) -> dict[str, str]
 
 
 class Server:
-    def __init__(self, cfg: Config, aux_ids: list[int], dump_dir: str, log_path: str, run_dir: str):
+    def __init__(self, cfg: Config, aux_ids: list[int], dump_dir: str, paths: Names):
         self.cfg = cfg
         self.argv = build_argv(cfg, aux_ids)
         self.url = f"http://{cfg.server.host}:{cfg.server.port}"
         self.env = server_env(cfg, dump_dir, aux_ids)
-        self.log_path = log_path
-        self.pid_file = os.path.join(run_dir, PID_FILE)
+        self.log_path, self.pid_file = paths.server_log, paths.server_pid
         self.proc: subprocess.Popen | None = None
         self.restarts = 0
         self.started_at: float | None = None

@@ -8,6 +8,7 @@ A sample is committed when its file has been renamed to ``rows_{g}-{g+2000}/data
 from __future__ import annotations
 
 import datetime as dt
+import json
 import os
 import re
 import shutil
@@ -15,6 +16,12 @@ import threading
 from dataclasses import dataclass, field
 
 import orjson
+
+from . import layers
+from .contract import dump
+from .contract.atomic import write_atomic
+from .contract.config import Config
+from .contract.errors import ConfigError
 
 SHARD = 2000
 SHARD_RE = re.compile(r"^rows_(\d+)-(\d+)$")
@@ -25,7 +32,32 @@ _LINE_RE = re.compile(rb'\{"idx":(\d+),[^\n]*')
 _ADOPTED = b'"adopted":true'
 FAILED = "failed.jsonl"
 TMP_DIR = ".tmp"
+DESCRIPTION = "dataset.json"  # what the output holds; the pinned keys refuse another job
+FORMAT = "hsx-specforge-v1"
+# Keys that must not change between runs writing into the same output.
+PINNED = ("model", "dataset", "total", "max_length", "hidden_size", "dtype", "aux_layer_ids")
 COMPLETE_DIR = ".complete"  # one empty marker per shard whose every sample is settled
+
+
+def describe(cfg: Config, info: dict, aux: list[int], aux_source: str, total: int, tokenizer: str) -> dict:
+    return {
+        "format": FORMAT,
+        "model": os.path.abspath(cfg.job.model),
+        "tokenizer": os.path.abspath(tokenizer),
+        "dataset": os.path.abspath(cfg.job.dataset),
+        "total": total,
+        "max_length": cfg.job.max_length,
+        "hidden_size": info["hidden_size"],
+        "num_layers": info["num_layers"],
+        "dtype": cfg.job.dtype,
+        "model_dtype": info["dtype"] if cfg.server.backend == "sglang" else cfg.server.dtype,
+        "aux_layer_ids": aux,
+        "aux_layer_source": aux_source,
+        "layer_convention": layers.CONVENTION,
+        "final_norm": layers.FINAL_NORM,
+        "checksum": dump.CHECKSUM_ALGO,
+        "shard_size": SHARD,
+    }
 
 
 def shard_name(idx: int) -> str:
@@ -69,6 +101,33 @@ class Store:
         self._settled: dict[str, int] = {}  # per open shard: committed + permanently failed
         self._lock = threading.Lock()  # commits run on worker threads
         self.total = 0  # set by plan(); 0 = do not write completion markers
+
+    def description(self) -> dict | None:
+        """dataset.json: what this output holds (None when absent or unreadable)."""
+        try:
+            with open(os.path.join(self.out, DESCRIPTION)) as f:
+                d = json.load(f)
+        except (OSError, ValueError):
+            return None
+        return d if isinstance(d, dict) else None
+
+    def pin(self, desc: dict) -> None:
+        """Write dataset.json, or refuse a run whose pinned keys differ from the one there."""
+        path, out = os.path.join(self.out, DESCRIPTION), self.out
+        if os.path.exists(path):
+            try:
+                with open(path) as f:
+                    have = json.load(f)
+            except (OSError, json.JSONDecodeError) as e:
+                raise ConfigError(
+                    f"{path} is unreadable ({e}); move it away only if the output is disposable"
+                ) from None
+            diff = [k for k in PINNED if have.get(k) != desc.get(k)]
+            if diff:
+                detail = "; ".join(f"{k}: {have.get(k)!r} -> {desc.get(k)!r}" for k in diff)
+                raise ConfigError(f"{out} was written by a different job ({detail}); use a new [job] out")
+            return
+        write_atomic(path, json.dumps(desc, indent=1) + "\n")
 
     def prepare(self) -> int:
         """Create the layout and remove temp files left by a crash; returns how many."""
@@ -262,7 +321,7 @@ class Store:
     def adopt(self, idx: int) -> None:
         """Record a file committed just before a crash that lost its manifest line; raises
         CorruptSample or OSError when it does not load."""
-        from .ckpt import file_checksum, load_sample
+        from .contract.ckpt import file_checksum, load_sample
 
         path = sample_path(self.out, idx)
         seq = int(load_sample(path)["input_ids"].shape[0])

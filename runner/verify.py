@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import collections
 import concurrent.futures
-import json
 import os
 import shutil
 from collections import defaultdict
@@ -56,9 +55,7 @@ def check_contents(
     path: str, want_ids: list[int] | None, entry: dict | None, desc: dict, quick: bool
 ) -> str | None:
     """check_sample without the place: a file still to be renamed into its shard (adopt)."""
-    import torch
-
-    from .ckpt import CorruptSample, all_finite, file_checksum, load_sample
+    from .contract.ckpt import CorruptSample, check_tensors, file_checksum, load_sample
 
     if entry is not None:
         size = os.path.getsize(path)
@@ -70,27 +67,11 @@ def check_contents(
         t = load_sample(path)
     except CorruptSample as e:
         return f"does not load: {e}"
-    missing = {"input_ids", "loss_mask", "hidden_state", "aux_hidden_state"} - set(t)
-    if missing:
-        return f"missing keys {sorted(missing)}"
-    ids, mask, hs, aux = t["input_ids"], t["loss_mask"], t["hidden_state"], t["aux_hidden_state"]
-    seq, h = ids.shape[0] if ids.dim() == 1 else -1, desc["hidden_size"]
-    dtype = getattr(torch, desc["dtype"], None)
-    if ids.dtype != torch.int64 or ids.dim() != 1:
-        return f"input_ids {ids.dtype} {tuple(ids.shape)}"
-    if tuple(mask.shape) != (seq,):
-        return f"loss_mask shape {tuple(mask.shape)}"
-    if tuple(hs.shape) != (1, seq, h) or tuple(aux.shape) != (1, seq, 3 * h):
-        return f"shapes hidden {tuple(hs.shape)} aux {tuple(aux.shape)} for seq {seq}, H {h}"
-    if dtype is not None and (hs.dtype != dtype or aux.dtype != dtype):
-        return f"dtype {hs.dtype}/{aux.dtype}, want {dtype}"
+    seq = t["input_ids"].shape[0]
     if entry is not None and seq != entry.get("seq"):
         return f"seq {seq} != manifest {entry.get('seq')}"
-    if want_ids is not None and ids.tolist() != want_ids:
-        return "input_ids differ from the dataset's tokens"
-    if (entry is None or not quick) and not (all_finite(hs) and all_finite(aux)):
-        return "non-finite values"
-    return None
+    finite = entry is None or not quick
+    return check_tensors(t, desc["hidden_size"], desc.get("dtype"), want_ids, finite)
 
 
 WORKERS = 4  # files read and checked at once: reads, checksums and loads overlap
@@ -101,10 +82,8 @@ def verify(cfg: Config, repair: bool = False, quick: bool = False, progress=None
     """``progress(files_done, total, bytes_read)`` is called as it goes (background verify)."""
     out = cfg.job.out
     store = Store(out)
-    try:
-        with open(os.path.join(out, "dataset.json")) as f:
-            desc = json.load(f)
-    except (OSError, json.JSONDecodeError):
+    desc = store.description()
+    if desc is None:
         info = layers.model_info(cfg.job.model)
         desc = {"hidden_size": info["hidden_size"], "dtype": cfg.job.dtype}
     ds = open_dataset(cfg.job, layers.model_info(cfg.job.model)["vocab_size"])

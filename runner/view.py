@@ -5,11 +5,11 @@ An active phase with no live runner is reported as ``crashed``."""
 
 from __future__ import annotations
 
-import json
 import os
 
 from . import background, lock
 from .contract.status import STATUS, Phase, StatusRecord, age_s, read_record
+from .store import Store
 
 NOT_STARTED = "not started yet"
 
@@ -21,9 +21,8 @@ def current(out: str) -> StatusRecord:
         rec = StatusRecord(phase=Phase.STOPPED, reason=NOT_STARTED, alive=held, pid=pid)
         rec.disk.path = out
         try:
-            with open(os.path.join(out, "dataset.json")) as f:
-                rec.total = int(json.load(f).get("total", 0))
-        except (OSError, ValueError, AttributeError):
+            rec.total = int((Store(out).description() or {}).get("total", 0))
+        except (TypeError, ValueError):
             pass
         if held:
             rec.phase, rec.reason = Phase.PREFLIGHT, None

@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from patches import sglang_dump as sd
-from runner.contract import dump
+from runner.contract import dump, launch
 from tests.patches import fake_sglang
 
 BASE = dict(python="/venv/bin/python", model="/m", host="127.0.0.1", port=30001, tp_size=8, dp_size=1,
@@ -16,11 +16,11 @@ BASE = dict(python="/venv/bin/python", model="/m", host="127.0.0.1", port=30001,
 
 
 def test_server_argv_has_the_required_flags():
-    argv = sd.server_argv(
+    argv = launch.server_argv(
         **{**BASE, "aux_layer_ids": [1, 13, 24], "extra_args": ["--chunked-prefill-size", "8192"]}
     )
     assert argv[:3] == ["/venv/bin/python", "-m", "patches.sglang_dump"]
-    flags = sd.parse_flags(argv[3:])
+    flags = launch.parse_flags(argv[3:])
     assert (
         flags["--model-path"] == [["/m"]] and flags["--port"] == [["30001"]] and flags["--tp-size"] == [["8"]]
     )
@@ -28,7 +28,7 @@ def test_server_argv_has_the_required_flags():
     assert flags["--enable-return-aux-hidden-states"] == [[]] and flags["--disable-radix-cache"] == [[]]
     assert flags["--return-aux-hidden-state-layer-ids"] == [["1", "13", "24"]]
     assert flags["--chunked-prefill-size"] == [["8192"]]
-    assert "--return-aux-hidden-state-layer-ids" not in sd.server_argv(**BASE)
+    assert "--return-aux-hidden-state-layer-ids" not in launch.server_argv(**BASE)
 
 
 @pytest.mark.parametrize(
@@ -56,13 +56,13 @@ def test_server_argv_has_the_required_flags():
     ],
 )
 def test_contradicting_extra_args_are_refused(extra, message):
-    with pytest.raises(sd.ArgsError, match=message.replace("-", r"\-")):
-        sd.server_argv(**{**BASE, "extra_args": extra})
+    with pytest.raises(launch.ArgsError, match=message.replace("-", r"\-")):
+        launch.server_argv(**{**BASE, "extra_args": extra})
 
 
 def test_check_argv_lists_every_missing_flag():
-    with pytest.raises(sd.ArgsError) as e:
-        sd.check_argv(["--model-path", "/m", "--speculative-algorithm", "EAGLE"])
+    with pytest.raises(launch.ArgsError) as e:
+        launch.check_argv(["--model-path", "/m", "--speculative-algorithm", "EAGLE"])
     text = str(e.value)
     for need in ("--enable-return-aux-hidden-states is required", "--speculative-algorithm EAGLE3 is required",
                  "--disable-radix-cache is required"):  # fmt: skip
@@ -70,17 +70,17 @@ def test_check_argv_lists_every_missing_flag():
 
 
 def test_layer_ids_from_env_must_agree():
-    good = sd.server_argv(**{**BASE, "aux_layer_ids": [2, 5, 9]})[3:]
-    sd.check_argv(good, [9, 5, 2])
-    with pytest.raises(sd.ArgsError, match="contradicts HSX_AUX_LAYER_IDS"):
-        sd.check_argv(good, [2, 5, 8])
-    with pytest.raises(sd.ArgsError, match="is set but --return-aux-hidden-state-layer-ids is not"):
-        sd.check_argv(sd.server_argv(**BASE)[3:], [2, 5, 8])
-    assert sd.parse_layer_ids("1, 13,24") == [1, 13, 24] and sd.parse_layer_ids("") == []
-    with pytest.raises(sd.ArgsError, match="three distinct"):
-        sd.parse_layer_ids("1,1,2")
-    with pytest.raises(sd.ArgsError, match="three distinct"):
-        sd.server_argv(**{**BASE, "aux_layer_ids": [1, 2]})
+    good = launch.server_argv(**{**BASE, "aux_layer_ids": [2, 5, 9]})[3:]
+    launch.check_argv(good, [9, 5, 2])
+    with pytest.raises(launch.ArgsError, match="contradicts HSX_AUX_LAYER_IDS"):
+        launch.check_argv(good, [2, 5, 8])
+    with pytest.raises(launch.ArgsError, match="is set but --return-aux-hidden-state-layer-ids is not"):
+        launch.check_argv(launch.server_argv(**BASE)[3:], [2, 5, 8])
+    assert launch.parse_layer_ids("1, 13,24") == [1, 13, 24] and launch.parse_layer_ids("") == []
+    with pytest.raises(launch.ArgsError, match="three distinct"):
+        launch.parse_layer_ids("1,1,2")
+    with pytest.raises(launch.ArgsError, match="three distinct"):
+        launch.server_argv(**{**BASE, "aux_layer_ids": [1, 2]})
 
 
 def test_resolved_values_are_checked():
@@ -89,20 +89,20 @@ def test_resolved_values_are_checked():
     ok = dict(aux_hidden_state_capture="eagle3", return_hidden_states_mode="full", disable_radix_cache=True,
               pp_size=1, speculative_algorithm=None, attn_dp_size=1)  # fmt: skip
     sd.check_resolved(SimpleNamespace(**ok))
-    with pytest.raises(sd.ArgsError, match="return_hidden_states_mode resolved to 'last'"):
+    with pytest.raises(launch.ArgsError, match="return_hidden_states_mode resolved to 'last'"):
         sd.check_resolved(SimpleNamespace(**{**ok, "return_hidden_states_mode": "last"}))
     for field, bad in (
         ("enable_two_batch_overlap", True),
         ("moe_a2a_backend", "deepep"),
         ("attn_cp_size", 2),
     ):
-        with pytest.raises(sd.ArgsError, match=f"{field} resolved to {bad!r}"):
+        with pytest.raises(launch.ArgsError, match=f"{field} resolved to {bad!r}"):
             sd.check_resolved(SimpleNamespace(**{**ok, field: bad}))
 
 
 def test_the_untested_layouts_at_their_harmless_values_pass():
     extra = ["--moe-a2a-backend", "none", "--attn-cp-size", "1"]
-    sd.server_argv(**{**BASE, "extra_args": extra})
+    launch.server_argv(**{**BASE, "extra_args": extra})
 
 
 def _launch(args, env_extra, tmp_path, pythonpath):
@@ -121,7 +121,7 @@ def test_launcher_refuses_wrong_version_before_starting(tmp_path):
 
     root = fake_sglang.write_tree(str(tmp_path / "fake"), version="0.5.22")
     repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    good = sd.server_argv(**BASE)[3:]
+    good = launch.server_argv(**BASE)[3:]
     p = _launch(good, {}, tmp_path, f"{root}:{repo}")
     assert p.returncode == 2
     assert "written for SGLang 0.5.23" in p.stderr and "SGLang version is '0.5.22'" in p.stderr
@@ -132,14 +132,14 @@ def test_launcher_refuses_wrong_version_before_starting(tmp_path):
 
 
 def test_gpu_check_baseline_is_stock_sglang_without_capture():
-    from patches.gpu_check import stock_argv
+    from bench.gpu_check import stock_argv
 
-    patched = sd.server_argv(
+    patched = launch.server_argv(
         **{**BASE, "aux_layer_ids": [1, 4, 7], "extra_args": ["--chunked-prefill-size", "512"]}
     )
     stock = stock_argv(patched, 31002)
     assert stock[1:3] == ["-m", "sglang.launch_server"]
-    flags = sd.parse_flags(stock[3:])
+    flags = launch.parse_flags(stock[3:])
     assert flags["--port"] == [["31002"]] and flags["--chunked-prefill-size"] == [["512"]]
     assert "--disable-radix-cache" in flags  # same cache setting on both sides
     for gone in (
@@ -151,8 +151,8 @@ def test_gpu_check_baseline_is_stock_sglang_without_capture():
 
 
 def test_trust_remote_code_is_the_config_s_to_set():
-    argv = sd.server_argv(**{**BASE, "trust_remote_code": True})
+    argv = launch.server_argv(**{**BASE, "trust_remote_code": True})
     assert argv.count("--trust-remote-code") == 1
-    assert "--trust-remote-code" not in sd.server_argv(**BASE)
-    with pytest.raises(sd.ArgsError, match="extra_args must not set --trust-remote-code"):
-        sd.server_argv(**{**BASE, "extra_args": ["--trust-remote-code"]})
+    assert "--trust-remote-code" not in launch.server_argv(**BASE)
+    with pytest.raises(launch.ArgsError, match="extra_args must not set --trust-remote-code"):
+        launch.server_argv(**{**BASE, "extra_args": ["--trust-remote-code"]})

@@ -23,7 +23,7 @@ def compare(out: str, ref: str) -> dict:
     import torch
     import torch.nn.functional as F
 
-    from runner.ckpt import load_sample
+    from runner.contract.ckpt import load_sample
     from runner.store import sample_path
 
     a_info, b_info = _info(out), _info(ref)

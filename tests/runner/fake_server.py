@@ -46,7 +46,7 @@ def main() -> None:
         served.append(1)
         import torch
 
-        from runner.ckpt import write_sample
+        from runner.contract.ckpt import write_sample
 
         rid, ids = body["rid"], body["input_ids"]
         n = len(ids) - (mode == "bad_dump")  # bad_dump: one row short, as a radix-cache hit would do

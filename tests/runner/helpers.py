@@ -57,7 +57,7 @@ def recorded(out: str) -> int:
 
 
 def tensors(conf: str) -> dict[int, dict]:
-    from runner.ckpt import load_sample
+    from runner.contract.ckpt import load_sample
     from runner.store import sample_path
 
     out = out_dir(conf)

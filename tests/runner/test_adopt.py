@@ -172,12 +172,13 @@ def test_adopt_in_place(reference, job):
 
 def test_adopt_refuses_a_held_job_and_a_bad_dir(job, tmp_path):
     from runner.lock import JobLock
+    from runner.ranks import Names
 
     conf = job(samples=4)
     out = out_dir(conf)
     d = tmp_path / "empty"
     d.mkdir()
-    lock = JobLock(out)
+    lock = JobLock(Names(out).lock)
     lock.acquire()  # a runner holds the job
     try:
         p = runner("adopt", "--json", "--config", conf, str(d))
@@ -199,6 +200,7 @@ def test_rate_and_eta_count_only_extracted_samples(tmp_path):
     """Adopted samples are part of done, never of the rate (the window holds only extractions)."""
     import time
 
+    from runner.ranks import Names
     from runner.record import Recorder
     from runner.store import Store
 
@@ -208,7 +210,7 @@ def test_rate_and_eta_count_only_extracted_samples(tmp_path):
     for i in range(6):
         store.append_manifest(i, 10, 100, "x", "rows_0-2000", adopted=True)
     store.append_manifest(6, 10, 100, "x", "rows_0-2000")
-    rec = Recorder(out, "t", 20, 60.0)
+    rec = Recorder(Names(out), "t", 20, 60.0)
     rec.set_done(7, 0, 100.0)
     rec.write()
     r = rec.rec
@@ -251,6 +253,7 @@ def test_adopt_in_the_background_posts_its_report_through_the_status_record(refe
     from runner.contract.render import background_result
     from runner.contract.status import StatusRecord
     from runner.lock import JobLock
+    from runner.ranks import Names
     from tests.runner.helpers import wait_for
 
     _, truth = reference
@@ -259,7 +262,7 @@ def test_adopt_in_the_background_posts_its_report_through_the_status_record(refe
         save(str(foreign / "rows_0-2000" / f"data_{i}.ckpt"), truth[i])
     conf = job(samples=N)
     out = out_dir(conf)
-    lock = JobLock(out)
+    lock = JobLock(Names(out).lock)
     lock.acquire()
     try:
         p = runner("adopt", "--json", "--background", "--config", conf, str(foreign))

@@ -6,8 +6,8 @@ import pytest
 import torch
 import xxhash
 
-from runner import ckpt
-from runner.ckpt import BadSample, CorruptSample, file_checksum, load_sample, write_sample
+from runner.contract import ckpt
+from runner.contract.ckpt import BadSample, CorruptSample, file_checksum, load_sample, write_sample
 from runner.contract.errors import HsxError
 
 SEQ, H = 37, 16
@@ -270,7 +270,7 @@ def test_benchmark_runs_on_tiny_sizes(tmp_path, capsys):
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
 def test_all_finite_on_the_bits_agrees_with_isfinite(dtype):
-    from runner.ckpt import all_finite
+    from runner.contract.ckpt import all_finite
 
     x = torch.randn(3, 50, 8).to(dtype)
     assert all_finite(x)

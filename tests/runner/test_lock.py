@@ -10,6 +10,7 @@ import pytest
 
 from runner.contract.errors import LockedError
 from runner.lock import JobLock, is_held
+from runner.ranks import Names
 
 
 def test_status_readers_never_make_a_free_lock_look_taken(tmp_path):
@@ -26,7 +27,7 @@ def test_status_readers_never_make_a_free_lock_look_taken(tmp_path):
         t.start()
     try:
         for _ in range(300):
-            lock = JobLock(out)
+            lock = JobLock(Names(out).lock)
             lock.acquire()
             assert is_held(out)[0]
             lock.release()
@@ -38,7 +39,7 @@ def test_status_readers_never_make_a_free_lock_look_taken(tmp_path):
 
 def test_a_live_holder_is_refused_with_its_pid(tmp_path):
     out = str(tmp_path)
-    code = f"from runner.lock import JobLock; JobLock({out!r}).acquire(); print('ok', flush=True); input()"
+    code = f"from runner.lock import JobLock; JobLock({out!r} + '/.lock').acquire(); print('ok', flush=True); input()"
     holder = subprocess.Popen(
         [sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
     )
@@ -46,10 +47,10 @@ def test_a_live_holder_is_refused_with_its_pid(tmp_path):
         assert holder.stdout.readline().strip() == "ok"
         assert is_held(out) == (True, holder.pid)
         with pytest.raises(LockedError) as e:
-            JobLock(out).acquire()
+            JobLock(Names(out).lock).acquire()
         assert str(holder.pid) in str(e.value)
     finally:
         holder.kill()
         holder.wait()
     assert is_held(out) == (False, holder.pid)  # released by the kernel, even on SIGKILL
-    JobLock(out).acquire()
+    JobLock(Names(out).lock).acquire()

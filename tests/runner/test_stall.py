@@ -138,9 +138,10 @@ def test_the_eta_counts_the_tokens_left_once_the_rows_lengths_are_known(job):
 
 
 def test_eta_from_tokens_left_over_tokens_per_second(tmp_path):
+    from runner.ranks import Names
     from runner.record import Recorder
 
-    rec = Recorder(str(tmp_path), "j", 10, 30.0)
+    rec = Recorder(Names(str(tmp_path)), "j", 10, 30.0)
     rec._win.extend([(100.0, 50), (101.0, 100), (102.0, 100)])  # 200 tokens in 2 s after the first
     rec._rates(102.0)
     assert rec.rec.eta_basis == "samples" and rec.rec.eta_s == 10 / 1.0  # 10 rows left at 1 row/s

@@ -1,6 +1,6 @@
 """GPU check of the dump patch (needs SGLang 0.5.23 and a CUDA GPU; nothing is downloaded).
 
-    python -m patches.gpu_check --workdir /tmp/hsx-gpu [--tokens 4096] [--requests 24]
+    python -m bench.gpu_check --workdir /tmp/hsx-gpu [--tokens 4096] [--requests 24]
 
 1. Writes two random models (fixed seed, safetensors) to WORKDIR: a Llama (bf16) and a
    DeepSeek-V3 (fp32; MLA, MoE with a shared expert, first layer dense), both 12 layers.
@@ -36,8 +36,7 @@ import urllib.request
 
 from runner import layers
 from runner.contract import dump
-
-from .sglang_dump import server_argv
+from runner.contract.launch import server_argv
 
 VOCAB = 32000
 REF_DEVICE = "cuda"
@@ -336,7 +335,7 @@ def run_requests(
 
 
 def _load(dump_dir: str, rid: str) -> dict:
-    from runner.ckpt import file_checksum, load_sample
+    from runner.contract.ckpt import file_checksum, load_sample
 
     meta = dump.read_sidecar(dump_dir, rid)
     path = dump.data_path(dump_dir, rid)
@@ -347,7 +346,7 @@ def _load(dump_dir: str, rid: str) -> dict:
 
 def compare_dirs(ref_dir, out_dir, tag, batch, names, cosine, final=True) -> dict:
     """Compare the dumps of one batch in two directories; every unusable sample is a problem."""
-    from runner.ckpt import CorruptSample
+    from runner.contract.ckpt import CorruptSample
 
     total: dict[str, dict] = {}
     problems, samples = [], 0
@@ -442,7 +441,7 @@ def _guarded(fn, *args) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m patches.gpu_check", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m bench.gpu_check", description=__doc__.split("\n\n")[0])
     p.add_argument("--workdir", required=True)
     p.add_argument("--tokens", type=int, default=4096, help="longest prompt")
     p.add_argument("--requests", type=int, default=24)

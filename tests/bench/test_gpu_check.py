@@ -1,4 +1,4 @@
-"""patches/gpu_check.py without SGLang or a GPU: the JSON-leak check, the comparison of two dumps,
+"""bench/gpu_check.py without SGLang or a GPU: the JSON-leak check, the comparison of two dumps,
 the report's verdict, the layer ids and models it checks, and that it cannot pass vacuously."""
 
 from __future__ import annotations
@@ -9,10 +9,10 @@ import math
 import pytest
 import torch
 
-from patches import gpu_check as gc
+from bench import gpu_check as gc
 from runner import layers
-from runner.ckpt import write_sample
 from runner.contract import dump
+from runner.contract.ckpt import write_sample
 
 H = 8
 N = 12  # layers of both checked models
@@ -234,7 +234,7 @@ def test_mixed_batches_read_from_the_server_log():
 
 
 def test_stock_argv_drops_the_patch_and_keeps_the_rest():
-    from patches.sglang_dump import server_argv
+    from runner.contract.launch import server_argv
 
     patched = server_argv(python="/py", model="/m", host="127.0.0.1", port=31001, tp_size=1, dp_size=1,
                           mem_fraction=0.7, aux_layer_ids=[2, 6, 9],

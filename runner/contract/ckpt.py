@@ -24,8 +24,8 @@ import threading
 import torch
 import xxhash
 
-from runner.contract.dump import CHECKSUM_ALGO
-from runner.contract.errors import HsxError
+from .dump import CHECKSUM_ALGO
+from .errors import HsxError
 
 KEYS = ("input_ids", "loss_mask", "hidden_state", "aux_hidden_state")
 AUX_LAYERS = 3
@@ -252,6 +252,32 @@ def all_finite(t: torch.Tensor) -> bool:
         return bool(torch.isfinite(t).all())
     ints, mask = _EXPONENT[t.dtype]
     return int((t.contiguous().view(ints) & mask).max()) != mask
+
+
+def check_tensors(
+    t: dict, hidden: int, dtype: str | None, want_ids: list[int] | None = None, finite: bool = True
+) -> str | None:
+    """The one sample checker (verify, adopt, the self-test): what is wrong with a loaded
+    sample for this job, or None. ``dtype`` is the job's file dtype ("bfloat16"); None skips it."""
+    missing = [k for k in KEYS if k not in t]
+    if missing:
+        return f"missing keys {sorted(missing)}"
+    ids, mask, hs, aux = (t[k] for k in KEYS)
+    seq = ids.shape[0] if ids.dim() == 1 else -1
+    if ids.dtype != torch.int64 or ids.dim() != 1:
+        return f"input_ids {ids.dtype} {tuple(ids.shape)}"
+    if tuple(mask.shape) != (seq,):
+        return f"loss_mask shape {tuple(mask.shape)}"
+    if tuple(hs.shape) != (1, seq, hidden) or tuple(aux.shape) != (1, seq, AUX_LAYERS * hidden):
+        return f"shapes hidden {tuple(hs.shape)} aux {tuple(aux.shape)} for seq {seq}, H {hidden}"
+    want = getattr(torch, dtype, None) if dtype else None
+    if want is not None and (hs.dtype != want or aux.dtype != want):
+        return f"dtype {hs.dtype}/{aux.dtype}, want {want}"
+    if want_ids is not None and ids.tolist() != want_ids:
+        return "input_ids differ from the dataset's tokens"
+    if finite and not (all_finite(hs) and all_finite(aux)):
+        return "non-finite values"
+    return None
 
 
 def file_checksum(path: str | os.PathLike) -> str:
