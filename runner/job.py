@@ -17,10 +17,11 @@ from .contract.status import Phase, now_iso
 from .dataset import Dataset, open_dataset
 from .disk import DiskGuard, worst_case_bytes
 from .lock import JobLock
-from .record import Recorder
+from .record import Recorder, claim_record
 from .selftest import self_test
 from .server import Server
-from .store import Store, describe, sample_path
+from .store import Store, describe
+from .view import tail
 
 log = logging.getLogger("hsx.job")
 LOG_DIR = "logs"
@@ -62,18 +63,6 @@ def _step(name: str, hint: str, fn, *args):
     except Exception as e:
         log.exception("%s failed", name)  # the traceback goes to the runner log (its tail)
         raise StepFailed(name, str(e) or type(e).__name__, hint) from None
-
-
-def log_tail(path: str, n: int = TAIL_LINES) -> list[str]:
-    """The last ``n`` lines of a log (read from its end: logs grow for days)."""
-    try:
-        with open(path, "rb") as f:
-            f.seek(0, os.SEEK_END)
-            f.seek(max(0, f.tell() - 64 * 1024))
-            lines = f.read().decode(errors="replace").splitlines()
-    except OSError:
-        return []
-    return [line[:300] for line in lines[-n:]]
 
 
 class Job:
@@ -146,9 +135,9 @@ class Job:
             rec.rec.total = hi - lo
             plan = self.store.plan(total, lo, hi)
             if plan.orphans:
-                self._adopt(plan.orphans)
+                self.store.record_orphans(plan.orphans)
                 plan = self.store.plan(total, lo, hi)
-            rec.set_done(len(plan.committed), len(plan.failed), self._avg_bytes(plan.committed))
+            rec.set_done(len(plan.committed), len(plan.failed), self.store.mean_bytes(plan.committed))
             if removed:
                 rec.event("cleanup", removed_temp_files=removed)
             if self.rank is not None:
@@ -199,7 +188,11 @@ class Job:
         """FAILED, with the step, the reason, what to do and the log lines that show it."""
         log.error("job failed in %s: %s", step, reason)
         rec = self.rec.rec
-        rec.failed_in, rec.hint, rec.log_tail = step, hint or None, log_tail(log_path)
+        rec.failed_in, rec.hint, rec.log_tail = (
+            step,
+            hint or None,
+            [x[:300] for x in tail(log_path, TAIL_LINES)],
+        )
         print(
             f"hsx-runner: failed in {step}: {reason}" + (f"\nwhat to do: {hint}" if hint else ""),
             file=sys.stderr,
@@ -269,50 +262,10 @@ class Job:
                 if not await count_restart(self.server, rec, cap, "server died during start-up"):
                     raise ServerError(f"restart cap {cap} spent; last start: {e}") from None
 
-    def _adopt(self, orphans: list[int]) -> None:
-        """Files committed just before a crash lost their manifest line: record them now."""
-        from .contract.ckpt import CorruptSample
-
-        for idx in orphans:
-            path = sample_path(self.out, idx)
-            try:
-                self.store.adopt(idx)
-            except (CorruptSample, KeyError, OSError) as e:
-                log.warning("orphan %s unusable (%s): removing it to redo the sample", path, e)
-                os.unlink(path)
-        log.info("adopted %d committed files that had no manifest line", len(orphans))
-
-    def _avg_bytes(self, committed: set[int]) -> float | None:
-        sizes = []
-        for idx in list(committed)[:20]:
-            try:
-                sizes.append(os.path.getsize(sample_path(self.out, idx)))
-            except OSError:
-                pass
-        return sum(sizes) / len(sizes) if sizes else None
-
     async def _tick(self) -> None:
         while True:
             await asyncio.sleep(self.cfg.job.status_interval_s)
             self.rec.write()
-
-
-def claim_record(out: str, job: str, path: str | None = None) -> None:
-    """Right after taking the lock: a record naming this runner, so a kill from here on reads
-    as a crash; the previous run's counts stay until the plan replaces them."""
-    from .contract.status import STATUS, StatusError, StatusRecord, read_record, write_record
-
-    path = path or os.path.join(out, STATUS)
-    try:
-        rec = read_record(path)
-    except StatusError:
-        rec = StatusRecord(job=job)
-    rec.phase, rec.reason, rec.pid, rec.alive = Phase.PREFLIGHT, None, os.getpid(), True
-    rec.failed_in = rec.hint = rec.log_tail = None
-    rec.started_at = rec.heartbeat_at = rec.phase_since = now_iso()
-    rec.done_this_run = rec.errors_this_run = 0
-    rec.rate = rec.tokens_per_s = rec.eta_s = None
-    write_record(path, rec)
 
 
 def run(cfg: Config, rank: int | None = None, world: int | None = None) -> int:
@@ -320,7 +273,7 @@ def run(cfg: Config, rank: int | None = None, world: int | None = None) -> int:
     names = ranks.Names(cfg.job.out, rank)
     lock = JobLock(names.lock)
     lock.acquire()  # LockedError names the running pid
-    claim_record(cfg.job.out, cfg.job.name, names.status)
+    claim_record(names.status, cfg.job.name)
     setup_logging(cfg.job.out, names.runner_log)
     try:
         return asyncio.run(Job(cfg, rank, world).main())

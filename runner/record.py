@@ -199,3 +199,20 @@ class Recorder:
     def final_disk(self) -> Disk:
         self._disk()
         return self.rec.disk
+
+
+def claim_record(path: str, job: str) -> None:
+    """Right after taking the lock: a record naming this runner, so a kill from here on reads
+    as a crash; the previous run's counts stay until the plan replaces them."""
+    from .contract.status import StatusError, read_record
+
+    try:
+        rec = read_record(path)
+    except StatusError:
+        rec = StatusRecord(job=job)
+    rec.phase, rec.reason, rec.pid, rec.alive = Phase.PREFLIGHT, None, os.getpid(), True
+    rec.failed_in = rec.hint = rec.log_tail = None
+    rec.started_at = rec.heartbeat_at = rec.phase_since = now_iso()
+    rec.done_this_run = rec.errors_this_run = 0
+    rec.rate = rec.tokens_per_s = rec.eta_s = None
+    write_record(path, rec)

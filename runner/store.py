@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import logging
 import os
 import re
 import shutil
@@ -23,6 +24,7 @@ from .contract.atomic import write_atomic
 from .contract.config import Config
 from .contract.errors import ConfigError
 
+log = logging.getLogger("hsx.store")
 SHARD = 2000
 SHARD_RE = re.compile(r"^rows_(\d+)-(\d+)$")
 FILE_RE = re.compile(r"^data_(\d+)\.ckpt$")
@@ -317,6 +319,30 @@ class Store:
         if adopted:  # written by another tool, checked and taken over (runner.adopt)
             rec["adopted"] = True
         _append(self.manifest_path, orjson.dumps(rec))
+
+    def record_orphans(self, orphans: list[int]) -> None:
+        """Files committed just before a crash lost their manifest line: record them now (an
+        unusable one is removed, so its sample is extracted again)."""
+        from .contract.ckpt import CorruptSample
+
+        for idx in orphans:
+            path = sample_path(self.out, idx)
+            try:
+                self.adopt(idx)
+            except (CorruptSample, KeyError, OSError) as e:
+                log.warning("orphan %s unusable (%s): removing it to redo the sample", path, e)
+                os.unlink(path)
+        log.info("adopted %d committed files that had no manifest line", len(orphans))
+
+    def mean_bytes(self, committed: set[int]) -> float | None:
+        """The mean file size over a few committed samples (the disk projection's start)."""
+        sizes = []
+        for idx in list(committed)[:20]:
+            try:
+                sizes.append(os.path.getsize(sample_path(self.out, idx)))
+            except OSError:
+                pass
+        return sum(sizes) / len(sizes) if sizes else None
 
     def adopt(self, idx: int) -> None:
         """Record a file committed just before a crash that lost its manifest line; raises
