@@ -125,7 +125,7 @@ def _terminate(signum, frame) -> None:
 
 
 def cmd_deploy(args) -> int:
-    from .deploy import Options, main
+    from deploy.install import Options, main
 
     cfg = load(args.config)
     d = cfg.deploy  # flags override the config's [deploy]

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from bot import deploy
+from deploy import install
 from runner.contract.config import from_dict, load
 from runner.contract.errors import ConfigError
 
@@ -45,7 +45,7 @@ def test_prefix_must_survive_a_reboot(tmp_path):
     def cfg(runner, rc="/data/hsx/hsx.toml"):
         return from_dict({"remote": {"transport": "ssh", "host": "h", "runner": runner, "runner_config": rc}})
 
-    assert deploy.prefix_of(cfg("/data/hsx/venv/bin/hsx-runner")) == "/data/hsx"
+    assert install.prefix_of(cfg("/data/hsx/venv/bin/hsx-runner")) == "/data/hsx"
     for runner, rc, match in [
         ("/tmp/hsx/venv/bin/hsx-runner", "/data/hsx.toml", "wiped at reboot"),
         ("/data/hsx/venv/bin/hsx-runner", "/dev/shm/hsx.toml", "wiped at reboot"),
@@ -53,13 +53,13 @@ def test_prefix_must_survive_a_reboot(tmp_path):
         ("hsx-runner", "/data/hsx.toml", "PREFIX/venv/bin/hsx-runner"),
     ]:
         with pytest.raises(ConfigError, match=match):
-            deploy.prefix_of(cfg(runner, rc))
+            install.prefix_of(cfg(runner, rc))
 
 
 def test_runner_unit_in_deploy_is_what_deploy_installs():
     with open(os.path.join(ROOT, "deploy", "hsx-runner.service")) as f:
         shipped = f.read()
-    assert shipped == deploy.render_unit("/data/hsx", "/data/hsx/hsx.toml", "/data/eagle3/hs")
+    assert shipped == install.render_unit("/data/hsx", "/data/hsx/hsx.toml", "/data/eagle3/hs")
     assert (
         "Restart=on-failure" in shipped and "KillSignal=SIGTERM" in shipped and "StartLimitBurst=" in shipped
     )
@@ -80,14 +80,14 @@ def test_example_config_loads_and_names_every_key():
         assert f"[{section.name}]" in text, section.name
         for key in dataclasses.fields(getattr(cfg, section.name)):
             assert f"\n{key.name} = " in text, f"[{section.name}] {key.name} is not in the example"
-    assert cfg.remote.transport == "ssh" and deploy.prefix_of(cfg) == "/data/hsx"
+    assert cfg.remote.transport == "ssh" and install.prefix_of(cfg) == "/data/hsx"
 
 
 def test_deploy_refuses_a_wheel_that_is_not_hsx_ops(tmp_path):
     bad = tmp_path / "x.whl"
     bad.write_bytes(b"not a zip")
-    with pytest.raises(deploy.DeployError, match="not a readable wheel"):
-        deploy.inspect_wheel(str(bad))
+    with pytest.raises(install.DeployError, match="not a readable wheel"):
+        install.inspect_wheel(str(bad))
 
 
 def test_cli_reports_a_bad_config_clearly(tmp_path):
