@@ -28,9 +28,10 @@ def test_deploy_installs_records_and_is_idempotent(gpu_box, demo_assets, tmp_pat
     # the record is in the run directory, and the runner on the box runs the deployed copy
     with open(tmp_path / "job" / "out" / "deploy.json") as f:
         assert json.load(f) == rec
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # the box's runner never sees ours
     where = subprocess.run(
-        [f"{prefix}/venv/bin/python", "-c", "import runner, bot; print(runner.__file__, bot.__file__)"],
-        capture_output=True, text=True, check=True, cwd=tmp_path,
+        [f"{prefix}/venv/bin/python", "-c", "import runner, bot, deploy; print(runner.__file__, bot.__file__, deploy.__file__)"],
+        capture_output=True, text=True, check=True, cwd=tmp_path, env=env,
     ).stdout.split()  # fmt: skip
     assert all(p.startswith(prefix + "/venv/") for p in where), where
     with open(f"{prefix}/deploytest.toml", "rb") as f, open(conf, "rb") as g:
