@@ -1,7 +1,7 @@
 """The verb table: every verb of `/extract` and of `hsx`, who may run it, its flags.
 
 It drives the chat parser and its help (commands.py), the `hsx` verb subcommands (cli.py),
-and the /extract entry of deploy/slack-manifest.yaml (``manifest_entry``).
+and the /extract entry of deploy/slack-manifest.yaml (``manifest_entry``; a test compares).
 """
 
 from __future__ import annotations

@@ -1,16 +1,19 @@
-"""The verb table drives both front-ends: the chat parser and its help, and `hsx VERB`."""
+"""The verb table drives every front-end: the chat parser and its help, `hsx VERB`, and the
+Slack manifest's /extract entry."""
 
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
 from bot import cli
 from bot.commands import HELP, Command, parse
-from bot.verbs import TABLE, VERBS
+from bot.verbs import TABLE, VERBS, manifest_entry
 from bot.wiring import make_handlers
 
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TERMINAL = [v for v in VERBS if v.terminal]
 ONLY_TERMINAL = {"bot", "deploy", "demo"}  # subcommands that are not verbs on the job
 
@@ -22,6 +25,14 @@ def _spellings(v, f) -> tuple[str, list[str]]:
     if f.kind == "count":
         return f"{v.name} 7", [v.name, "-" + f.field, "7"]
     return f"{v.name} {f.name}", [v.name, f.name]
+
+
+def test_the_committed_manifest_has_the_tables_slash_command():
+    with open(os.path.join(ROOT, "deploy", "slack-manifest.yaml")) as f:
+        manifest = f.read()
+    assert manifest_entry() in manifest, (
+        f"deploy/slack-manifest.yaml: write the /extract entry as\n{manifest_entry()}"
+    )
 
 
 def test_chat_help_and_parser_know_every_verb_and_flag():
