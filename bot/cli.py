@@ -15,7 +15,9 @@ from remote.client import check_adopt_dir
 from runner.contract.config import Config, load
 from runner.contract.errors import HsxError
 
-VERBS = ("status", "start", "resume", "stop", "verify", "adopt", "logs", "preflight")
+from .commands import Command, command_of
+from .verbs import TABLE, VERBS
+
 HEADLESS_POLL_S = 2.0
 
 
@@ -29,64 +31,31 @@ def cmd_verb(args) -> int:
     from remote.errors import RemoteError
 
     cfg = load(args.config)
-    if args.verb == "adopt":
+    verb = TABLE[args.verb]
+    fields = {f.field: getattr(args, f.field) for f in verb.flags}
+    if "path" in fields:  # adopt's DIR as given, not the chat parser's narrower rule
         if cfg.remote.transport == "local":  # the GPU box is this machine: a relative DIR is clear
-            args.dir = os.path.abspath(args.dir)
+            fields["path"] = os.path.abspath(fields["path"])
         try:
-            check_adopt_dir(args.dir)
+            check_adopt_dir(fields["path"])
         except ValueError as e:
             print(f"hsx: {e}", file=sys.stderr)
             return 2
     box = _box(cfg)
     try:
-        if args.json:
-            if args.verb == "status":
-                reply = box.status().to_dict()
-            elif args.verb == "logs":
-                reply = {"lines": box.logs(args.n, args.which)}
-            elif args.verb == "verify":
-                reply = box.verify(repair=args.repair, quick=args.quick)
-            elif args.verb == "adopt":
-                reply = box.adopt(args.dir)
-            elif args.verb in ("start", "resume"):
-                reply = getattr(box, args.verb)(force=args.force)
-            else:
-                reply = getattr(box, args.verb)()
+        if getattr(args, "json", False):
+            reply = _json_reply(box, Command(verb.name, **fields))
             print(json.dumps(reply))
-            ok = (
-                reply.get("complete", reply.get("ok", True))
-                if args.verb in ("verify", "preflight", "adopt")
-                else True
-            )
-            return 0 if ok else 1
-        from .wiring import make_handlers
-
-        if args.verb in ("adopt", "verify"):  # a terminal waits for the report (chat runs them detached)
-            from .commands import Command
-
-            cmd = (
-                Command(
-                    "adopt", path=args.dir, wait=True
-                )  # DIR as given, not the chat parser's narrower rule
-                if args.verb == "adopt"
-                else Command("verify", repair=args.repair, quick=args.quick, wait=True)
-            )
-            reply = make_handlers(cfg, box).handle(cmd, "terminal", operator=True)
-            print(reply.text)
-            return 1 if reply.error else 0
-        text = "/extract " + args.verb
-        if args.verb == "logs":
-            text += f" {args.n}" + (f" --{args.which}" if args.which != "all" else "")
-        if args.verb == "stop":
-            text += " --yes"
-        if args.verb == "status" and args.detail:
-            text += " --detail"
-        if args.verb in ("start", "resume") and args.force:
-            text += " --force"
-        if args.verb == "preflight":
+            return 0 if not verb.report or reply.get("complete", reply.get("ok", True)) else 1
+        if verb.name == "preflight":  # a terminal gets the whole report
             print(json.dumps(box.preflight(), indent=1))
             return 0
-        reply = make_handlers(cfg, box).ask(text, user="terminal", operator=True)
+        from .wiring import make_handlers
+
+        # A terminal is an operator and is not asked to confirm; it waits for verify's and adopt's
+        # reports (chat runs them detached).
+        cmd = command_of(verb.name, confirmed=bool(verb.confirm), wait=True, **fields)
+        reply = make_handlers(cfg, box).handle(cmd, "terminal", operator=True)
         print(reply.text)
         return 1 if reply.error else 0
     except RemoteError as e:
@@ -94,6 +63,21 @@ def cmd_verb(args) -> int:
         return 2
     finally:
         box.close()
+
+
+def _json_reply(box, cmd: Command) -> dict:
+    """The runner's own reply to cmd."""
+    if cmd.verb == "status":
+        return box.status().to_dict()
+    if cmd.verb == "logs":
+        return {"lines": box.logs(cmd.n, cmd.which)}
+    if cmd.verb == "verify":
+        return box.verify(repair=cmd.repair, quick=cmd.quick)
+    if cmd.verb == "adopt":
+        return box.adopt(cmd.path)
+    if cmd.verb in ("start", "resume"):
+        return getattr(box, cmd.verb)(force=cmd.force)
+    return getattr(box, cmd.verb)()
 
 
 def cmd_bot(args) -> int:
@@ -125,7 +109,7 @@ def _terminate(signum, frame) -> None:
 
 
 def cmd_deploy(args) -> int:
-    from .deploy import Options, main
+    from deploy.install import Options, main
 
     cfg = load(args.config)
     d = cfg.deploy  # flags override the config's [deploy]
@@ -212,28 +196,37 @@ def _headless(box, pid: int | None) -> int:
         time.sleep(HEADLESS_POLL_S)
 
 
+def _add_verbs(sub) -> None:
+    """`hsx VERB` for each verb of the table that a terminal has."""
+    for v in VERBS:
+        if not v.terminal:
+            continue
+        s = sub.add_parser(v.name, help=v.help)
+        s.add_argument("--config", default=None)
+        if v.json:
+            s.add_argument("--json", action="store_true")
+        groups: dict = {}
+        for f in v.flags:
+            default = getattr(Command, f.field)  # the Command's own default
+            if f.kind == "switch":
+                s.add_argument(f.name, action="store_true", help=f.help or None)
+            elif f.kind == "choice":
+                if f.field not in groups:
+                    groups[f.field] = s.add_mutually_exclusive_group()
+                groups[f.field].add_argument(
+                    f.name, dest=f.field, action="store_const", const=f.name[2:], default=default
+                )
+            elif f.kind == "count":
+                s.add_argument("-" + f.field, type=int, default=default, metavar=f.name, help=f.help or None)
+            else:
+                s.add_argument(f.field, metavar=f.name, help=f.help or None)
+        s.set_defaults(fn=cmd_verb)
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="hsx", description="run and watch hidden-state extraction")
     sub = p.add_subparsers(dest="verb", required=True)
-    for v in VERBS:
-        s = sub.add_parser(v, help=f"{v} the job on the GPU box")
-        s.add_argument("--config", default=None)
-        s.add_argument("--json", action="store_true")
-        if v == "logs":
-            s.add_argument("-n", type=int, default=20)
-            g = s.add_mutually_exclusive_group()
-            for name in ("runner", "server", "crash"):
-                g.add_argument(f"--{name}", dest="which", action="store_const", const=name, default="all")
-        if v == "status":
-            s.add_argument("--detail", action="store_true", help="tokens/s, latency, what is in flight")
-        if v in ("start", "resume"):
-            s.add_argument("--force", action="store_true", help="past preflight's gates (audited)")
-        if v == "verify":
-            s.add_argument("--repair", action="store_true")
-            s.add_argument("--quick", action="store_true")
-        if v == "adopt":
-            s.add_argument("dir", help="the directory on the GPU box with another tool's samples")
-        s.set_defaults(fn=cmd_verb)
+    _add_verbs(sub)
     s = sub.add_parser("bot", help="run the Slack bot (Socket Mode, or HTTP with --http PORT)")
     s.add_argument("--config", default=None)
     s.add_argument("--http", type=int, default=None, metavar="PORT")

@@ -1,6 +1,7 @@
 """One parser and one set of handlers for every chat surface (Slack, the terminal console).
 
 Input becomes a fixed ``Command`` or a help reply; nothing a user types ever reaches a shell.
+The verbs, their flags and who may run them come from the table in ``verbs``.
 Handlers call the GPU box through ``remote.client.GpuBox`` and answer with ``summary`` text.
 """
 
@@ -16,25 +17,9 @@ from runner.contract.config import Config
 
 from . import summary
 from .audit import AuditLog, mention
+from .verbs import DEFAULT_LOG_LINES, MAX_LOG_LINES, SLASH, TABLE, Verb, help_text
 
-VERBS = (
-    "start",
-    "resume",
-    "stop",
-    "status",
-    "verify",
-    "adopt",
-    "logs",
-    "preflight",
-    "free-gpus",
-    "chart",
-    "help",
-)
-MUTATING = ("start", "resume", "stop", "adopt", "free-gpus")
-CONFIRMED = ("stop", "free-gpus")  # ask first; `VERB --yes` (or the button) does it
 MAX_INPUT_CHARS = 200
-MAX_LOG_LINES = 500
-DEFAULT_LOG_LINES = 20
 _WORD_RE = re.compile(r"^[a-z0-9-]{1,24}$")
 # adopt's DIR: an absolute path on the GPU box, kept as typed (case matters), one argv element
 _PATH_RE = re.compile(r"^/[A-Za-z0-9._/+@=,:~-]{0,180}$")
@@ -42,18 +27,7 @@ _QUESTION_RE = re.compile(r"^(progress|status)\s*\?*$")
 _MENTION_RE = re.compile(r"^<@[A-Z0-9]+>\s*")
 _CONFIRM_WORDS = ("--yes", "confirm")
 
-HELP = """\
-`/extract status [--detail]` (or just "progress?") — where the extraction is, rate, ETA, disk; --detail adds tokens/s, latency and what is in flight
-`/extract start [--force]` — start the job on the GPU box after preflight; --force skips its gates (operators)
-`/extract resume [--force]` — continue after a crash or stop; finished samples are kept (operators)
-`/extract preflight` — what would stop a start: model, dataset, disk, GPUs held, the patch
-`/extract free-gpus` — stop and disable the systemd units holding GPUs, asks to confirm (operators)
-`/extract stop` — stop the job, asks to confirm (operators)
-`/extract verify [--quick] [--repair]` — check every sample; --repair re-queues bad ones (operators)
-`/extract adopt DIR` — take over samples another tool wrote in DIR (an absolute path on the GPU box); bad files are quarantined (operators)
-`/extract logs [N] [--runner|--server|--crash]` — last N lines of each log, or of the one named (default 20, at most 500)
-`/extract chart` — samples done over time, with the rate
-`/extract help` — this text"""
+HELP = help_text()
 
 
 @dataclass(frozen=True)
@@ -72,16 +46,20 @@ class Command:
 
     @property
     def mutating(self) -> bool:
-        return self.verb in MUTATING or (self.verb == "verify" and self.repair)
+        """Operators only: the verb itself, or a flag set on it (verify --repair)."""
+        v = TABLE.get(self.verb)
+        return v is not None and (v.operator or any(f.operator and getattr(self, f.field) for f in v.flags))
 
     @property
     def action(self) -> str:
-        """The action as the audit log names it."""
-        if self.verb == "verify":
-            return "verify --repair" if self.repair else "verify"
-        if self.verb == "adopt":
-            return f"adopt {self.path}"
-        return f"{self.verb} --force" if self.force else self.verb
+        """The action as the audit log names it: the verb and its audited flags."""
+        v = TABLE.get(self.verb)
+        words = [self.verb]
+        for f in v.flags if v else ():
+            value = getattr(self, f.field)
+            if f.audited and value:
+                words.append(f.name if f.kind == "switch" else str(value))
+        return " ".join(words)
 
 
 @dataclass
@@ -112,72 +90,82 @@ def parse(text: object) -> Command:
     s = raw.lower()
     if _QUESTION_RE.match(s):
         return Command("status")
-    if s.startswith("/extract"):
-        s, raw = s[len("/extract") :], raw[len("/extract") :]
+    if s.startswith(SLASH):
+        s, raw = s[len(SLASH) :], raw[len(SLASH) :]
         if s and not s[0].isspace():
             return _help("unknown command")
     words = s.split()
     if not words:
         return Command("help")
-    if words[0] == "adopt":  # before the plain-word rule: DIR keeps its case and its '/'
-        return _parse_adopt(raw.split()[1:])
+    verb = TABLE.get(words[0])
+    if verb is not None and any(f.kind == "path" for f in verb.flags):
+        return _parse_path(verb, raw.split()[1:])  # before the plain-word rule: DIR keeps its case and '/'
     if not all(_WORD_RE.match(w) for w in words):
         return _help("input refused: only plain words are accepted (letters, digits, '-')")
-    verb, args = words[0], words[1:]
-    if verb not in VERBS:
-        return _help(f"unknown command `{verb}`")
-    if verb == "logs":
-        return _parse_logs(args)
-    if verb == "verify":
-        bad = [a for a in args if a not in ("--repair", "--quick")]
-        if bad:
-            return _help(f"`verify` takes --quick and --repair, not `{bad[0]}`")
-        return Command("verify", repair="--repair" in args, quick="--quick" in args)
-    if verb in CONFIRMED:
-        if any(a not in _CONFIRM_WORDS for a in args):
-            return _help(f"`{verb}` takes no arguments (it asks to confirm)")
-        return Command(verb, confirmed=bool(args))
-    if verb == "status" and args:
-        if args != ["--detail"]:
-            return _help("`status` takes only --detail")
-        return Command("status", detail=True)
-    if verb in ("start", "resume") and args:
-        if args != ["--force"]:
-            return _help(f"`{verb}` takes only --force")
-        return Command(verb, force=True)
-    if args:
-        return _help(f"`{verb}` takes no arguments")
-    return Command(verb)
+    if verb is None:
+        return _help(f"unknown command `{words[0]}`")
+    if any(f.kind == "count" for f in verb.flags):
+        return _parse_count(verb, words[1:])
+    return _parse_switches(verb, words[1:])
 
 
-def _parse_adopt(args: list[str]) -> Command:
+def _parse_switches(verb: Verb, args: list[str]) -> Command:
+    switches = {f.name: f.field for f in verb.flags if f.kind == "switch"}
+    confirms = _CONFIRM_WORDS if verb.confirm else ()
+    bad = [a for a in args if a not in switches and a not in confirms]
+    if bad:
+        names = list(switches)
+        if not names:
+            asks = " (it asks to confirm)" if verb.confirm else ""
+            return _help(f"`{verb.name}` takes no arguments{asks}")
+        if len(names) == 1:
+            return _help(f"`{verb.name}` takes only {names[0]}")
+        return _help(f"`{verb.name}` takes {' and '.join(names)}, not `{bad[0]}`")
+    fields: dict = {switches[a]: True for a in args if a in switches}
+    if verb.confirm:
+        fields["confirmed"] = any(a in confirms for a in args)
+    return Command(verb.name, **fields)
+
+
+def _parse_path(verb: Verb, args: list[str]) -> Command:
+    """A verb with DIR takes DIR alone."""
+    (path,) = (f for f in verb.flags if f.kind == "path")
     if len(args) != 1:
-        return _help("`adopt` takes one directory: `/extract adopt /data/old-output`")
+        return _help(f"`{verb.name}` takes one directory: `{SLASH} {verb.name} /data/old-output`")
     if not _PATH_RE.match(args[0]) or "/../" in args[0] + "/":
         return _help(
-            "`adopt` needs an absolute path on the GPU box, of letters, digits and . _ - / + @ = , : ~"
+            f"`{verb.name}` needs an absolute path on the GPU box, of letters, digits and . _ - / + @ = , : ~"
         )
-    return Command("adopt", path=args[0])
+    return Command(verb.name, **{path.field: args[0]})
 
 
-LOG_FLAGS = {"--runner": "runner", "--server": "server", "--crash": "crash"}
-
-
-def _parse_logs(args: list[str]) -> Command:
-    which = "all"  # a short tail of each log unless one is named
+def _parse_count(verb: Verb, args: list[str]) -> Command:
+    """`logs [N | -n N] [--runner|--server|--crash]`: a short tail of each log unless one is named."""
+    (count,) = (f for f in verb.flags if f.kind == "count")
+    choices = {f.name: (f.field, f.name[2:]) for f in verb.flags if f.kind == "choice"}
     flags = [a for a in args if a.startswith("--")]
-    if len(flags) > 1 or any(f not in LOG_FLAGS for f in flags):
-        return _help(f"`logs` takes one of {', '.join(LOG_FLAGS)} and a number of lines, 1..{MAX_LOG_LINES}")
+    if len(flags) > 1 or any(f not in choices for f in flags):
+        return _help(f"`{verb.name}` takes one of {', '.join(choices)} and a number of {count.help}")
+    fields = {}
     if flags:
-        which = LOG_FLAGS[flags[0]]
+        key, value = choices[flags[0]]
+        fields[key] = value
     args = [a for a in args if not a.startswith("--")]
-    if args and args[0] == "-n":
+    if args and args[0] == "-" + count.field:
         args = args[1:]
     if not args:
-        return Command("logs", which=which)
-    if len(args) == 1 and args[0].isdigit() and 1 <= int(args[0]) <= MAX_LOG_LINES:
-        return Command("logs", n=int(args[0]), which=which)
-    return _help(f"`logs` takes a number of lines, 1..{MAX_LOG_LINES}")
+        return Command(verb.name, **fields)
+    if len(args) == 1 and args[0].isdigit():
+        return command_of(verb.name, **fields, **{count.field: int(args[0])})
+    return _help(f"`{verb.name}` takes a number of {count.help}")
+
+
+def command_of(verb: str, **fields) -> Command:
+    """A Command from arguments already split (the terminal's, or chat's); a count out of range is help."""
+    for f in TABLE[verb].flags:
+        if f.kind == "count" and not 1 <= fields.get(f.field, DEFAULT_LOG_LINES) <= MAX_LOG_LINES:
+            return _help(f"`{verb}` takes a number of {f.help}")
+    return Command(verb, **fields)
 
 
 def help_reply(problem: str = "") -> Reply:

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from .commands import Reply
+from .verbs import VERBS
 
 CONFIRM = "hsx_confirm"  # its value names the verb: stop, free-gpus
 CONFIRM_BEFORE = "hsx_stop_confirm"  # the id stop buttons had before; messages out there still carry it
 CANCEL = "hsx_stop_cancel"
-CONFIRM_LABELS = {"stop": "Stop the job", "free-gpus": "Stop and disable"}
+CONFIRM_LABELS = {v.name: v.confirm for v in VERBS if v.confirm}
 RESUME = "hsx_resume"
 
 

@@ -11,7 +11,7 @@ from tests.conftest import RUNNER
 
 CHECK = (
     "import sys\n"
-    "import bot.app, bot.cli, bot.watcher, bot.deploy, bot.console, remote.connect, remote.ssh, runner.view\n"
+    "import bot.app, bot.cli, bot.watcher, bot.console, deploy.install, remote.connect, remote.ssh, runner.view\n"
     "{body}"
     "heavy = [m for m in ('torch', 'transformers', 'sglang', 'aiohttp') if m in sys.modules]\n"
     "print(heavy); sys.exit(1 if heavy else 0)\n"
@@ -36,3 +36,13 @@ def test_hsx_status_answers_without_torch(tmp_path):
     p = subprocess.run([sys.executable, "-c", CHECK.format(body=body)], capture_output=True, text=True)
     assert p.returncode == 0, p.stdout + p.stderr
     assert "Done: 3 / 3 written" in p.stdout
+
+
+def test_deploy_does_not_import_bot():
+    code = (
+        "import sys, deploy.install\n"
+        "chat = [m for m in sys.modules if m == 'bot' or m.startswith('bot.')]\n"
+        "print(chat); sys.exit(1 if chat else 0)\n"
+    )
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert p.returncode == 0, p.stdout + p.stderr

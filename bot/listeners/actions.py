@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from ..commands import CONFIRMED, Command
+from ..commands import Command
 from ..runtime import Runtime
 from ..slack_out import CANCEL, CONFIRM, CONFIRM_BEFORE, RESUME, text_with_audit
+from ..verbs import CONFIRMED
 
 
 def _ack(ack):

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from bot import deploy
+from deploy import install
 from runner.contract.config import from_dict, load
 from runner.contract.errors import ConfigError
 
@@ -28,9 +28,10 @@ def test_deploy_installs_records_and_is_idempotent(gpu_box, demo_assets, tmp_pat
     # the record is in the run directory, and the runner on the box runs the deployed copy
     with open(tmp_path / "job" / "out" / "deploy.json") as f:
         assert json.load(f) == rec
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # the box's runner never sees ours
     where = subprocess.run(
-        [f"{prefix}/venv/bin/python", "-c", "import runner, bot; print(runner.__file__, bot.__file__)"],
-        capture_output=True, text=True, check=True, cwd=tmp_path,
+        [f"{prefix}/venv/bin/python", "-c", "import runner, bot, deploy; print(runner.__file__, bot.__file__, deploy.__file__)"],
+        capture_output=True, text=True, check=True, cwd=tmp_path, env=env,
     ).stdout.split()  # fmt: skip
     assert all(p.startswith(prefix + "/venv/") for p in where), where
     with open(f"{prefix}/deploytest.toml", "rb") as f, open(conf, "rb") as g:
@@ -45,7 +46,7 @@ def test_prefix_must_survive_a_reboot(tmp_path):
     def cfg(runner, rc="/data/hsx/hsx.toml"):
         return from_dict({"remote": {"transport": "ssh", "host": "h", "runner": runner, "runner_config": rc}})
 
-    assert deploy.prefix_of(cfg("/data/hsx/venv/bin/hsx-runner")) == "/data/hsx"
+    assert install.prefix_of(cfg("/data/hsx/venv/bin/hsx-runner")) == "/data/hsx"
     for runner, rc, match in [
         ("/tmp/hsx/venv/bin/hsx-runner", "/data/hsx.toml", "wiped at reboot"),
         ("/data/hsx/venv/bin/hsx-runner", "/dev/shm/hsx.toml", "wiped at reboot"),
@@ -53,13 +54,13 @@ def test_prefix_must_survive_a_reboot(tmp_path):
         ("hsx-runner", "/data/hsx.toml", "PREFIX/venv/bin/hsx-runner"),
     ]:
         with pytest.raises(ConfigError, match=match):
-            deploy.prefix_of(cfg(runner, rc))
+            install.prefix_of(cfg(runner, rc))
 
 
 def test_runner_unit_in_deploy_is_what_deploy_installs():
     with open(os.path.join(ROOT, "deploy", "hsx-runner.service")) as f:
         shipped = f.read()
-    assert shipped == deploy.render_unit("/data/hsx", "/data/hsx/hsx.toml", "/data/eagle3/hs")
+    assert shipped == install.render_unit("/data/hsx", "/data/hsx/hsx.toml", "/data/eagle3/hs")
     assert (
         "Restart=on-failure" in shipped and "KillSignal=SIGTERM" in shipped and "StartLimitBurst=" in shipped
     )
@@ -80,14 +81,14 @@ def test_example_config_loads_and_names_every_key():
         assert f"[{section.name}]" in text, section.name
         for key in dataclasses.fields(getattr(cfg, section.name)):
             assert f"\n{key.name} = " in text, f"[{section.name}] {key.name} is not in the example"
-    assert cfg.remote.transport == "ssh" and deploy.prefix_of(cfg) == "/data/hsx"
+    assert cfg.remote.transport == "ssh" and install.prefix_of(cfg) == "/data/hsx"
 
 
 def test_deploy_refuses_a_wheel_that_is_not_hsx_ops(tmp_path):
     bad = tmp_path / "x.whl"
     bad.write_bytes(b"not a zip")
-    with pytest.raises(deploy.DeployError, match="not a readable wheel"):
-        deploy.inspect_wheel(str(bad))
+    with pytest.raises(install.DeployError, match="not a readable wheel"):
+        install.inspect_wheel(str(bad))
 
 
 def test_cli_reports_a_bad_config_clearly(tmp_path):

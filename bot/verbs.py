@@ -1,0 +1,153 @@
+"""The verb table: every verb of `/extract` and of `hsx`, who may run it, its flags.
+
+It drives the chat parser and its help (commands.py), the `hsx` verb subcommands (cli.py),
+and the /extract entry of deploy/slack-manifest.yaml (``manifest_entry``; a test compares).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+SLASH = "/extract"
+SLASH_DESCRIPTION = "Start, resume, stop or query the extraction"
+MAX_LOG_LINES = 500
+DEFAULT_LOG_LINES = 20
+
+
+@dataclass(frozen=True)
+class Flag:
+    """A flag, or an argument named by its placeholder (N, DIR)."""
+
+    name: str
+    kind: str = "switch"  # switch | choice (one of a group sharing dest) | count (N) | path (DIR)
+    help: str = ""  # the terminal's --help line
+    dest: str = ""  # the Command field it sets; a switch's own name by default
+    audited: bool = False  # the audit entry names it
+    operator: bool = False  # setting it needs an operator
+
+    @property
+    def field(self) -> str:
+        return self.dest or self.name.lstrip("-")
+
+
+@dataclass(frozen=True)
+class Verb:
+    name: str
+    help: str  # what it does, for both help texts
+    flags: tuple[Flag, ...] = ()
+    operator: bool = False  # only operators may run it, and every run is audited
+    confirm: str = ""  # chat asks first, with a button of this label; a terminal does not ask
+    terminal: bool = True  # `hsx VERB` exists
+    json: bool = True  # `hsx VERB --json` prints the runner's reply as it is
+    report: bool = False  # with --json, the reply's complete/ok is the exit status
+    aside: str = ""  # after the usage in chat help
+
+    @property
+    def usage(self) -> str:
+        """The flags as help shows them: ` [N] [--runner|--server|--crash]`."""
+        parts: list[str] = []
+        for f in self.flags:
+            if f.kind == "choice":
+                group = "[" + "|".join(g.name for g in self.flags if g.dest == f.dest) + "]"
+                parts += [] if group in parts else [group]
+            else:
+                parts.append(f.name if f.kind == "path" else f"[{f.name}]")
+        return "".join(" " + p for p in parts)
+
+    @property
+    def for_operators(self) -> bool:
+        """Operators only, for all of it or for a flag (verify --repair)."""
+        return self.operator or any(f.operator for f in self.flags)
+
+    def chat_help(self) -> str:
+        aside = f" {self.aside}" if self.aside else ""
+        line = f"`{SLASH} {self.name}{self.usage}`{aside} — {self.help}"
+        line += ", asks to confirm" if self.confirm else ""
+        return line + (" (operators)" if self.for_operators else "")
+
+
+VERBS = (
+    Verb(
+        "status",
+        "where the extraction is, rate, ETA, disk; --detail adds tokens/s, latency and what is in flight",
+        (Flag("--detail", help="tokens/s, latency, what is in flight"),),
+        aside='(or just "progress?")',
+    ),
+    Verb(
+        "start",
+        "start the job on the GPU box after preflight; --force skips its gates",
+        (Flag("--force", help="past preflight's gates (audited)", audited=True),),
+        operator=True,
+    ),
+    Verb(
+        "resume",
+        "continue after a crash or stop; finished samples are kept",
+        (Flag("--force", help="past preflight's gates (audited)", audited=True),),
+        operator=True,
+    ),
+    Verb("preflight", "what would stop a start: model, dataset, disk, GPUs held, the patch", report=True),
+    Verb(
+        "free-gpus",
+        "stop and disable the systemd units holding GPUs",
+        operator=True,
+        confirm="Stop and disable",
+        terminal=False,
+        json=False,
+    ),
+    Verb("stop", "stop the job", operator=True, confirm="Stop the job"),
+    Verb(
+        "verify",
+        "check every sample; --repair re-queues bad ones",
+        (Flag("--quick"), Flag("--repair", audited=True, operator=True)),
+        report=True,
+    ),
+    Verb(
+        "adopt",
+        "take over samples another tool wrote in DIR (an absolute path on the GPU box); "
+        "bad files are quarantined",
+        (
+            Flag(
+                "DIR",
+                "path",
+                "the directory on the GPU box with another tool's samples",
+                dest="path",
+                audited=True,
+            ),
+        ),
+        operator=True,
+        report=True,
+    ),
+    Verb(
+        "logs",
+        "last N lines of each log, or of the one named "
+        f"(default {DEFAULT_LOG_LINES}, at most {MAX_LOG_LINES})",
+        (
+            Flag("N", "count", f"lines, 1..{MAX_LOG_LINES}", dest="n"),
+            Flag("--runner", "choice", dest="which"),
+            Flag("--server", "choice", dest="which"),
+            Flag("--crash", "choice", dest="which"),
+        ),
+    ),
+    Verb("chart", "samples done over time, with the rate", terminal=False, json=False),
+    Verb("help", "this text", terminal=False, json=False),
+)
+TABLE = {v.name: v for v in VERBS}
+CONFIRMED = tuple(v.name for v in VERBS if v.confirm)
+
+
+def help_text() -> str:
+    return "\n".join(v.chat_help() for v in VERBS)
+
+
+def usage_hint() -> str:
+    return " | ".join(v.name + v.usage for v in VERBS)
+
+
+def manifest_entry() -> str:
+    """The /extract lines of deploy/slack-manifest.yaml that come from this table."""
+    return (
+        f"    - command: {SLASH}\n"
+        f"      description: {SLASH_DESCRIPTION}\n"
+        f"      usage_hint: {json.dumps(usage_hint())}\n"  # a JSON string is a YAML string
+    )

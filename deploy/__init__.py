@@ -1,0 +1,2 @@
+"""`hsx deploy` (install.py) beside what it installs: the systemd units, the Slack app manifest
+and the example config. Imports runner.contract, remote and patches, never bot."""
