@@ -36,13 +36,3 @@ def test_hsx_status_answers_without_torch(tmp_path):
     p = subprocess.run([sys.executable, "-c", CHECK.format(body=body)], capture_output=True, text=True)
     assert p.returncode == 0, p.stdout + p.stderr
     assert "Done: 3 / 3 written" in p.stdout
-
-
-def test_deploy_does_not_import_bot():
-    code = (
-        "import sys, deploy.install\n"
-        "chat = [m for m in sys.modules if m == 'bot' or m.startswith('bot.')]\n"
-        "print(chat); sys.exit(1 if chat else 0)\n"
-    )
-    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
-    assert p.returncode == 0, p.stdout + p.stderr

@@ -1,0 +1,133 @@
+"""The import rules the README's architecture picture draws, read from the source with ``ast``.
+
+runner.contract is the leaf every package imports; beyond it, runner never imports bot, patches,
+remote or deploy, patches never imports runner, remote imports only the contract, deploy never
+imports bot, and bot reaches the runner's machinery only for ``hsx demo`` (which runs a runner on
+this machine).
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+OURS = ("runner", "bot", "remote", "patches", "deploy")
+CONTRACT = "runner.contract"
+# The one module of the contract that needs torch: the sample file both writers write (the
+# SGLang patch and the reference backend) and verify, adopt and the self-test read.
+TORCH_CONTRACT = {"runner.contract.ckpt": {"torch", "xxhash"}}
+# bot reaches runner's machinery for `hsx demo` only (it runs a runner here), always lazily.
+BOT_DEMO = {"runner.demo_assets", "runner.sglang_cpu"}
+STDLIB = sys.stdlib_module_names | {"__future__", "tomli"}  # tomli: tomllib before Python 3.11
+
+
+def _modules():
+    for pkg in OURS:
+        for dirpath, _, files in os.walk(os.path.join(ROOT, pkg)):
+            for f in files:
+                if f.endswith(".py"):
+                    path = os.path.join(dirpath, f)
+                    rel = os.path.relpath(path, ROOT)[:-3].replace(os.sep, ".")
+                    yield rel.removesuffix(".__init__"), path, f == "__init__.py"
+
+
+def _imports(name: str, path: str, is_pkg: bool) -> list[tuple[str, bool]]:
+    """(imported module, at module level) for every import in the file, relative ones resolved."""
+    tree = ast.parse(open(path, encoding="utf-8").read(), path)
+    top = set(map(id, tree.body))
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out += [(a.name, id(node) in top) for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = name.split(".")[: len(name.split(".")) - node.level + (1 if is_pkg else 0)]
+                mod = ".".join(base + ([node.module] if node.module else []))
+            else:
+                mod = node.module or ""
+            # `from runner.contract import dump` imports runner.contract.dump
+            names = [f"{mod}.{a.name}" for a in node.names]
+            out += [(n, id(node) in top) for n in names] or [(mod, id(node) in top)]
+    return out
+
+
+def _ours(mod: str) -> bool:
+    return mod.split(".")[0] in OURS
+
+
+def _in(mod: str, prefix: str) -> bool:
+    return mod == prefix or mod.startswith(prefix + ".")
+
+
+def _known(mod: str) -> str:
+    """A `from pkg import name` target: the module when ``name`` is a module, else the package."""
+    parts = mod.split(".")
+    while parts and not (
+        os.path.exists(os.path.join(ROOT, *parts) + ".py") or os.path.isdir(os.path.join(ROOT, *parts))
+    ):
+        parts.pop()
+    return ".".join(parts)
+
+
+EDGES = [
+    (name, _known(mod) if _ours(mod) else mod.split(".")[0], top)
+    for name, path, is_pkg in _modules()
+    for mod, top in _imports(name, path, is_pkg)
+]
+
+
+def test_the_source_is_what_the_rules_read():
+    names = {n for n, _, _ in EDGES}
+    assert {
+        "runner.cli",
+        "runner.contract.status",
+        "bot.commands",
+        "remote.client",
+        "patches.writer",
+    } <= names
+    assert ("runner.cli", "runner.contract.config", True) in EDGES  # a real edge is seen
+
+
+def test_the_contract_is_a_stdlib_leaf():
+    bad = []
+    for src, dst, _ in EDGES:
+        if not _in(src, CONTRACT):
+            continue
+        if _ours(dst):
+            if not _in(dst, CONTRACT):
+                bad.append((src, dst))
+        elif dst not in STDLIB and dst not in TORCH_CONTRACT.get(src, ()):
+            bad.append((src, dst))
+    assert not bad, bad
+
+
+@pytest.mark.parametrize(
+    "src, forbidden",
+    [
+        ("runner", ("bot", "patches", "deploy", "remote")),
+        ("patches", ("runner", "bot", "remote", "deploy")),
+        ("remote", ("runner", "bot", "patches", "deploy")),
+        ("bot", ("patches",)),  # bot.cli wires `hsx deploy` (deploy.install): an allowed arrow
+        ("deploy", ("bot",)),
+    ],
+)
+def test_forbidden_arrows(src, forbidden):
+    bad = [
+        (s, d)
+        for s, d, _ in EDGES
+        if _in(s, src) and not _in(s, CONTRACT) and any(_in(d, f) for f in forbidden) and not _in(d, CONTRACT)
+    ]
+    assert not bad, bad
+
+
+def test_bot_reaches_the_runner_only_for_the_demo_and_lazily():
+    bad = [
+        (s, d, top)
+        for s, d, top in EDGES
+        if _in(s, "bot") and _in(d, "runner") and not _in(d, CONTRACT) and (d not in BOT_DEMO or top)
+    ]
+    assert not bad, bad
