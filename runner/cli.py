@@ -14,8 +14,7 @@ import time
 from . import lock, view
 from .contract.config import Config, load, require_job
 from .contract.errors import HsxError, LockedError, StatusError
-
-REFUSED = 3
+from .contract.replies import NOT_OK, OK, REFUSED, USAGE
 
 
 def _emit(args, obj: dict, text: str) -> None:
@@ -33,7 +32,7 @@ def cmd_run(args, cfg: Config) -> int:
 
     if (args.rank is None) != (args.world is None):
         print("hsx-runner: --rank and --world go together", file=sys.stderr)
-        return 2
+        return USAGE
     try:
         if args.rank is not None:
             return run(cfg, args.rank, args.world)
@@ -263,7 +262,7 @@ def cmd_verify(args, cfg: Config) -> int:
             f"corrupt {len(report['corrupt'])}, failed {len(report['failed'])}"
             + (f", unrecorded {len(report['unrecorded'])}" if report["unrecorded"] else ""))  # fmt: skip
     _emit(args, report, text)
-    return 0 if report["complete"] else 1
+    return OK if report["complete"] else NOT_OK
 
 
 def _detach(args, cfg: Config, verb: str, argv: list[str]) -> int:
@@ -273,7 +272,7 @@ def _detach(args, cfg: Config, verb: str, argv: list[str]) -> int:
     rep = background.start(cfg.job.out, cfg.path, verb, argv)
     text = f"{verb} running in the background (pid {rep['pid']})" if rep["started"] else rep["reason"]
     _emit(args, rep, text)
-    return 0 if rep["started"] else REFUSED
+    return OK if rep["started"] else REFUSED
 
 
 def cmd_adopt(args, cfg: Config) -> int:
@@ -309,7 +308,7 @@ def cmd_preflight(args, cfg: Config) -> int:
     report = preflight(cfg, free_gpus=args.free_gpus)
     text = "\n".join(f"{'ok ' if c['ok'] else 'BAD'} {c['name']}: {c['detail']}" for c in report["checks"])
     _emit(args, report, text)
-    return 0 if report["ok"] else 1
+    return OK if report["ok"] else NOT_OK
 
 
 def parser() -> argparse.ArgumentParser:
@@ -358,17 +357,17 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     if getattr(args, "n", 1) is not None and not 1 <= getattr(args, "n", 1) <= 5000:
         print("hsx-runner: -n must be 1..5000", file=sys.stderr)
-        return 2
+        return USAGE
     try:
         cfg = load(args.config)
         require_job(cfg)
         return args.fn(args, cfg)
     except StatusError as e:
         print(f"hsx-runner: {e}", file=sys.stderr)
-        return 2
+        return USAGE
     except HsxError as e:
         print(f"hsx-runner: {e}", file=sys.stderr)
-        return 2
+        return USAGE
 
 
 if __name__ == "__main__":
