@@ -20,6 +20,7 @@ from . import ranks
 from .contract.atomic import write_atomic
 from .contract.config import Config
 from .contract.errors import HsxError, StatusError
+from .contract.ranks import ALERTING, LIVE, RankEntry, RankState
 from .contract.status import STALE_S, Phase, StatusRecord, age_s, now_iso, read_record
 from .dataset import line_offsets
 from .store import SHARD, Store, shard_name
@@ -29,16 +30,15 @@ SCRIPT = os.path.join(".slurm", "hsx-rank.sh")
 QUEUED = {"PENDING", "CONFIGURING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESIZING", "SUSPENDED"}
 RUNNING = {"RUNNING", "COMPLETING", "STAGE_OUT", "SIGNALING"}
 BAD = {
-    "CANCELLED": "cancelled",
-    "TIMEOUT": "timeout",
-    "DEADLINE": "timeout",
-    "PREEMPTED": "preempted",
-    "NODE_FAIL": "node_fail",
-    "FAILED": "failed",
-    "OUT_OF_MEMORY": "failed",
-    "BOOT_FAIL": "failed",
+    "CANCELLED": RankState.CANCELLED,
+    "TIMEOUT": RankState.TIMEOUT,
+    "DEADLINE": RankState.TIMEOUT,
+    "PREEMPTED": RankState.PREEMPTED,
+    "NODE_FAIL": RankState.NODE_FAIL,
+    "FAILED": RankState.FAILED,
+    "OUT_OF_MEMORY": RankState.FAILED,
+    "BOOT_FAIL": RankState.FAILED,
 }
-ALERT_STATES = ("failed", "node_fail", "timeout", "preempted", "cancelled", "crashed", "lost")
 PHASE_ORDER = (Phase.EXTRACTING, Phase.PAUSED, Phase.SELF_TEST, Phase.STARTING_SERVER, Phase.PREFLIGHT)
 
 
@@ -132,27 +132,27 @@ def _complete(lo: int, hi: int, markers: set[str], rec: StatusRecord | None) -> 
 
 
 def rank_state(task: Task | None, rec: StatusRecord | None, complete: bool, stop_requested: bool,
-               submitted: bool) -> str:  # fmt: skip
+               submitted: bool) -> RankState:  # fmt: skip
     slurm = task.state if task else ""
     if slurm in QUEUED:
-        return "pending"
+        return RankState.PENDING
     if complete:
-        return "done"
+        return RankState.DONE
     fresh = rec is not None and rec.heartbeat_age_s is not None and rec.heartbeat_age_s <= STALE_S
     if slurm in RUNNING:
         if rec is not None and rec.phase.is_active() and not fresh:
-            return "stale"
-        return "running"
+            return RankState.STALE
+        return RankState.RUNNING
     if slurm in BAD:
-        return "stopped" if stop_requested and slurm == "CANCELLED" else BAD[slurm]
+        return RankState.STOPPED if stop_requested and slurm == "CANCELLED" else BAD[slurm]
     if rec is None:
-        return "lost" if submitted and not slurm else "idle"
+        return RankState.LOST if submitted and not slurm else RankState.IDLE
     if rec.phase.is_active():
-        return "running" if fresh and not slurm else "crashed"
+        return RankState.RUNNING if fresh and not slurm else RankState.CRASHED
     if rec.phase is Phase.STOPPED:
         # stopped by a signal no hsx stop asked for: scancel, a time limit or preemption
-        return "stopped" if stop_requested else "cancelled"
-    return rec.phase.value  # failed, crashed, done-but-reopened reads as its phase
+        return RankState.STOPPED if stop_requested else RankState.CANCELLED
+    return RankState(rec.phase.value)  # failed, crashed, done-but-reopened reads as its phase
 
 
 def _read_rank(out: str, r: int) -> StatusRecord | None:
@@ -164,7 +164,7 @@ def _read_rank(out: str, r: int) -> StatusRecord | None:
     return rec
 
 
-def rank_entries(cfg: Config, st: dict) -> list[tuple[dict, StatusRecord | None]]:
+def rank_entries(cfg: Config, st: dict) -> list[tuple[RankEntry, StatusRecord | None]]:
     out = cfg.job.out
     world = len(st["ranges"])
     tasks = _tasks(st, world)
@@ -177,16 +177,16 @@ def rank_entries(cfg: Config, st: dict) -> list[tuple[dict, StatusRecord | None]
         task = info.get(tasks.get(r, ""))
         done = _complete(lo, hi, markers, rec)
         state = rank_state(task, rec, done, stop, r in tasks)
-        e = {
-            "rank": r, "lo": lo, "hi": hi, "state": state, "job": tasks.get(r),
-            "slurm": task.state if task else None, "node": (task.node if task else "") or (rec.host if rec else ""),
-            "slurm_reason": task.reason if task else "", "phase": rec.phase.value if rec else None,
-            "total": hi - lo, "done": rec.done if rec else 0, "failed": rec.failed if rec else 0,
-            "rate": rec.rate if rec and state == "running" else None,
-            "eta_s": rec.eta_s if rec and state == "running" else None,
-            "heartbeat_age_s": rec.heartbeat_age_s if rec else None,
-            "reason": rec.reason if rec else None,
-        }  # fmt: skip
+        e = RankEntry(
+            rank=r, lo=lo, hi=hi, state=state, job=tasks.get(r),
+            slurm=task.state if task else None, node=(task.node if task else "") or (rec.host if rec else ""),
+            slurm_reason=task.reason if task else "", phase=rec.phase.value if rec else None,
+            total=hi - lo, done=rec.done if rec else 0, failed=rec.failed if rec else 0,
+            rate=rec.rate if rec and state is RankState.RUNNING else None,
+            eta_s=rec.eta_s if rec and state is RankState.RUNNING else None,
+            heartbeat_age_s=rec.heartbeat_age_s if rec else None,
+            reason=rec.reason if rec else None,
+        )  # fmt: skip
         entries.append((e, rec))
     return entries
 
@@ -206,27 +206,26 @@ def merged(cfg: Config) -> StatusRecord:
     entries = rank_entries(cfg, st)
     recs = [r for _, r in entries if r is not None]
     rows = [e for e, _ in entries]
-    live = [(e, r) for e, r in entries if e["state"] in ("running", "stale")]
+    live = [(e, r) for e, r in entries if e.state in LIVE]
     m = StatusRecord(job=cfg.job.name, ranks=rows, alive=bool(live), started_at=st.get("submitted_at"))
-    m.total = sum(e["total"] for e in rows)
-    for k in ("done", "failed"):
-        setattr(m, k, sum(e[k] for e in rows))
+    m.total = sum(e.total for e in rows)
+    m.done, m.failed = sum(e.done for e in rows), sum(e.failed for e in rows)
     for k in ("done_this_run", "errors_this_run", "truncated"):
         setattr(m, k, sum(getattr(r, k) for r in recs))
     m.adopted = len(Store(out).adopted())  # one count for the job: ranks share the main manifest
-    nodes = sorted({e["node"] for e, _ in live if e["node"]})
+    nodes = sorted({e.node for e, _ in live if e.node})
     m.host = ",".join(nodes)[:80] or socket.gethostname()
-    rates = [e["rate"] for e, _ in live if e["rate"] is not None]
+    rates = [e.rate for e, _ in live if e.rate is not None]
     m.rate = sum(rates) if rates else None
     tps = [r.tokens_per_s for _, r in live if r is not None and r.tokens_per_s is not None]
     m.tokens_per_s = sum(tps) if tps else None
-    left = [e for e in rows if e["state"] not in ("done",)]
-    etas = [e["eta_s"] for e in left]
+    left = [e for e in rows if e.state is not RankState.DONE]
+    etas = [e.eta_s for e in left]
     m.eta_s = max(etas) if left and all(x is not None for x in etas) else None  # the slowest rank
     if recs:
         m.server.backend = recs[0].server.backend
         m.server.restarts = sum(r.server.restarts for r in recs)
-        errs = [(r.heartbeat_at or "", e["rank"], r.last_error) for e, r in entries if r and r.last_error]
+        errs = [(r.heartbeat_at or "", e.rank, r.last_error) for e, r in entries if r and r.last_error]
         if errs:
             _, rank, text = max(errs)
             m.last_error = f"rank {rank}: {text}"[:500]
@@ -248,12 +247,12 @@ def _disk(m: StatusRecord, out: str, recs: list[StatusRecord]) -> None:
 
 def _phase(m: StatusRecord, st: dict, entries: list) -> None:
     rows = [e for e, _ in entries]
-    live = [(e, r) for e, r in entries if e["state"] in ("running", "stale")]
-    pending = [e for e in rows if e["state"] == "pending"]
-    bad = [e for e in rows if e["state"] in ALERT_STATES]
+    live = [(e, r) for e, r in entries if e.state in LIVE]
+    pending = [e for e in rows if e.state is RankState.PENDING]
+    bad = [e for e in rows if e.state in ALERTING]
     beats = [r.heartbeat_at for e, r in live if r is not None and r.heartbeat_at]
     all_beats = [r.heartbeat_at for _, r in entries if r is not None and r.heartbeat_at]
-    if all(e["state"] == "done" for e in rows):
+    if all(e.state is RankState.DONE for e in rows):
         m.phase = Phase.DONE
         m.phase_since = max(all_beats) if all_beats else None
         m.heartbeat_at = m.phase_since
@@ -274,17 +273,21 @@ def _phase(m: StatusRecord, st: dict, entries: list) -> None:
     elif st.get("stop_requested_at"):
         m.phase, m.reason, m.phase_since = Phase.STOPPED, "stopped on request", st["stop_requested_at"]
     elif bad:
-        m.phase = Phase.CRASHED if all(e["state"] in ("crashed", "lost") for e in bad) else Phase.FAILED
-        m.reason = "; ".join(f"rank {e['rank']} {describe(e)}" for e in bad)[:500]
+        m.phase = (
+            Phase.CRASHED
+            if all(e.state in (RankState.CRASHED, RankState.LOST) for e in bad)
+            else Phase.FAILED
+        )
+        m.reason = "; ".join(f"rank {e.rank} {describe(e)}" for e in bad)[:500]
         m.phase_since = max(all_beats) if all_beats else m.phase_since
     else:
         m.phase, m.reason = Phase.STOPPED, "no rank is queued or running"
 
 
-def describe(e: dict) -> str:
+def describe(e: RankEntry) -> str:
     """'CANCELLED on gpu-3': Slurm's word when it has one, else hsx's."""
-    word = e.get("slurm") if e.get("slurm") and e["slurm"] not in RUNNING else e["state"].upper()
-    return f"{word} on {e['node']}" if e.get("node") else str(word)
+    word = e.slurm if e.slurm and e.slurm not in RUNNING else e.state.value.upper()
+    return f"{word} on {e.node}" if e.node else str(word)
 
 
 # --- actions -------------------------------------------------------------------------------
