@@ -153,8 +153,9 @@ class StatusRecord:
         return (self.done / self.total) if self.total else 0.0
 
 
-def now_iso() -> str:
-    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
+def now_iso(now: dt.datetime | None = None) -> str:
+    now = now or dt.datetime.now(dt.timezone.utc)
+    return now.astimezone(dt.timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
 
 
 def parse_iso(s: str | None) -> dt.datetime | None:
