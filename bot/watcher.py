@@ -18,6 +18,7 @@ from remote.errors import RemoteError
 from runner.contract import render, status
 from runner.contract.atomic import write_atomic
 from runner.contract.config import Config
+from runner.contract.ranks import ALERTING
 from runner.contract.status import Phase, StatusRecord, age_s
 
 from . import history, summary
@@ -27,7 +28,6 @@ log = logging.getLogger("hsx.watcher")
 PROGRESS_UPDATE_S = 60.0  # edit the pinned message at most this often, unless the phase changes
 ERROR_SPIKE = 10  # this many new errors between two polls is an alert
 MAX_KEYS = 500
-RANK_ALERTS = ("failed", "node_fail", "timeout", "preempted", "cancelled", "crashed", "lost")
 
 
 @dataclass
@@ -107,14 +107,10 @@ def _conditions(
     """Alert keys that are true now → (headline, offer Resume). A key names one episode."""
     run = rec.started_at or ""
     out: dict[str, tuple[str, bool]] = {}
-    bad_ranks = [r for r in rec.ranks or [] if r.get("state") in RANK_ALERTS]
+    bad_ranks = [r for r in rec.ranks or [] if r.state in ALERTING]
     for r in bad_ranks:  # one alert per rank episode: its Slurm task and what happened to it
-        where = f" (node {r['node']})" if r.get("node") else ""
-        word = r.get("slurm") or str(r.get("state")).upper()
-        out[f"rank:{r.get('rank')}:{r.get('job')}:{r.get('state')}"] = (
-            f"Rank {r.get('rank')} {word}{where}",
-            True,
-        )
+        where = f" (node {r.node})" if r.node else ""
+        out[f"rank:{r.rank}:{r.job}:{r.state.value}"] = (f"Rank {r.rank} {r.word()}{where}", True)
     if rec.phase.is_failed() and not bad_ranks:  # a cluster run's failure is its ranks' alerts
         out[f"{rec.phase.value}:{run}:{rec.phase_since}"] = (f"Extraction {rec.phase.value.upper()}", True)
     if status.is_stale(rec, now, lim.heartbeat_stale_s):

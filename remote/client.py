@@ -6,23 +6,12 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from runner.contract.replies import ANSWER_CODES
 from runner.contract.status import StatusRecord
 
 from .errors import BadReply, CommandFailed
 from .transport import Result, Transport
 
-# hsx-runner exits with these for answers that are not failures of the command itself.
-ANSWER_CODES = {
-    "status": (0,),
-    "start": (0, 3),  # 3: refused (already running), reply says why
-    "resume": (0, 3),
-    "stop": (0, 3),
-    "verify": (0, 1, 3),  # 1: not every sample is sound, reply lists them; 3: a background one refused
-    "adopt": (0, 3),  # 3: refused (bad directory, a runner holds the job), reply says why
-    "logs": (0,),
-    "events": (0,),
-    "preflight": (0, 1),  # 1: some check failed, reply lists them
-}
 MAX_LOG_LINES = 500
 LOGS = ("runner", "server", "crash", "all")  # hsx-runner logs --which
 

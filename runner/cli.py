@@ -1,31 +1,26 @@
 """``hsx-runner``: the GPU-box side. Every verb answers JSON with --json, so the ops side
-never parses free text. Exit codes: 0 ok, 1 not ok (verify/preflight/job failed),
-2 usage or config error, 3 refused (already running / not running)."""
+never parses free text. Exit codes (runner.contract.replies): 0 ok, 1 not ok
+(verify/preflight/job failed), 2 usage or config error, 3 refused (already running / not running).
+
+start, resume, stop, status, logs and events belong to the job's engine (runner.engines: this
+box, or Slurm); the CLI only picks it and prints its answer."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import os
-import signal
 import sys
-import time
 
-from . import lock, view
 from .contract.config import Config, load, require_job
 from .contract.errors import HsxError, LockedError, StatusError
-
-REFUSED = 3
-
-
-def _emit(args, obj: dict, text: str) -> None:
-    if "started" in obj or "stopped" in obj:  # one shape for every action's reply
-        obj = {"ok": bool(obj.get("started", obj.get("stopped"))), **obj, "message": text}
-    print(json.dumps(obj) if args.json else text)
+from .contract.replies import NOT_OK, OK, REFUSED, USAGE, Reply
+from .engines import engine_for
 
 
-def _slurm(cfg: Config) -> bool:
-    return cfg.cluster.engine == "slurm"
+def _answer(args, reply: Reply) -> int:
+    print(json.dumps(reply.payload()) if args.json else reply.text)
+    return reply.code
 
 
 def cmd_run(args, cfg: Config) -> int:
@@ -33,7 +28,7 @@ def cmd_run(args, cfg: Config) -> int:
 
     if (args.rank is None) != (args.world is None):
         print("hsx-runner: --rank and --world go together", file=sys.stderr)
-        return 2
+        return USAGE
     try:
         if args.rank is not None:
             return run(cfg, args.rank, args.world)
@@ -43,209 +38,36 @@ def cmd_run(args, cfg: Config) -> int:
         return REFUSED
 
 
-def _submit(args, cfg: Config, resume: bool) -> int:
-    from . import slurm
-
-    ok, obj, text = slurm.submit(cfg, resume)
-    _emit(args, {"started": ok, "verb": "resume" if resume else "start", **obj}, text)
-    return 0 if ok else REFUSED
+# --- the engine's verbs: the engine answers, the CLI prints --------------------------------------
+def cmd_start(args, cfg: Config) -> int:
+    return _answer(args, engine_for(cfg).start(args.force))
 
 
-def _spawn(args, cfg: Config, resume: bool) -> int:
-    import subprocess
-
-    if _slurm(cfg):
-        return _submit(args, cfg, resume)
-    out = cfg.job.out
-    held, pid = lock.is_held(out)
-    verb = "resume" if resume else "start"
-    if held:
-        if resume and pid and view.current(out).phase.value == "paused":
-            os.kill(pid, signal.SIGUSR1)  # a paused runner re-checks its disk now
-            msg = f"runner pid {pid} is paused; asked it to re-check the disk and continue"
-            _emit(args, {"ok": True, "started": False, "woken": True, "pid": pid}, msg)
-            return 0
-        _emit(
-            args,
-            {"started": False, "pid": pid, "reason": f"already running (pid {pid})"},
-            f"already running (pid {pid})",
-        )
-        return REFUSED
-    if resume and not os.path.exists(os.path.join(out, "dataset.json")):
-        msg = f"nothing to resume in {out}; use start"
-        _emit(args, {"started": False, "reason": msg}, msg)
-        return REFUSED
-    from .preflight import GATES, gate, preflight
-
-    report = preflight(cfg)
-    blocked = gate(report, args.force)
-    if blocked:
-        msg = "preflight refused the start: " + "; ".join(
-            f"{c['name']}: {c['detail']}" + (f" (fix: {c['fix']})" if c["fix"] else "") for c in blocked
-        )
-        _emit(args, {"started": False, "reason": msg, "preflight": report}, msg + "\n(--force skips it)")
-        return REFUSED
-    skipped = [c["name"] for c in report["checks"] if c["name"] in GATES and not c["ok"]]
-    os.makedirs(os.path.join(out, "logs"), exist_ok=True)
-    with open(os.path.join(out, "logs", "runner.out"), "ab") as log:
-        p = subprocess.Popen(  # its stdout/stderr: logs/runner.out (Names.crash_log)
-            [sys.executable, "-m", "runner.cli", "run", "--config", cfg.path],
-            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
-        )  # fmt: skip
-    # Answer once the child has claimed its record and got through set-up (or failed in it),
-    # so a start that dies at once says why instead of "started".
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        held, hpid = lock.is_held(out)
-        if held and hpid == p.pid:
-            return _settled(args, out, p, verb, skipped)
-        code = p.poll()
-        if code is not None:
-            held, hpid = lock.is_held(out)
-            reason = f"already running (pid {hpid})" if held else f"runner exited with code {code}; see logs"
-            _emit(args, {"started": False, "pid": hpid, "reason": reason}, reason)
-            return REFUSED
-        time.sleep(0.05)
-    _emit(
-        args,
-        {"started": False, "pid": p.pid, "reason": "runner did not take the lock within 20s"},
-        "runner slow to start",
-    )
-    return REFUSED
-
-
-SETTLE_S = 30.0  # how long start waits for set-up (config, model, dataset, tokenizer) to pass
-
-
-def _settled(args, out: str, p, verb: str, forced: list[str]) -> int:
-    """The runner holds the job: wait until its set-up passed, or report its failure."""
-    word = "resumed" if verb == "resume" else "started"
-    extra = {"forced": forced} if forced else {}
-    note = f" (preflight skipped with --force: {', '.join(forced)})" if forced else ""
-    deadline = time.monotonic() + SETTLE_S
-    while True:
-        try:
-            rec = view.current(out)
-        except StatusError:  # a corrupt record the child has not rewritten yet
-            if time.monotonic() > deadline:
-                _emit(
-                    args,
-                    {"started": True, "pid": p.pid, "verb": verb, **extra},
-                    f"{word}: runner pid {p.pid}{note}",
-                )
-                return 0
-            time.sleep(0.05)
-            continue
-        if rec.pid == p.pid and rec.phase.value == "failed":
-            why = f"{rec.failed_in or rec.phase.value}: {rec.reason}" + (f" — {rec.hint}" if rec.hint else "")
-            msg = f"the runner failed at once in {why}"
-            _emit(args, {"started": False, "pid": p.pid, "reason": msg, "failed_in": rec.failed_in}, msg)
-            return REFUSED
-        past_setup = rec.pid == p.pid and rec.phase.value not in ("preflight",)
-        if past_setup or time.monotonic() > deadline:
-            _emit(
-                args,
-                {"started": True, "pid": p.pid, "verb": verb, **extra},
-                f"{word}: runner pid {p.pid}{note}",
-            )
-            return 0
-        if p.poll() is not None and not lock.is_held(out)[0]:
-            msg = f"the runner exited with code {p.returncode} at once: {rec.reason or 'see /extract logs --crash'}"
-            _emit(args, {"started": False, "pid": p.pid, "reason": msg}, msg)
-            return REFUSED
-        time.sleep(0.05)
+def cmd_resume(args, cfg: Config) -> int:
+    return _answer(args, engine_for(cfg).resume(args.force))
 
 
 def cmd_stop(args, cfg: Config) -> int:
-    if _slurm(cfg):
-        from . import slurm
-
-        ok, obj, text = slurm.cancel(cfg, args.wait)
-        _emit(args, {"stopped": ok, **obj}, text)
-        return 0 if ok or obj.get("signalled") else REFUSED
-    held, pid = lock.is_held(cfg.job.out)
-    if not held or not pid:
-        _emit(args, {"stopped": False, "reason": "not running"}, "not running")
-        return REFUSED
-    os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + args.wait
-    while time.monotonic() < deadline and lock.is_held(cfg.job.out)[0]:
-        time.sleep(0.1)
-    gone = not lock.is_held(cfg.job.out)[0]
-    msg = f"runner pid {pid} stopped" if gone else f"SIGTERM sent to pid {pid}; still draining"
-    _emit(args, {"stopped": gone, "pid": pid, "signalled": True, "reason": None if gone else "draining"}, msg)
-    return 0
+    return _answer(args, engine_for(cfg).stop(args.wait))
 
 
 def cmd_status(args, cfg: Config) -> int:
-    if _slurm(cfg):
-        from . import slurm
-
-        rec = slurm.merged(cfg)
-    else:
-        rec = view.current(cfg.job.out)
+    rec = engine_for(cfg).status()
     if args.json:
         print(json.dumps(rec.to_dict()))
     else:
-        from runner.contract.render import render_text
+        from .contract.render import render_text
 
         print(render_text(rec))
-    return 0
+    return OK
 
 
 def cmd_logs(args, cfg: Config) -> int:
-    from .ranks import Names
-
-    if args.rank is None and _slurm(cfg):  # every rank's tail, each line marked with its rank
-        from . import slurm
-
-        st = slurm.load_state(cfg.job.out) or {"ranges": []}
-        world = len(st["ranges"])
-        each = max(1, args.n // max(1, world))
-        lines = []
-        for r in range(world):
-            names = Names(cfg.job.out, r)
-            lines += [
-                f"[rank {r}] {x}"
-                for x in view.tail(names.server_log if args.server else names.runner_log, each)
-            ]
-        _emit(args, {"path": os.path.join(cfg.job.out, "logs"), "lines": lines}, "\n".join(lines))
-        return 0
-    names = Names(cfg.job.out, args.rank)
-    logs = {"runner": names.runner_log, "server": names.server_log, "crash": names.crash_log}
-    which = "server" if args.server else args.which
-    if which != "all":
-        lines = view.tail(logs[which], args.n)
-        _emit(args, {"path": logs[which], "lines": lines}, "\n".join(lines))
-        return 0
-    lines = []  # a short tail of each, under its name; empty ones left out
-    for name, path in logs.items():
-        part = view.tail(path, args.n)
-        if part:
-            lines += [f"--- {name}: {os.path.basename(path)} ---", *part]
-    _emit(args, {"path": os.path.dirname(names.runner_log), "lines": lines}, "\n".join(lines))
-    return 0
+    return _answer(args, engine_for(cfg).logs(args.n, args.which, args.rank, args.server))
 
 
 def cmd_events(args, cfg: Config) -> int:
-    import orjson
-
-    lines = view.tail(os.path.join(cfg.job.out, "events.jsonl"), args.n)
-    if _slurm(cfg):  # the ranks' events, in time order
-        from .ranks import Names
-        from .slurm import load_state
-
-        world = len((load_state(cfg.job.out) or {"ranges": []})["ranges"])
-        lines = [x for r in range(world) for x in view.tail(Names(cfg.job.out, r).events, args.n)]
-        lines = sorted(lines, key=lambda x: x[:30])[-args.n :]
-    events = []
-    for line in lines:
-        try:
-            events.append(orjson.loads(line))
-        except orjson.JSONDecodeError:
-            continue
-    _emit(args, {"events": events}, "\n".join(lines))
-    return 0
+    return _answer(args, engine_for(cfg).events(args.n))
 
 
 def cmd_verify(args, cfg: Config) -> int:
@@ -262,8 +84,7 @@ def cmd_verify(args, cfg: Config) -> int:
     text = (f"{report['ok']}/{report['total']} sound; missing {len(report['missing'])}, "
             f"corrupt {len(report['corrupt'])}, failed {len(report['failed'])}"
             + (f", unrecorded {len(report['unrecorded'])}" if report["unrecorded"] else ""))  # fmt: skip
-    _emit(args, report, text)
-    return 0 if report["complete"] else 1
+    return _answer(args, Reply(report, text, OK if report["complete"] else NOT_OK))
 
 
 def _detach(args, cfg: Config, verb: str, argv: list[str]) -> int:
@@ -272,8 +93,7 @@ def _detach(args, cfg: Config, verb: str, argv: list[str]) -> int:
 
     rep = background.start(cfg.job.out, cfg.path, verb, argv)
     text = f"{verb} running in the background (pid {rep['pid']})" if rep["started"] else rep["reason"]
-    _emit(args, rep, text)
-    return 0 if rep["started"] else REFUSED
+    return _answer(args, Reply(rep, text, OK if rep["started"] else REFUSED))
 
 
 def cmd_adopt(args, cfg: Config) -> int:
@@ -299,8 +119,7 @@ def cmd_adopt(args, cfg: Config) -> int:
             print(f"hsx-runner adopt: refused: {why}", file=sys.stderr)
         return REFUSED
     text = summary_text(report)
-    _emit(args, {"ok": True, **report, "message": text.splitlines()[0]}, text)
-    return 0
+    return _answer(args, Reply({"ok": True, **report, "message": text.splitlines()[0]}, text))
 
 
 def cmd_preflight(args, cfg: Config) -> int:
@@ -308,8 +127,7 @@ def cmd_preflight(args, cfg: Config) -> int:
 
     report = preflight(cfg, free_gpus=args.free_gpus)
     text = "\n".join(f"{'ok ' if c['ok'] else 'BAD'} {c['name']}: {c['detail']}" for c in report["checks"])
-    _emit(args, report, text)
-    return 0 if report["ok"] else 1
+    return _answer(args, Reply(report, text, OK if report["ok"] else NOT_OK))
 
 
 def parser() -> argparse.ArgumentParser:
@@ -326,8 +144,8 @@ def parser() -> argparse.ArgumentParser:
     s = verb("run", cmd_run, "run the job in the foreground (resumes what is there)")
     s.add_argument("--rank", type=int, default=None, help="run only this rank's samples (a Slurm array task)")
     s.add_argument("--world", type=int, default=None, help="the number of ranks the job is split into")
-    for name, resume in (("start", False), ("resume", True)):
-        s = verb(name, lambda a, c, r=resume: _spawn(a, c, r), f"{name} the job detached, after preflight")
+    for name, fn in (("start", cmd_start), ("resume", cmd_resume)):
+        s = verb(name, fn, f"{name} the job detached, after preflight")
         s.add_argument("--force", action="store_true", help="start even when preflight's gates fail")
     s = verb("stop", cmd_stop, "stop the running job (SIGTERM, drains in-flight requests)")
     s.add_argument("--wait", type=float, default=30.0)
@@ -358,17 +176,17 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     if getattr(args, "n", 1) is not None and not 1 <= getattr(args, "n", 1) <= 5000:
         print("hsx-runner: -n must be 1..5000", file=sys.stderr)
-        return 2
+        return USAGE
     try:
         cfg = load(args.config)
         require_job(cfg)
         return args.fn(args, cfg)
     except StatusError as e:
         print(f"hsx-runner: {e}", file=sys.stderr)
-        return 2
+        return USAGE
     except HsxError as e:
         print(f"hsx-runner: {e}", file=sys.stderr)
-        return 2
+        return USAGE
 
 
 if __name__ == "__main__":

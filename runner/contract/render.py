@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 
+from .ranks import NAMED, QUIET
 from .status import STALE_S, Phase, StatusRecord, age_s, heartbeat_age, is_stale, parse_iso
 
 MAX_ERROR_CHARS = 400
@@ -244,23 +245,18 @@ def _phase_lines(rec: StatusRecord, now: dt.datetime) -> list[str]:
     return [f"phase {p.value}", progress_line(rec)]  # pragma: no cover - every phase is handled
 
 
-RANK_WORDS = ("running", "pending", "done", "stopped")  # any other rank state counts as failed
-
-
 def ranks_line(rec: StatusRecord) -> str:
     """A cluster run, when something is off: 'ranks: 7 running, 1 failed — NODE_FAIL on gpu-3'."""
     ranks = rec.ranks or []
-    states = [str(r.get("state", "")) for r in ranks]
-    if not ranks or all(s in ("running", "done") for s in states):
+    if not ranks or all(r.state in QUIET for r in ranks):
         return ""
-    counts = {w: states.count(w) for w in RANK_WORDS}
-    bad = [r for r in ranks if r.get("state") not in RANK_WORDS]
-    parts = [f"{n} {w}" for w, n in counts.items() if n] + ([f"{len(bad)} failed"] if bad else [])
+    counts = {w: sum(r.state == w for r in ranks) for w in NAMED}
+    bad = [r for r in ranks if r.state not in NAMED]
+    parts = [f"{n} {w.value}" for w, n in counts.items() if n] + ([f"{len(bad)} failed"] if bad else [])
     line = "ranks: " + ", ".join(parts)
     if bad:
         r = bad[0]
-        word = r.get("slurm") if r.get("slurm") not in (None, "", "RUNNING") else str(r.get("state")).upper()
-        line += f" — {word}" + (f" on {r['node']}" if r.get("node") else "") + f" (rank {r.get('rank')})"
+        line += f" — {r.word()}" + (f" on {r.node}" if r.node else "") + f" (rank {r.rank})"
     return line
 
 

@@ -15,6 +15,7 @@ from typing import Any
 
 from .atomic import write_atomic
 from .errors import StatusError
+from .ranks import RankEntry
 
 SCHEMA = 1
 STATUS = "status.json"  # in the job's output directory
@@ -100,12 +101,14 @@ class StatusRecord:
     hint: str | None = None  # what to do about the failure
     log_tail: list[str] | None = None  # the last lines of the log that shows it
     heartbeat_age_s: float | None = None  # filled by readers, not by the writer
-    ranks: list[dict] | None = None  # a cluster run only: one entry per rank (runner.slurm)
+    ranks: list[RankEntry] | None = None  # a cluster run only: one entry per rank (the Slurm engine)
     background: dict | None = None  # a background verb (verify) and its progress; filled by readers
 
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
         d["phase"] = self.phase.value
+        if self.ranks is not None:
+            d["ranks"] = [r.to_dict() for r in self.ranks]
         for k in ("ranks", "background"):  # absent unless there is one
             if d[k] is None:
                 del d[k]
@@ -136,8 +139,10 @@ class StatusRecord:
         if kw.get("background") is not None and not isinstance(kw["background"], dict):
             raise StatusError("status record field 'background' is not an object")
         ranks = kw.get("ranks")
-        if ranks is not None and not (isinstance(ranks, list) and all(isinstance(r, dict) for r in ranks)):
-            raise StatusError("status record field 'ranks' is not a list of objects")
+        if ranks is not None:
+            if not isinstance(ranks, list):
+                raise StatusError("status record field 'ranks' is not a list of objects")
+            kw["ranks"] = [RankEntry.from_dict(r) for r in ranks]
         for k in ("total", "done", "done_this_run", "adopted", "failed", "errors_this_run"):
             if not isinstance(kw.get(k, 0), int):
                 raise StatusError(f"status record field {k!r} is not an integer")
@@ -148,8 +153,9 @@ class StatusRecord:
         return (self.done / self.total) if self.total else 0.0
 
 
-def now_iso() -> str:
-    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
+def now_iso(now: dt.datetime | None = None) -> str:
+    now = now or dt.datetime.now(dt.timezone.utc)
+    return now.astimezone(dt.timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
 
 
 def parse_iso(s: str | None) -> dt.datetime | None:

@@ -1,0 +1,130 @@
+"""The local engine: the job as one detached ``hsx-runner run`` on this box.
+
+The job's lock says whether a runner lives and which pid it is; signals do the rest
+(SIGTERM drains and stops it, SIGUSR1 wakes a paused one)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+from .. import lock, view
+from ..contract.errors import StatusError
+from ..contract.replies import OK, REFUSED, Reply
+from ..contract.status import StatusRecord
+from . import Engine
+
+START_S = 20.0  # how long start waits for the child to take the job's lock
+SETTLE_S = 30.0  # how long start waits for set-up (config, model, dataset, tokenizer) to pass
+
+
+class LocalEngine(Engine):
+    def start(self, force: bool = False) -> Reply:
+        return self._spawn(False, force)
+
+    def resume(self, force: bool = False) -> Reply:
+        return self._spawn(True, force)
+
+    def _spawn(self, resume: bool, force: bool) -> Reply:
+        out = self.out
+        held, pid = lock.is_held(out)
+        verb = "resume" if resume else "start"
+        if held:
+            if resume and pid and view.current(out).phase.value == "paused":
+                os.kill(pid, signal.SIGUSR1)  # a paused runner re-checks its disk now
+                msg = f"runner pid {pid} is paused; asked it to re-check the disk and continue"
+                return Reply({"ok": True, "started": False, "woken": True, "pid": pid}, msg)
+            why = f"already running (pid {pid})"
+            return Reply({"started": False, "pid": pid, "reason": why}, why, REFUSED)
+        if resume and not os.path.exists(os.path.join(out, "dataset.json")):
+            msg = f"nothing to resume in {out}; use start"
+            return Reply({"started": False, "reason": msg}, msg, REFUSED)
+        from ..preflight import GATES, gate, preflight
+
+        report = preflight(self.cfg)
+        blocked = gate(report, force)
+        if blocked:
+            msg = "preflight refused the start: " + "; ".join(
+                f"{c['name']}: {c['detail']}" + (f" (fix: {c['fix']})" if c["fix"] else "") for c in blocked
+            )
+            return Reply(
+                {"started": False, "reason": msg, "preflight": report}, msg + "\n(--force skips it)", REFUSED
+            )
+        skipped = [c["name"] for c in report["checks"] if c["name"] in GATES and not c["ok"]]
+        os.makedirs(os.path.join(out, "logs"), exist_ok=True)
+        with open(os.path.join(out, "logs", "runner.out"), "ab") as log:
+            p = subprocess.Popen(  # its stdout/stderr: logs/runner.out (Names.crash_log)
+                [sys.executable, "-m", "runner.cli", "run", "--config", self.cfg.path],
+                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+            )  # fmt: skip
+        # Answer once the child has claimed its record and got through set-up (or failed in it),
+        # so a start that dies at once says why instead of "started".
+        deadline = time.monotonic() + START_S
+        while time.monotonic() < deadline:
+            held, hpid = lock.is_held(out)
+            if held and hpid == p.pid:
+                return self._settled(p, verb, skipped)
+            code = p.poll()
+            if code is not None:
+                held, hpid = lock.is_held(out)
+                reason = (
+                    f"already running (pid {hpid})" if held else f"runner exited with code {code}; see logs"
+                )
+                return Reply({"started": False, "pid": hpid, "reason": reason}, reason, REFUSED)
+            time.sleep(0.05)
+        why = f"runner did not take the lock within {START_S:g}s"
+        return Reply({"started": False, "pid": p.pid, "reason": why}, "runner slow to start", REFUSED)
+
+    def _settled(self, p: subprocess.Popen, verb: str, forced: list[str]) -> Reply:
+        """The runner holds the job: wait until its set-up passed, or report its failure."""
+        out = self.out
+        word = "resumed" if verb == "resume" else "started"
+        extra = {"forced": forced} if forced else {}
+        note = f" (preflight skipped with --force: {', '.join(forced)})" if forced else ""
+        started = Reply(
+            {"started": True, "pid": p.pid, "verb": verb, **extra}, f"{word}: runner pid {p.pid}{note}"
+        )
+        deadline = time.monotonic() + SETTLE_S
+        while True:
+            try:
+                rec = view.current(out)
+            except StatusError:  # a corrupt record the child has not rewritten yet
+                if time.monotonic() > deadline:
+                    return started
+                time.sleep(0.05)
+                continue
+            if rec.pid == p.pid and rec.phase.value == "failed":
+                why = f"{rec.failed_in or rec.phase.value}: {rec.reason}" + (
+                    f" — {rec.hint}" if rec.hint else ""
+                )
+                msg = f"the runner failed at once in {why}"
+                return Reply(
+                    {"started": False, "pid": p.pid, "reason": msg, "failed_in": rec.failed_in}, msg, REFUSED
+                )
+            past_setup = rec.pid == p.pid and rec.phase.value not in ("preflight",)
+            if past_setup or time.monotonic() > deadline:
+                return started
+            if p.poll() is not None and not lock.is_held(out)[0]:
+                msg = f"the runner exited with code {p.returncode} at once: {rec.reason or 'see /extract logs --crash'}"
+                return Reply({"started": False, "pid": p.pid, "reason": msg}, msg, REFUSED)
+            time.sleep(0.05)
+
+    def stop(self, wait: float) -> Reply:
+        held, pid = lock.is_held(self.out)
+        if not held or not pid:
+            return Reply({"stopped": False, "reason": "not running"}, "not running", REFUSED)
+        os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline and lock.is_held(self.out)[0]:
+            time.sleep(0.1)
+        gone = not lock.is_held(self.out)[0]
+        msg = f"runner pid {pid} stopped" if gone else f"SIGTERM sent to pid {pid}; still draining"
+        return Reply(
+            {"stopped": gone, "pid": pid, "signalled": True, "reason": None if gone else "draining"}, msg, OK
+        )
+
+    def status(self) -> StatusRecord:
+        return view.current(self.out)

@@ -1,0 +1,142 @@
+"""The Slurm engine's I/O: the Slurm commands (sbatch, squeue, sacct, scancel), the run's
+``cluster.json`` and the ranks' status files. It reads and runs; it decides nothing.
+
+Every Slurm command runs as an argv list on the login node, never through a shell."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+
+from .. import ranks
+from ..contract.atomic import write_atomic
+from ..contract.config import Config
+from ..contract.errors import HsxError, StatusError
+from ..contract.status import StatusRecord, read_record
+from .slurm_merge import Task
+
+STATE_FILE = "cluster.json"  # in the output directory: world, ranges, each rank's Slurm job
+SCRIPT = os.path.join(".slurm", "hsx-rank.sh")
+
+
+class SlurmError(HsxError):
+    """A Slurm command could not be run or refused the request."""
+
+
+def _run(argv: list[str], timeout: float = 30.0) -> subprocess.CompletedProcess:
+    try:
+        return subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
+    except FileNotFoundError:
+        raise SlurmError(f"{argv[0]} not found: is this a Slurm login node?") from None
+    except subprocess.TimeoutExpired:
+        raise SlurmError(f"{argv[0]} did not answer within {timeout:g}s") from None
+
+
+# --- the run directory's cluster state ---------------------------------------------------
+def load_state(out: str) -> dict | None:
+    try:
+        with open(os.path.join(out, STATE_FILE)) as f:
+            st = json.load(f)
+    except FileNotFoundError:
+        return None
+    except (OSError, json.JSONDecodeError) as e:
+        raise StatusError(f"{os.path.join(out, STATE_FILE)} is unreadable ({e})") from None
+    if not isinstance(st, dict) or not isinstance(st.get("ranges"), list):
+        raise StatusError(f"{os.path.join(out, STATE_FILE)} is not a cluster state")
+    return st
+
+
+def save_state(out: str, st: dict) -> None:
+    write_atomic(os.path.join(out, STATE_FILE), json.dumps(st, indent=1) + "\n")
+
+
+def read_rank(out: str, r: int) -> StatusRecord | None:
+    """Rank r's own record; None when it has none yet or it is unreadable mid-write."""
+    try:
+        return read_record(ranks.Names(out, r).status)
+    except StatusError:
+        return None
+
+
+# --- what Slurm says -----------------------------------------------------------------------
+def query(job_ids: list[str]) -> dict[str, Task]:
+    """'JOB_TASK' -> state for the given array jobs: squeue (pending, running and recently
+    finished tasks), then sacct for tasks squeue no longer knows, when accounting answers."""
+    ids = sorted({j for j in job_ids if j})
+    if not ids:
+        return {}
+    found: dict[str, Task] = {}
+    p = _run(["squeue", "-h", "-r", "-t", "all", "-j", ",".join(ids), "-o", "%i|%T|%N|%r"])
+    if p.returncode == 0:
+        for line in p.stdout.splitlines():
+            parts = line.strip().split("|")
+            if len(parts) == 4 and "_" in parts[0]:
+                found[parts[0]] = Task(parts[1], parts[2], "" if parts[3] == "None" else parts[3])
+    known = {k.split("_")[0] for k in found}
+    missing = [j for j in ids if j not in known]
+    if missing and shutil.which("sacct"):
+        p = _run(["sacct", "-n", "-P", "-X", "-j", ",".join(missing), "-o", "JobID,State,NodeList,Reason"])
+        if p.returncode == 0:
+            for line in p.stdout.splitlines():
+                parts = line.strip().split("|")
+                if len(parts) == 4 and "_" in parts[0] and "[" not in parts[0]:
+                    state = parts[1].split()[0] if parts[1] else ""  # "CANCELLED by 0"
+                    found.setdefault(parts[0], Task(state, parts[2], "" if parts[3] == "None" else parts[3]))
+    return found
+
+
+def query_ranks(ids: dict[int, str]) -> dict[int, Task]:
+    """rank -> what Slurm says about its 'JOB_TASK'; a rank Slurm no longer knows is absent."""
+    info = query(list({t.split("_")[0] for t in ids.values()}))
+    return {r: info[t] for r, t in ids.items() if t in info}
+
+
+# --- submitting and cancelling ---------------------------------------------------------------
+def write_script(cfg: Config, world: int) -> str:
+    path = os.path.join(cfg.job.out, SCRIPT)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    py = cfg.cluster.python or sys.executable
+    cmd = [py, "-m", "runner.cli", "run", "--config", os.path.abspath(cfg.path)]
+    text = (
+        "#!/bin/bash\n# hsx: one array task = one rank; written by hsx-runner start/resume\n"
+        f'exec {shlex.join(cmd)} --rank "$SLURM_ARRAY_TASK_ID" --world {world}\n'
+    )
+    write_atomic(path, text)
+    return path
+
+
+def sbatch_argv(cfg: Config, todo: list[int], script: str) -> list[str]:
+    c, out = cfg.cluster, cfg.job.out
+    spec = ",".join(map(str, todo)) + (f"%{c.max_concurrent}" if c.max_concurrent else "")
+    argv = [
+        "sbatch", "--parsable", f"--job-name=hsx-{cfg.job.name}", f"--array={spec}",
+        f"--output={os.path.join(out, 'logs', 'slurm-%A_%a.out')}", "--open-mode=append",
+        "--nodes=1", "--ntasks=1", f"--chdir={os.path.dirname(os.path.abspath(cfg.path))}",
+    ]  # fmt: skip
+    if c.requeue:
+        argv.append("--requeue")
+    if c.partition:
+        argv.append(f"--partition={c.partition}")
+    if c.gpus_per_node:
+        argv.append(f"--gpus-per-node={c.gpus_per_node}")
+    if c.time_limit:
+        argv.append(f"--time={c.time_limit}")
+    return argv + list(c.sbatch_args) + [script]
+
+
+def sbatch(argv: list[str]) -> str:
+    """Submit; the array's job id."""
+    p = _run(argv, timeout=60)
+    if p.returncode != 0:
+        raise SlurmError(f"sbatch refused the array (exit {p.returncode}): {p.stderr.strip()[-400:]}")
+    return p.stdout.strip().split(";")[0]
+
+
+def scancel(jobs: list[str]) -> None:
+    p = _run(["scancel", *jobs])
+    if p.returncode != 0:
+        raise SlurmError(f"scancel failed (exit {p.returncode}): {p.stderr.strip()[-400:]}")

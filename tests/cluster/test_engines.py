@@ -1,0 +1,102 @@
+"""The engine seam without slurmctld: which engine a config gets, the one reply shape, the exit
+codes both sides read, and the Slurm engine's status reading real files with Slurm's answer
+stubbed where the I/O module asks it."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from remote import client
+from runner.contract import replies
+from runner.contract.config import from_dict
+from runner.contract.ranks import RankState
+from runner.contract.replies import Reply
+from runner.contract.status import Phase, StatusRecord, now_iso, write_record
+from runner.engines import engine_for, slurm_io
+from runner.engines.local import LocalEngine
+from runner.engines.slurm import SlurmEngine
+from runner.engines.slurm_merge import Task
+
+
+def config(tmp_path, engine: str):
+    data = tmp_path / "data.jsonl"
+    data.write_text("".join(json.dumps({"input_ids": [1, 2, 3]}) + "\n" for _ in range(2500)))
+    d = {"job": {"name": "t", "model": "m", "dataset": str(data), "out": str(tmp_path / "out")},
+         "cluster": {"engine": engine}}  # fmt: skip
+    return from_dict(d, base_dir=str(tmp_path))
+
+
+def test_engine_for_picks_by_the_cluster_section(tmp_path):
+    assert type(engine_for(config(tmp_path, "local"))) is LocalEngine
+    assert type(engine_for(config(tmp_path, "slurm"))) is SlurmEngine
+
+
+def test_an_action_reply_always_says_ok_and_message():
+    assert Reply({"started": False, "reason": "x"}, "x", 3).payload() == {
+        "ok": False, "started": False, "reason": "x", "message": "x",
+    }  # fmt: skip
+    woken = Reply({"ok": True, "started": False, "woken": True}, "woke").payload()
+    assert woken["ok"] is True and woken["message"] == "woke"  # the reply's own ok wins
+    assert Reply({"stopped": True}, "gone").payload() == {"ok": True, "stopped": True, "message": "gone"}
+    assert Reply({"lines": ["a"]}, "a").payload() == {"lines": ["a"]}  # not an action: as it is
+
+
+def test_exit_codes_are_one_table():
+    assert (replies.OK, replies.NOT_OK, replies.USAGE, replies.REFUSED) == (0, 1, 2, 3)
+    assert client.ANSWER_CODES is replies.ANSWER_CODES
+    assert replies.ANSWER_CODES["start"] == (0, 3) and replies.ANSWER_CODES["verify"] == (0, 1, 3)
+    assert replies.ANSWER_CODES["preflight"] == (0, 1) and replies.ANSWER_CODES["status"] == (0,)
+
+
+def test_slurm_status_before_any_submit_is_stopped_with_the_total(tmp_path):
+    rec = engine_for(config(tmp_path, "slurm")).status()
+    assert rec.phase is Phase.STOPPED and rec.reason == "not started yet" and rec.ranks == []
+    assert rec.total == 2500 and rec.disk.path == str(tmp_path / "out")
+
+
+def test_slurm_status_reads_state_records_and_slurm_then_merges(tmp_path, monkeypatch):
+    cfg = config(tmp_path, "slurm")
+    out = cfg.job.out
+    os.makedirs(out)
+    slurm_io.save_state(
+        out, {"ranges": [[0, 2000], [2000, 2500]], "tasks": {"0": {"job": "5"}, "1": {"job": "5"}}}
+    )
+    write_record(os.path.join(out, "status.rank0.json"),
+                 StatusRecord(phase=Phase.EXTRACTING, done=40, rate=2.0, eta_s=980.0, heartbeat_at=now_iso()))  # fmt: skip
+    with open(os.path.join(out, "status.rank1.json"), "w") as f:
+        f.write("{torn")  # mid-write: read as no record
+    asked = []
+
+    def query(ids):
+        asked.append(ids)
+        return {"5_0": Task("RUNNING", "gpu-1"), "5_1": Task("NODE_FAIL", "gpu-2")}
+
+    monkeypatch.setattr(slurm_io, "query", query)
+    rec = engine_for(cfg).status()
+    assert asked == [["5"]]
+    assert [r.state for r in rec.ranks] == [RankState.RUNNING, RankState.NODE_FAIL]
+    assert rec.phase is Phase.EXTRACTING and rec.rate == 2.0 and rec.done == 40 and rec.total == 2500
+    assert rec.ranks[0].heartbeat_age_s is not None and rec.ranks[0].heartbeat_age_s < 60
+    assert rec.host == "gpu-1" and rec.disk.path == out and rec.disk.free > 0
+
+
+@pytest.mark.parametrize("server,which,want", [(False, "runner", "runner"), (True, "runner", "server"),
+                                               (False, "server", "runner")])  # fmt: skip
+def test_slurm_logs_of_every_rank(tmp_path, server, which, want):
+    # every rank's tail: only --server picks the servers' logs (--which server does not, as before)
+    cfg = config(tmp_path, "slurm")
+    out = cfg.job.out
+    os.makedirs(os.path.join(out, "logs"))
+    slurm_io.save_state(out, {"ranges": [[0, 2000], [2000, 2500]]})
+    for r in (0, 1):
+        for name in ("runner", "server"):
+            with open(os.path.join(out, "logs", f"{name}.rank{r}.log"), "w") as f:
+                f.write("".join(f"{name} {r} line {i}\n" for i in range(5)))
+    rep = engine_for(cfg).logs(4, which, None, server)
+    assert rep.obj["lines"] == [f"[rank {r}] {want} {r} line {i}" for r in (0, 1) for i in (3, 4)]
+    assert rep.code == 0 and rep.obj["path"] == os.path.join(out, "logs")
+    one = engine_for(cfg).logs(2, which, 1, server).obj["lines"]  # one rank: --which counts
+    assert one == [f"{'server' if server or which == 'server' else 'runner'} 1 line {i}" for i in (3, 4)]
