@@ -15,6 +15,7 @@ from .. import lock, view
 from ..contract.errors import StatusError
 from ..contract.replies import OK, REFUSED, Reply
 from ..contract.status import StatusRecord
+from ..store import DESCRIPTION
 from . import Engine
 
 START_S = 20.0  # how long start waits for the child to take the job's lock
@@ -39,7 +40,7 @@ class LocalEngine(Engine):
                 return Reply({"ok": True, "started": False, "woken": True, "pid": pid}, msg)
             why = f"already running (pid {pid})"
             return Reply({"started": False, "pid": pid, "reason": why}, why, REFUSED)
-        if resume and not os.path.exists(os.path.join(out, "dataset.json")):
+        if resume and not os.path.exists(os.path.join(out, DESCRIPTION)):
             msg = f"nothing to resume in {out}; use start"
             return Reply({"started": False, "reason": msg}, msg, REFUSED)
         from ..preflight import GATES, gate, preflight

@@ -18,7 +18,7 @@ from ..contract.errors import HsxError
 from ..contract.replies import OK, REFUSED, Reply
 from ..contract.status import Phase, StatusRecord, now_iso
 from ..dataset import line_offsets
-from ..store import Store
+from ..store import DESCRIPTION, Store
 from . import Engine, slurm_io
 from .slurm_merge import QUEUED, RUNNING, Inputs, Task, merge, task_ids
 
@@ -101,7 +101,7 @@ class SlurmEngine(Engine):
     def _submit(self, resume: bool) -> Reply:
         """Submit every rank that is not complete and not already queued or running."""
         cfg, out = self.cfg, self.out
-        if resume and not os.path.exists(os.path.join(out, "dataset.json")):
+        if resume and not os.path.exists(os.path.join(out, DESCRIPTION)):
             msg = f"nothing to resume in {out}; use start"
             return _refused("resume", msg)
         verb = "resume" if resume else "start"
