@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from remote.errors import RemoteError
 from runner.contract import render
 from runner.contract.config import Config
+from runner.contract.replies import AdoptReport, Answer, Check, PreflightReport, VerifyReport
 
 from . import summary
 from .audit import AuditLog, mention
@@ -281,13 +282,9 @@ class Handlers:
         except RemoteError as e:
             line = self.audit.record(user, cmd.action, f"error: {type(e).__name__}", str(e))
             return Reply(text=summary.render_error(e) + "\n" + line, ephemeral=True, error=True, audit=line)
-        refused = reply.get("ok") is False or bool(reply.get("refused"))
-        message = str(reply.get("message") or reply.get("reason") or reply.get("error") or "")
-        result = "refused" if refused else "ok"
-        line = self.audit.record(user, cmd.action, result, message)
-        return Reply(
-            text=_action_text(cmd, reply, refused, message), audit=line, error=refused, extra={"reply": reply}
-        )
+        answer = Answer.from_dict(reply)
+        line = self.audit.record(user, cmd.action, "ok" if answer.ok else "refused", answer.message)
+        return Reply(text=_action_text(cmd, answer), audit=line, error=not answer.ok, extra={"reply": reply})
 
     def _start(self, cmd: Command, user: str) -> Reply:
         return self._act(cmd, user, lambda: self.box.start(force=cmd.force))
@@ -300,7 +297,7 @@ class Handlers:
             report = self.box.preflight()
         except RemoteError as e:
             return Reply(text=summary.render_error(e), ephemeral=True, error=True)
-        return Reply(text=render_preflight(report), extra={"reply": report})
+        return Reply(text=render.render_preflight(PreflightReport.from_dict(report)), extra={"reply": report})
 
     def _ask_free_gpus(self) -> Reply:
         """Name the units that hold GPUs and ask; nothing is stopped yet."""
@@ -308,13 +305,12 @@ class Handlers:
             report = self.box.preflight()
         except RemoteError as e:
             return Reply(text=summary.render_error(e), ephemeral=True, error=True)
-        gpus = gpus_check_of(report)
-        units = gpu_units(gpus)
-        if gpus.get("ok") or not units:
-            what = "no other process holds a GPU" if gpus.get("ok") else str(gpus.get("detail", ""))
+        gpus = PreflightReport.from_dict(report).check("gpus") or Check("gpus", False, "no gpus check")
+        if gpus.ok or not gpus.units:
+            what = "no other process holds a GPU" if gpus.ok else gpus.detail
             return Reply(text=f"free-gpus: nothing to stop ({what})", ephemeral=True)
         return Reply(
-            text=f"Stop and disable {', '.join(units)}? It holds GPUs: {gpus.get('detail', '')}",
+            text=f"Stop and disable {', '.join(gpus.units)}? It holds GPUs: {gpus.detail}",
             ephemeral=True,
             confirm="free-gpus",
         )
@@ -336,65 +332,41 @@ class Handlers:
             reply = call()
         except RemoteError as e:
             return Reply(text=summary.render_error(e), ephemeral=True, error=True)
-        return Reply(text=verify_text(reply), error=bool(reply.get("background") and not reply.get("started")),
+        answer = Answer.from_dict(reply)
+        return Reply(text=verify_text(answer), error=answer.background and not answer.started,
                      extra={"reply": reply})  # fmt: skip
 
 
-def verify_text(reply: dict) -> str:
+def verify_text(answer: Answer) -> str:
     """A verify report, or the answer to starting one in the background."""
-    return background_text("verify", reply) if reply.get("background") else render.render_verify(reply)
+    if answer.background:
+        return background_text("verify", answer)
+    return render.render_verify(VerifyReport.from_dict(answer.raw))
 
 
-def background_text(verb: str, reply: dict) -> str:
+def background_text(verb: str, answer: Answer) -> str:
     """The answer to starting a long verb in the background."""
-    if not reply.get("started"):
-        return f"`{verb}` refused: {reply.get('reason') or 'no reason given'}"
+    if not answer.started:
+        return f"`{verb}` refused: {answer.message or 'no reason given'}"
     return (
-        f"{verb} running in the background on the GPU box (pid {reply.get('pid')}): `progress?` shows how far "
+        f"{verb} running in the background on the GPU box (pid {answer.pid}): `progress?` shows how far "
         "it is; its result is posted here when it ends"
     )
 
 
-def gpus_check_of(report: dict) -> dict:
-    """The ``gpus`` check of a preflight report ({} when there is none)."""
-    checks = report.get("checks") if isinstance(report.get("checks"), list) else []
-    return next((c for c in checks if isinstance(c, dict) and c.get("name") == "gpus"), {})
-
-
-def gpu_units(check: dict) -> list[str]:
-    """The systemd units a preflight ``gpus`` check found holding GPUs."""
-    units = check.get("units")
-    return [str(u) for u in units] if isinstance(units, list) else []
-
-
 def free_gpus_reply(report: dict) -> dict:
     """preflight --free-gpus as an action reply: ok when the GPUs are free afterwards."""
-    gpus = gpus_check_of(report)
-    return {"ok": bool(gpus.get("ok")), "message": str(gpus.get("detail", "no gpus check"))[:400]}
+    gpus = PreflightReport.from_dict(report).check("gpus")
+    return {"ok": bool(gpus and gpus.ok), "message": (gpus.detail if gpus else "no gpus check")[:400]}
 
 
-def render_preflight(report: dict) -> str:
-    checks = report.get("checks") if isinstance(report.get("checks"), list) else []
-    head = "preflight: every check passes" if report.get("ok") else "preflight: a start would be refused"
-    lines = [head]
-    for c in checks:
-        if not isinstance(c, dict):
-            continue
-        mark = "ok" if c.get("ok") else "✗"
-        line = f"{mark} {c.get('name')}: {c.get('detail', '')}"
-        if not c.get("ok") and c.get("fix"):
-            line += f" — fix: {c['fix']}"
-        lines.append(line[:400])
-    return "\n".join(lines)
-
-
-def _action_text(cmd: Command, reply: dict, refused: bool, message: str) -> str:
-    if cmd.verb in ("verify", "adopt") and reply.get("background"):
-        return background_text(cmd.verb, reply)
+def _action_text(cmd: Command, answer: Answer) -> str:
+    if cmd.verb in ("verify", "adopt") and answer.background:
+        return background_text(cmd.verb, answer)
     if cmd.verb == "verify":
-        return render.render_verify(reply)
-    if cmd.verb == "adopt" and not refused:
-        return render.render_adopt(reply)
-    if refused:
-        return f"`{cmd.verb}` refused: {message or 'no reason given'}"
-    return f"`{cmd.verb}`: {message or 'done'}"
+        return render.render_verify(VerifyReport.from_dict(answer.raw))
+    if cmd.verb == "adopt" and answer.ok:
+        return render.render_adopt(AdoptReport.from_dict(answer.raw))
+    if not answer.ok:
+        return f"`{cmd.verb}` refused: {answer.message or 'no reason given'}"
+    return f"`{cmd.verb}`: {answer.message or 'done'}"

@@ -10,6 +10,7 @@ from __future__ import annotations
 import datetime as dt
 
 from .ranks import NAMED, QUIET
+from .replies import AdoptReport, PreflightReport, VerifyReport
 from .status import STALE_S, Phase, StatusRecord, age_s, heartbeat_age, is_stale, parse_iso
 
 MAX_ERROR_CHARS = 400
@@ -107,7 +108,13 @@ def background_result(rec: StatusRecord) -> str:
     bg = rec.background or {}
     state, verb = bg.get("state"), bg.get("verb", "background job")
     if state == "done" and isinstance(bg.get("result"), dict):
-        return f"{verb} finished: " + (render_adopt if verb == "adopt" else render_verify)(bg["result"])
+        result = bg["result"]
+        text = (
+            render_adopt(AdoptReport.from_dict(result))
+            if verb == "adopt"
+            else render_verify(VerifyReport.from_dict(result))
+        )
+        return f"{verb} finished: " + text
     if state in ("failed", "crashed"):
         return f":x: {verb} {state}: {bg.get('error') or 'its process is gone'} (`/extract logs --crash`)"
     return ""
@@ -276,62 +283,58 @@ def render_text(rec: StatusRecord, now: dt.datetime | None = None, stale_s: floa
     return "\n".join(lines)
 
 
-def indices_text(xs: object, limit: int = 10) -> str:
-    if not isinstance(xs, list) or not xs:
-        return ""
+def indices_text(xs: list[int], limit: int = 10) -> str:
     shown = ", ".join(str(x) for x in xs[:limit])
     return shown + (f", … (+{len(xs) - limit})" if len(xs) > limit else "")
 
 
-def count_of(x: object) -> int:
-    return len(x) if isinstance(x, list) else x if isinstance(x, int) and not isinstance(x, bool) else 0
-
-
-def render_verify(reply: dict) -> str:
-    total = reply.get("total")
-    ok = count_of(reply.get("ok"))
-    parts = {k: reply.get(k) for k in ("missing", "corrupt", "failed")}
-    head = f"verify: {ok:,} / {total:,} sound" if isinstance(total, int) else f"verify: {ok:,} sound"
-    head += " — " + ", ".join(f"{count_of(v):,} {k}" for k, v in parts.items())
+def render_verify(rep: VerifyReport) -> str:
+    parts = {"missing": rep.missing, "corrupt": rep.corrupt, "failed": rep.failed}
+    head = (
+        f"verify: {rep.ok:,} / {rep.total:,} sound" if rep.total is not None else f"verify: {rep.ok:,} sound"
+    )
+    head += " — " + ", ".join(f"{len(v):,} {k}" for k, v in parts.items())
     lines = [head]
     for k, v in parts.items():
-        if indices_text(v):
+        if v:
             lines.append(f"{k}: {indices_text(v)}")
-    if count_of(reply.get("unrecorded")):
+    if rep.unrecorded:
         lines.append(
-            f"sound but not yet in the manifest (the next run records them): {indices_text(reply['unrecorded'])}"
+            f"sound but not yet in the manifest (the next run records them): {indices_text(rep.unrecorded)}"
         )
-    if reply.get("repaired") is not None:
-        lines.append(f"re-queued: {count_of(reply.get('repaired')):,}")
-    settled = not count_of(reply.get("unrecorded")) and all(
-        count_of(v) == 0 for k, v in parts.items() if k != "failed"
-    )
-    if settled and isinstance(total, int):
+    if rep.repaired is not None:
+        lines.append(f"re-queued: {rep.repaired:,}")
+    if not rep.unrecorded and not rep.missing and not rep.corrupt and rep.total is not None:
         lines.append(
             "every sample is present and sound"
-            if not count_of(parts["failed"])
+            if not rep.failed
             else "every sample is present or failed with a reason"
         )
     return "\n".join(lines)
 
 
-def render_adopt(reply: dict) -> str:
-    bad = reply.get("bad") if isinstance(reply.get("bad"), dict) else {}
-    missing = reply.get("missing_count", count_of(reply.get("missing")))
+def render_adopt(rep: AdoptReport) -> str:
     lines = [
-        f"adopt {reply.get('source', '')}: {count_of(reply.get('adopted')):,} adopted · {len(bad):,} bad · "
-        f"{count_of(reply.get('stray')):,} stray (quarantined, nothing deleted) · "
-        f"{missing if isinstance(missing, int) else 0:,} missing"
+        f"adopt {rep.source}: {rep.adopted:,} adopted · {len(rep.bad):,} bad · "
+        f"{rep.stray:,} stray (quarantined, nothing deleted) · {rep.missing:,} missing"
     ]
-    for i, why in list(bad.items())[:10]:
-        lines.append(f"bad {i}: {str(why)[:200]}")
-    if len(bad) > 10:
-        lines.append(f"… {len(bad) - 10:,} more bad (`hsx adopt --json` lists them)")
-    if count_of(reply.get("already")):
-        lines.append(f"already in the job, left alone: {count_of(reply.get('already')):,}")
-    if count_of(reply.get("loss_mask_differs")):
-        lines.append(
-            f"adopted with a loss_mask unlike this job's: {indices_text(reply['loss_mask_differs'])}"
-        )
+    for i, why in list(rep.bad.items())[:10]:
+        lines.append(f"bad {i}: {why[:200]}")
+    if len(rep.bad) > 10:
+        lines.append(f"… {len(rep.bad) - 10:,} more bad (`hsx adopt --json` lists them)")
+    if rep.already:
+        lines.append(f"already in the job, left alone: {rep.already:,}")
+    if rep.loss_mask_differs:
+        lines.append(f"adopted with a loss_mask unlike this job's: {indices_text(rep.loss_mask_differs)}")
     lines.append("`/extract resume` extracts the rest; the rate counts only extracted samples")
+    return "\n".join(lines)
+
+
+def render_preflight(rep: PreflightReport) -> str:
+    lines = ["preflight: every check passes" if rep.ok else "preflight: a start would be refused"]
+    for c in rep.checks:
+        line = f"{'ok' if c.ok else '✗'} {c.name}: {c.detail}"
+        if not c.ok and c.fix:
+            line += f" — fix: {c.fix}"
+        lines.append(line[:400])
     return "\n".join(lines)

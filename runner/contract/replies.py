@@ -43,3 +43,129 @@ class Reply:
         if "started" in obj or "stopped" in obj:
             return {"ok": bool(obj.get("started", obj.get("stopped"))), **obj, "message": self.text}
         return obj
+
+
+# --- the replies as the ops side reads them: one place knows each shape ---------------------
+def _ints(x: Any) -> list[int]:
+    return [i for i in x if isinstance(i, int) and not isinstance(i, bool)] if isinstance(x, list) else []
+
+
+def _count(x: Any) -> int:
+    """A field that is a list of indices in one reply and a count in another."""
+    if isinstance(x, list):
+        return len(x)
+    return x if isinstance(x, int) and not isinstance(x, bool) else 0
+
+
+@dataclass
+class Answer:
+    """An action's reply (start, resume, stop, adopt, free-gpus, a long verb put in the
+    background): whether it was done, and the one message that says why or what."""
+
+    ok: bool
+    message: str = ""
+    pid: int | None = None
+    background: bool = False  # a long verb started detached: status shows it, the watcher posts its result
+    started: bool = False
+    raw: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Answer:
+        refused = d.get("ok") is False or bool(d.get("refused"))
+        pid = d.get("pid")
+        return cls(
+            ok=not refused,
+            message=str(d.get("message") or d.get("reason") or d.get("error") or ""),
+            pid=pid if isinstance(pid, int) else None,
+            background=bool(d.get("background")),
+            started=bool(d.get("started")),
+            raw=d,
+        )
+
+
+@dataclass
+class VerifyReport:
+    """``hsx-runner verify --json``: counts of sound files and the indices of the rest."""
+
+    total: int | None
+    ok: int
+    missing: list[int]
+    corrupt: list[int]
+    failed: list[int]
+    unrecorded: list[int]
+    repaired: int | None  # re-queued by --repair; None without it
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> VerifyReport:
+        total = d.get("total")
+        return cls(
+            total=total if isinstance(total, int) and not isinstance(total, bool) else None,
+            ok=_count(d.get("ok")),
+            missing=_ints(d.get("missing")),
+            corrupt=_ints(d.get("corrupt")),
+            failed=_ints(d.get("failed")),
+            unrecorded=_ints(d.get("unrecorded")),
+            repaired=None if d.get("repaired") is None else _count(d.get("repaired")),
+        )
+
+
+@dataclass
+class AdoptReport:
+    """``hsx-runner adopt --json``: what was taken over and what was not, with reasons."""
+
+    source: str
+    adopted: int
+    bad: dict[str, str]
+    stray: int
+    missing: int
+    already: int
+    loss_mask_differs: list[int]
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> AdoptReport:
+        bad = d.get("bad") if isinstance(d.get("bad"), dict) else {}
+        missing = d.get("missing_count", _count(d.get("missing")))
+        return cls(
+            source=str(d.get("source", "")),
+            adopted=_count(d.get("adopted")),
+            bad={str(k): str(v) for k, v in bad.items()},
+            stray=_count(d.get("stray")),
+            missing=missing if isinstance(missing, int) and not isinstance(missing, bool) else 0,
+            already=_count(d.get("already")),
+            loss_mask_differs=_ints(d.get("loss_mask_differs")),
+        )
+
+
+@dataclass
+class Check:
+    name: str
+    ok: bool
+    detail: str = ""
+    fix: str = ""
+    units: list[str] = field(default_factory=list)  # gpus: the systemd units that hold GPUs
+
+
+@dataclass
+class PreflightReport:
+    """``hsx-runner preflight --json``: every check, and whether a start would pass."""
+
+    ok: bool
+    checks: list[Check]
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> PreflightReport:
+        checks = [
+            Check(
+                name=str(c.get("name", "")),
+                ok=bool(c.get("ok")),
+                detail=str(c.get("detail", "")),
+                fix=str(c.get("fix") or ""),
+                units=[str(u) for u in c["units"]] if isinstance(c.get("units"), list) else [],
+            )
+            for c in (d.get("checks") if isinstance(d.get("checks"), list) else [])
+            if isinstance(c, dict)
+        ]
+        return cls(ok=bool(d.get("ok")), checks=checks)
+
+    def check(self, name: str) -> Check | None:
+        return next((c for c in self.checks if c.name == name), None)

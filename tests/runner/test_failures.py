@@ -72,7 +72,10 @@ def test_preflight_gates_the_start_and_force_skips_it_saying_so(job):
     assert code == 3 and not rep["started"] and "preflight refused the start: disk:" in rep["reason"], rep
     assert not os.path.exists(os.path.join(out_dir(conf), "status.json"))  # nothing ran
     code, rep = _start(conf, "--force")
-    assert code == 0 and rep["started"] and rep["forced"] == ["disk"], rep
+    try:
+        assert code == 0 and rep["started"] and rep["forced"] == ["disk"], rep
+    finally:  # the forced runner waits for disk space that never comes: stop it and its server
+        runner("stop", "--config", conf, check=True)
 
 
 def test_a_missing_model_is_refused_by_preflight_with_the_fix(job, tmp_path):
