@@ -35,9 +35,9 @@ async def self_test(server, ds: Dataset, remaining: list[int], dump_dir: str, jo
                 if r.status != 200:
                     raise JobFailed(f"self-test failed: server answered {r.status}: {(await r.text())[:300]}")
         meta = await dump.await_dump(dump_dir, rid, job.dump_wait_s, server.alive)
-        if meta["seq"] != len(ids):
-            raise JobFailed(f"self-test failed: the server dumped {meta['seq']} rows for {len(ids)} tokens")
         problem = check_tensors(load_sample(dump.data_path(dump_dir, rid)), hidden, job.dtype, ids)
+        if not problem and meta["seq"] != len(ids):
+            problem = f"the sidecar says {meta['seq']} rows for {len(ids)} tokens"
         if problem:
             raise JobFailed(f"self-test failed: {problem}")
     except (aiohttp.ClientError, asyncio.TimeoutError, dump.DumpError, ValueError, KeyError) as e:

@@ -263,13 +263,14 @@ def check_tensors(
     if missing:
         return f"missing keys {sorted(missing)}"
     ids, mask, hs, aux = (t[k] for k in KEYS)
-    seq = ids.shape[0] if ids.dim() == 1 else -1
     if ids.dtype != torch.int64 or ids.dim() != 1:
         return f"input_ids {ids.dtype} {tuple(ids.shape)}"
+    seq = len(want_ids) if want_ids is not None else ids.shape[0]
+    for name, x, width in (("hidden_state", hs, hidden), ("aux_hidden_state", aux, AUX_LAYERS * hidden)):
+        if tuple(x.shape) != (1, seq, width):
+            return f"{name} shape {tuple(x.shape)}, want (1, {seq}, {width})"
     if tuple(mask.shape) != (seq,):
-        return f"loss_mask shape {tuple(mask.shape)}"
-    if tuple(hs.shape) != (1, seq, hidden) or tuple(aux.shape) != (1, seq, AUX_LAYERS * hidden):
-        return f"shapes hidden {tuple(hs.shape)} aux {tuple(aux.shape)} for seq {seq}, H {hidden}"
+        return f"loss_mask shape {tuple(mask.shape)}, want ({seq},)"
     want = getattr(torch, dtype, None) if dtype else None
     if want is not None and (hs.dtype != want or aux.dtype != want):
         return f"dtype {hs.dtype}/{aux.dtype}, want {want}"
