@@ -12,11 +12,11 @@ import sys
 import time
 
 from remote.client import check_adopt_dir
+from runner.contract import timing
 from runner.contract.config import Config, load
 from runner.contract.errors import HsxError
 
 VERBS = ("status", "start", "resume", "stop", "verify", "adopt", "logs", "preflight")
-HEADLESS_POLL_S = 2.0
 
 
 def _box(cfg: Config):
@@ -209,7 +209,7 @@ def _headless(box, pid: int | None) -> int:
             last = text
         if rec.phase.is_terminal():
             return 0 if rec.phase.value == "done" else 1
-        time.sleep(HEADLESS_POLL_S)
+        time.sleep(timing.current().headless_poll_s)
 
 
 def parser() -> argparse.ArgumentParser:

@@ -19,7 +19,7 @@ from tenacity import (
     wait_exponential_jitter,
 )
 
-from .contract import dump
+from .contract import dump, timing
 from .contract.errors import JobFailed, ServerError
 from .dataset import Dataset, RowError
 from .record import Recorder
@@ -27,21 +27,17 @@ from .server import Server
 from .store import Store
 
 log = logging.getLogger("hsx.extractor")
-MONITOR_S = 0.5
-BACKOFF_INITIAL_S = float(os.environ.get("HSX_BACKOFF_S", "1.0"))  # tests shrink it
-BACKOFF_MAX_S = 30.0
-SWEEP_S = 60.0
 
 
 async def count_restart(server: Server, rec: Recorder, cap: int, why: str) -> bool:
     """One server restart under the cap: counted, recorded, backed off (1, 2, 4 … 30 times
-    BACKOFF_INITIAL_S). False, and nothing counted, when the cap is spent."""
+    Timing.backoff_initial_s). False, and nothing counted, when the cap is spent."""
     if server.restarts >= cap:
         return False
     server.restarts += 1
     rec.rec.server.restarts = server.restarts
     rec.error(f"{why}; restart {server.restarts}/{cap}")
-    await asyncio.sleep(min(2 ** (server.restarts - 1), 30) * BACKOFF_INITIAL_S)
+    await asyncio.sleep(min(2 ** (server.restarts - 1), 30) * timing.current().backoff_initial_s)
     return True
 
 
@@ -168,11 +164,12 @@ class Extractor:
     async def _extract(self, sample) -> None:
         body_ids, mask = sample.input_ids, sample.loss_mask
         attempt_no = 0
+        t = timing.current()
         while True:
             try:
                 async for attempt in AsyncRetrying(
                     stop=stop_after_attempt(self.cfg.job.retries),
-                    wait=wait_exponential_jitter(initial=BACKOFF_INITIAL_S, max=BACKOFF_MAX_S),
+                    wait=wait_exponential_jitter(initial=t.backoff_initial_s, max=t.backoff_max_s),
                     retry=retry_if_exception_type(Transient),
                     reraise=False,
                     before_sleep=lambda rs, idx=sample.idx: log.warning(
@@ -253,7 +250,7 @@ class Extractor:
     async def _monitor(self) -> None:
         cap = self.cfg.server.max_restarts
         while not self.stopping.is_set():
-            await asyncio.sleep(MONITOR_S)
+            await asyncio.sleep(timing.current().monitor_s)
             if self.server.alive():
                 continue
             self.server_up.clear()
@@ -278,7 +275,7 @@ class Extractor:
         while self.guard is not None and not self.stopping.is_set():
             if not self.space_ok.is_set() and self.guard.ok():
                 self.space_ok.set()
-            if time.monotonic() - last_sweep > SWEEP_S:
+            if time.monotonic() - last_sweep > timing.current().sweep_s:
                 last_sweep = time.monotonic()
                 await asyncio.to_thread(self._sweep)
             try:

@@ -14,14 +14,13 @@ import time
 
 import orjson
 
+from .contract import timing
 from .contract.status import EVENTS, STATUS, Disk, Phase, StatusRecord, now_iso, write_record
 
-PROGRESS_EVENT_S = 60.0
 LATENCY_SAMPLES = 200  # the p50/p95 over this many recent samples
-RATE_SAMPLES = 20_000  # one a minute: two weeks of run for the median
-RATE_SAMPLE_S = 60.0
+RATE_SAMPLES = 20_000  # one a minute (Timing.rate_sample_s): two weeks of run for the median
 LOW_RATE = 0.5  # below this fraction of the run's median rate, the rate has dropped
-log = logging.getLogger("hsx.record")  # a progress point for charts at most this often
+log = logging.getLogger("hsx.record")
 
 
 class Recorder:
@@ -40,7 +39,8 @@ class Recorder:
         self._latency: collections.deque[float] = collections.deque(maxlen=LATENCY_SAMPLES)
         self._rates_seen: collections.deque[float] = collections.deque(maxlen=RATE_SAMPLES)
         self._rate_sampled = 0.0
-        self._rate_every = min(RATE_SAMPLE_S, window_s / 4)  # a short window (tests) samples faster
+        # a short window samples faster
+        self._rate_every = min(timing.current().rate_sample_s, window_s / 4)
         self.rec = StatusRecord(
             job=job, host=socket.gethostname(), pid=os.getpid(), alive=True, total=total, started_at=now_iso()
         )
@@ -192,7 +192,8 @@ class Recorder:
         self._disk()
         self.rec.heartbeat_at = now_iso()
         write_record(self.path, self.rec)
-        if self.rec.phase == Phase.EXTRACTING and now - self._last_progress_event >= PROGRESS_EVENT_S:
+        every = timing.current().progress_event_s
+        if self.rec.phase == Phase.EXTRACTING and now - self._last_progress_event >= every:
             self._last_progress_event = now
             self.event("progress", done=self.rec.done, rate=self.rec.rate)
 

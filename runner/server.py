@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 import aiohttp
 
-from .contract import dump
+from .contract import dump, timing
 from .contract.config import Config
 from .contract.errors import ServerError, ServerExited
 from .sglang_cpu import checkout_root
@@ -26,7 +26,6 @@ READY_LINE = "The server is fired up and ready to roll!"
 ACTIVITY_RE = re.compile(
     r"(Load weight begin.*|Load weight end.*|(?:Multi-thread loading shards|Loading safetensors checkpoint shards):\s*\d+% Completed \| \d+/\d+|Capture cuda graph.*|Init torch distributed.*)"
 )
-POLL_S = 0.5
 PID_FILE = "server.pid"
 
 
@@ -178,7 +177,7 @@ class Server:
                     )
                 if on_progress:
                     on_progress()
-                await asyncio.sleep(POLL_S)
+                await asyncio.sleep(timing.current().server_poll_s)
 
     def stop(self, grace_s: float = 30.0) -> None:
         p = self.proc

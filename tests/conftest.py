@@ -12,10 +12,12 @@ import sys
 
 import pytest
 
+from runner.contract import timing
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BIN = os.path.dirname(sys.executable)
 RUNNER = os.path.join(BIN, "hsx-runner")
-os.environ.setdefault("HSX_BACKOFF_S", "0.05")  # retries back off fast in tests
+os.environ[timing.ENV] = "fast"  # short polls and backoffs, here and in every process a test starts
 
 
 def free_port() -> int:

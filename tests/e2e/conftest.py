@@ -27,11 +27,6 @@ need_sshd = sshd.need_sshd
 OPERATOR, STRANGER = "U0OPERATOR", "U0STRANGER"
 
 
-@pytest.fixture(autouse=True)
-def fast_retries(monkeypatch):
-    monkeypatch.setenv("HSX_RETRY_FAST", "1")
-
-
 class GpuBoxWorld:
     """The sshd pair and the deploy prefix (outside /tmp: deploy refuses paths wiped at reboot)."""
 
@@ -71,7 +66,7 @@ class GpuBoxWorld:
     def deploy(self, conf: str, *extra: str) -> tuple[int, dict]:
         p = subprocess.run(
             [HSX, "deploy", "--config", conf, "--json", "--deps-from", sys.executable, *extra],
-            capture_output=True, text=True, timeout=600, env={**os.environ, "HSX_RETRY_FAST": "1"},
+            capture_output=True, text=True, timeout=600,
         )  # fmt: skip
         try:
             return p.returncode, json.loads(p.stdout)
