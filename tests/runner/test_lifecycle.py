@@ -6,8 +6,6 @@ import json
 import os
 import sys
 
-import pytest
-
 from tests.conftest import ROOT, runner
 from tests.runner.helpers import done_count, out_dir, status
 
@@ -107,29 +105,6 @@ def test_unit_of_finds_the_service_owning_a_process():
     assert unit_of("12:pids:/system.slice/vllm-kimi.service/worker\n") == "vllm-kimi.service"
     assert unit_of("0::/user.slice/user-0.slice/session-3.scope\n") is None
     assert unit_of("0::/user.slice/user-0.slice/user@0.service/app.slice\n") is None
-
-
-@pytest.mark.parametrize("mode", ["flaky", "failing"])
-def test_failed_attempts_leave_no_dump_behind(job, tmp_path, mode):
-    # flaky: no sidecar ever comes (waited for dump_wait_s); failing: the server says why at once
-    conf = job(samples=12, server__python=fake(tmp_path, mode), job__concurrency=1, job__dump_wait_s=0.5)
-    assert runner("run", "--config", conf).returncode == 0
-    st = status(conf)
-    assert st["phase"] == "done" and done_count(conf) == 12
-    with open(os.path.join(out_dir(conf), "logs", "runner.log")) as f:
-        retried = [line for line in f if "retrying" in line]
-    why = "disk full (fake)" if mode == "failing" else "wrote no dump for"
-    assert len(retried) >= 5 and all(why in line for line in retried), retried
-    assert os.listdir(os.path.join(out_dir(conf), ".tmp")) == []  # retried attempts cleaned up
-
-
-def test_dump_written_after_the_answer_is_waited_for(job, tmp_path):
-    conf = job(samples=8, server__python=fake(tmp_path, "late"))
-    assert runner("run", "--config", conf).returncode == 0
-    st = status(conf)
-    assert st["phase"] == "done" and done_count(conf) == 8
-    with open(os.path.join(out_dir(conf), "logs", "runner.log")) as f:
-        assert "retrying" not in f.read()
 
 
 def test_a_model_with_its_own_code_is_refused_until_trusted(job, demo_assets, tmp_path):
