@@ -56,6 +56,7 @@ def quarantine(out: str) -> list[str]:
         return []
 
 
+@pytest.mark.slow
 def test_adopt_specforge_layout_then_the_job_extracts_only_the_rest(reference, job, tmp_path):
     import torch
 
@@ -111,6 +112,7 @@ def test_adopt_specforge_layout_then_the_job_extracts_only_the_rest(reference, j
     assert "6 adopted" in text
 
 
+@pytest.mark.slow
 def test_adopt_loose_pt_files(reference, job, tmp_path):
     _, truth = reference
     foreign = tmp_path / "loose"
@@ -141,6 +143,7 @@ def test_adopt_loose_pt_files(reference, job, tmp_path):
     assert status(conf)["adopted"] == 3 and len(manifest(out)) == 3
 
 
+@pytest.mark.slow
 def test_adopt_in_place(reference, job):
     """Files already in the job's out (another tool wrote there) but with no manifest line."""
     _, truth = reference
@@ -223,6 +226,7 @@ def test_rate_and_eta_count_only_extracted_samples(tmp_path):
     assert r.eta_s == pytest.approx((20 - 10) / r.rate)
 
 
+@pytest.mark.slow
 def test_adopt_across_filesystems_copies_records_then_removes_the_source(
     reference, job, tmp_path, monkeypatch
 ):
@@ -245,6 +249,7 @@ def test_adopt_across_filesystems_copies_records_then_removes_the_source(
     assert [r["idx"] for r in manifest(out)] == [1, 2]
 
 
+@pytest.mark.slow
 def test_adopt_in_the_background_posts_its_report_through_the_status_record(reference, job, tmp_path):
     """`/extract adopt` runs detached (an SSH call cannot wait on terabytes); a held job is
     refused at once, before anything is spawned."""

@@ -9,6 +9,8 @@ import os
 import shutil
 import signal
 
+import pytest
+
 from bot.watcher import Limits, Observation, WatchState, decide
 from bot.wiring import make_handlers
 from remote.client import GpuBox
@@ -18,6 +20,8 @@ from runner.contract.status import StatusRecord
 from runner.store import Store, sample_path
 from tests.conftest import RUNNER, runner
 from tests.runner.helpers import out_dir, status, wait_for
+
+pytestmark = pytest.mark.slow  # real runner processes (torch)
 
 FILES = 2000
 ROW = {"input_ids": [5, 6, 7, 8, 9, 10, 11, 12], "loss_mask": [0, 0, 1, 1, 1, 1, 1, 1]}

@@ -12,6 +12,8 @@ import pytest
 from tests.conftest import runner
 from tests.runner.helpers import done_count, out_dir, start_run, status, verify, wait_for
 
+pytestmark = pytest.mark.slow  # a real runner process (torch) on a small tmpfs
+
 
 @pytest.fixture
 def small_fs(tmp_path):

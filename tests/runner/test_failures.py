@@ -7,6 +7,8 @@ import datetime as dt
 import json
 import os
 
+import pytest
+
 from bot import watcher
 from runner.contract import render
 from runner.contract.status import StatusRecord
@@ -28,6 +30,7 @@ def _alert(rec: dict) -> str:
     return alert.text
 
 
+@pytest.mark.slow
 def test_a_tokenizer_that_fails_to_load_is_reported_before_any_server(job, tmp_path):
     broken = tmp_path / "tok"
     broken.mkdir()
@@ -50,6 +53,7 @@ def test_a_tokenizer_that_fails_to_load_is_reported_before_any_server(job, tmp_p
     assert "--- runner: runner.log ---" in logs and any("Traceback" in line for line in logs), logs
 
 
+@pytest.mark.slow
 def test_a_dataset_json_mismatch_fails_with_the_keys_and_keeps_the_counts(job):
     conf = job(samples=4)
     runner("run", "--config", conf, check=True)
@@ -66,6 +70,7 @@ def test_a_dataset_json_mismatch_fails_with_the_keys_and_keeps_the_counts(job):
     assert done_count(conf) == 4
 
 
+@pytest.mark.slow
 def test_preflight_gates_the_start_and_force_skips_it_saying_so(job):
     conf = job(samples=3, job__min_free_bytes=10**18)  # more than any disk has
     code, rep = _start(conf)

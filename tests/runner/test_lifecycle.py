@@ -6,6 +6,8 @@ import json
 import os
 import sys
 
+import pytest
+
 from tests.conftest import ROOT, runner
 from tests.runner.helpers import done_count, out_dir, status
 
@@ -20,6 +22,7 @@ def fake(tmp_path, mode: str) -> str:
     return str(path)
 
 
+@pytest.mark.slow
 def test_server_never_ready_times_out_with_what_it_was_doing(job, tmp_path):
     conf = job(samples=5, server__python=fake(tmp_path, "never_ready"), server__start_timeout_s=3.0)
     assert runner("run", "--config", conf).returncode == 1
@@ -32,6 +35,7 @@ def test_server_never_ready_times_out_with_what_it_was_doing(job, tmp_path):
     assert done_count(conf) == 0
 
 
+@pytest.mark.slow
 def test_server_dying_while_starting_is_restarted(job, tmp_path):
     conf = job(samples=6, server__python=fake(tmp_path, "dies_first_start"))
     assert runner("run", "--config", conf).returncode == 0
@@ -39,6 +43,7 @@ def test_server_dying_while_starting_is_restarted(job, tmp_path):
     assert st["phase"] == "done" and st["server"]["restarts"] == 1 and done_count(conf) == 6
 
 
+@pytest.mark.slow
 def test_wrong_self_test_output_stops_before_any_sample(job, tmp_path):
     conf = job(samples=5, server__python=fake(tmp_path, "bad_dump"))
     assert runner("run", "--config", conf).returncode == 1
@@ -48,6 +53,7 @@ def test_wrong_self_test_output_stops_before_any_sample(job, tmp_path):
     assert done_count(conf) == 0 and not any(d.startswith("rows_") for d in os.listdir(out_dir(conf)))
 
 
+@pytest.mark.slow
 def test_server_dying_in_self_test_fails_the_job(job, tmp_path):
     conf = job(samples=5, server__python=fake(tmp_path, "die_on_request"))
     assert runner("run", "--config", conf).returncode == 1
@@ -56,6 +62,7 @@ def test_server_dying_in_self_test_fails_the_job(job, tmp_path):
     assert done_count(conf) == 0
 
 
+@pytest.mark.slow
 def test_restarts_stop_at_the_cap(job, tmp_path):
     conf = job(samples=30, server__python=fake(tmp_path, "good_once"), server__max_restarts=2)
     assert runner("run", "--config", conf).returncode == 1

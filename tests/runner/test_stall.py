@@ -9,6 +9,8 @@ import signal
 import threading
 import time
 
+import pytest
+
 from bot.watcher import Limits, Observation, WatchState, decide
 from runner.contract.status import StatusRecord, parse_iso
 from tests.runner.helpers import kill_group, out_dir, start_run, status, wait_for
@@ -48,6 +50,7 @@ def _job(job, **kw):
     )
 
 
+@pytest.mark.slow
 def test_a_stopped_server_is_stalled_within_the_threshold_and_resolved_after_sigcont(job):
     conf = _job(job)
     p = start_run(conf)
@@ -72,6 +75,7 @@ def test_a_stopped_server_is_stalled_within_the_threshold_and_resolved_after_sig
         _end(p)
 
 
+@pytest.mark.slow
 def test_a_throttled_server_raises_a_rate_drop(job):
     conf = _job(job, job__rate_window_s=3.0)
     p = start_run(conf)
@@ -112,6 +116,7 @@ def test_a_throttled_server_raises_a_rate_drop(job):
         _end(p)
 
 
+@pytest.mark.slow
 def test_the_eta_counts_the_tokens_left_once_the_rows_lengths_are_known(job):
     """Token lengths are computed in the background on the first start and cached in the output."""
     import json
