@@ -4,43 +4,26 @@ A server that dies or restarts needs a real child: tests/runner/test_lifecycle.p
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 
 import pytest
 
 from runner.contract.config import from_dict
-from runner.contract.errors import JobFailed
-from runner.dataset import open_dataset
-from runner.extractor import Extractor
-from runner.record import Recorder
-from runner.store import Store
+from tests.runner.helpers import extract_in_process
 
 
 def extract(tmp_path, dump_server, mode: str, samples: int, **job):
-    """Run the extractor over `samples` pre-tokenized rows against the fake in `mode`:
-    (extractor, store, error), error being what run() raised, if anything."""
+    """extract_in_process over `samples` pre-tokenized rows of four tokens."""
     data = tmp_path / "data.jsonl"
     data.write_text("".join(
         json.dumps({"input_ids": [5 + i, 6, 7, 8], "loss_mask": [0, 1, 1, 1]}) + "\n" for i in range(samples)
     ))  # fmt: skip
     cfg = from_dict({"job": {
         "name": "test", "dataset": str(data), "out": str(tmp_path / "out"), "concurrency": 1,
-        "retries": 3, "max_consecutive_failures": 10, **job,
+        "retries": 3, "max_consecutive_failures": 10, "rate_window_s": 30.0, **job,
     }})  # fmt: skip
-    store = Store(cfg.job.out)
-    store.prepare()
-    rec = Recorder(cfg.job.out, "test", samples, 30.0)
-    ds = open_dataset(cfg.job, 256)
-    ex = Extractor(cfg, ds, store, rec, dump_server(mode, store.tmp), store.tmp)
-    try:
-        asyncio.run(ex.run(store.plan(samples).remaining))
-    except JobFailed as e:
-        return ex, store, e
-    finally:
-        ds.close()
-    return ex, store, None
+    return extract_in_process(cfg, dump_server, mode)
 
 
 def retried(caplog) -> list[str]:
