@@ -1,4 +1,5 @@
-"""Server lifecycle against real child processes that misbehave, and preflight."""
+"""Server lifecycle against real child processes that misbehave, preflight, and the SGLang CPU
+lane's server settings."""
 
 from __future__ import annotations
 
@@ -149,3 +150,24 @@ def test_a_model_with_its_own_code_is_refused_until_trusted(job, demo_assets, tm
         for c in json.loads(runner("preflight", "--json", "--config", trusted.path).stdout)["checks"]
     }
     assert checks["remote code"]["ok"] and "(trusted)" in checks["remote code"]["detail"]
+
+
+def test_the_sglang_cpu_lane_is_found_only_once_built_and_keyed_on_its_pins(tmp_path):
+    from runner import sglang_cpu
+
+    assert sglang_cpu.checkout_root() == ROOT  # the tests run from the checkout
+    d = sglang_cpu.venv_dir(str(tmp_path))
+    assert os.path.dirname(d) == str(tmp_path) and os.path.basename(d).startswith("sglang-cpu-")
+    assert sglang_cpu.python_of(str(tmp_path)) is None
+    os.makedirs(os.path.join(d, "bin"))
+    open(os.path.join(d, "bin", "python"), "w").close()
+    assert sglang_cpu.python_of(str(tmp_path)) is None  # half-built: no marker yet
+    open(os.path.join(d, sglang_cpu.MARKER), "w").close()
+    assert sglang_cpu.python_of(str(tmp_path)) == os.path.join(d, "bin", "python")
+    s = sglang_cpu.server_section("deepseek_v3", "/venv/bin/python", "/kernels")
+    assert s["backend"] == "sglang" and s["python"] == "/venv/bin/python"
+    assert s["extra_args"][: len(sglang_cpu.ARGS)] == sglang_cpu.ARGS
+    assert s["extra_args"][-4:] == [
+        "--prefill-attention-backend", "intel_amx", "--decode-attention-backend", "torch_native",
+    ]  # fmt: skip
+    assert s["env"] == {"SGLANG_USE_CPU_ENGINE": "1", "PYTHONPATH": "/kernels"}

@@ -1,14 +1,19 @@
-"""The single-instance lock: held means a live runner; looking never blocks taking it."""
+"""The single-instance lock: held means a live runner; looking never blocks taking it; status
+reads a record whose runner no longer holds the lock as crashed."""
 
 from __future__ import annotations
 
+import json
+import os
 import subprocess
 import sys
 import threading
 
 import pytest
 
+from runner import view
 from runner.contract.errors import LockedError
+from runner.contract.status import STATUS, Phase, StatusRecord, now_iso, write_record
 from runner.lock import JobLock, is_held
 
 
@@ -53,3 +58,28 @@ def test_a_live_holder_is_refused_with_its_pid(tmp_path):
         holder.wait()
     assert is_held(out) == (False, holder.pid)  # released by the kernel, even on SIGKILL
     JobLock(out).acquire()
+
+
+def test_status_is_the_record_while_the_lock_is_held_and_crashed_once_it_is_not(tmp_path):
+    out = str(tmp_path)
+    rec = view.current(out)
+    assert rec.phase == Phase.STOPPED and rec.reason == view.NOT_STARTED and not rec.alive and rec.total == 0
+    with open(os.path.join(out, "dataset.json"), "w") as f:
+        json.dump({"total": 7}, f)
+    assert view.current(out).total == 7  # a job set up but never run still shows its size
+
+    write_record(os.path.join(out, STATUS), StatusRecord(
+        job="j", phase=Phase.EXTRACTING, pid=os.getpid(), total=7, done=3, rate=1.5, heartbeat_at=now_iso(),
+    ))  # fmt: skip
+    lock = JobLock(out)
+    lock.acquire()
+    try:
+        rec = view.current(out)
+        assert rec.phase == Phase.EXTRACTING and rec.alive and rec.rate == 1.5 and rec.done == 3
+    finally:
+        lock.release()
+    rec = view.current(out)
+    assert rec.phase == Phase.CRASHED and not rec.alive and rec.rate is None
+    assert rec.reason.startswith(
+        f"runner (pid {os.getpid()}) is gone; it was extracting at its last heartbeat"
+    )

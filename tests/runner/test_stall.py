@@ -155,3 +155,28 @@ def test_eta_from_tokens_left_over_tokens_per_second(tmp_path):
     rec.remaining_tokens = lambda: 50_000  # long rows left: the token ETA says so
     rec._rates(102.0)
     assert rec.rec.eta_s == 500.0
+
+
+def test_lengths_are_counted_once_then_read_from_the_cache(tmp_path):
+    import json
+    import threading
+
+    from runner import lengths
+    from runner.contract.config import from_dict
+
+    data = tmp_path / "data.jsonl"
+    rows = [{"input_ids": list(range(5, 5 + n)), "loss_mask": [1] * n} for n in (3, 7, 1)]
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows) + "{not json\n")
+    job = from_dict({"job": {"dataset": str(data), "out": str(tmp_path / "out"), "max_length": 5}}).job
+    os.makedirs(job.out)
+    got, done = [], threading.Event()
+    lengths.in_background(job, 256, job.out, lambda v: (got.append(list(v)), done.set()))
+    assert done.wait(30)
+    assert got == [[3, 5, 1, 0]]  # truncated to max_length; an unusable row counts 0
+    with open(os.path.join(job.out, lengths.FILE)) as f:
+        assert json.load(f) == {"fingerprint": lengths.fingerprint(job), "lengths": [3, 5, 1, 0]}
+    cached = []
+    lengths.in_background(job, 256, job.out, lambda v: cached.append(list(v)))
+    assert cached == [[3, 5, 1, 0]]  # from the cache, before in_background returned
+    data.write_text(data.read_text() + json.dumps(rows[0]) + "\n")  # the dataset changed
+    assert lengths.load(job.out, lengths.fingerprint(job)) is None
