@@ -22,7 +22,7 @@ from runner.contract import dump
 from runner.contract.config import Config
 from runner.dataset import Dataset
 from runner.extractor import Extractor
-from runner.ranks import Names
+from runner.ranks import RunPaths
 from runner.record import Recorder
 from runner.store import Store
 
@@ -131,13 +131,13 @@ def _run_into(out: str, port: int, samples: int, concurrency: int) -> float:
     cfg.job.concurrency = concurrency
     store = Store(os.path.join(out, "o"))
     store.prepare()
-    rec = Recorder(Names(store.out), "bench", samples, 30.0)
+    rec = Recorder(RunPaths(store.out), "bench", samples, 30.0)
     ds = Dataset(data, _Tok(), 4096)
     ext = Extractor(cfg, ds, store, rec, _Server(f"http://127.0.0.1:{port}"), store.tmp)
     t = time.perf_counter()
     asyncio.run(ext.run(list(range(samples))))
     dt = time.perf_counter() - t
-    assert rec.rec.done == samples, (rec.rec.done, samples, rec.rec.last_error)
+    assert rec.record.done == samples, (rec.record.done, samples, rec.record.last_error)
     return samples / dt
 
 

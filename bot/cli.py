@@ -12,13 +12,12 @@ import sys
 import time
 
 from remote.client import check_adopt_dir
+from runner.contract import timing
 from runner.contract.config import Config, load
 from runner.contract.errors import HsxError
 
 from .commands import Command, command_of
 from .verbs import TABLE, VERBS
-
-HEADLESS_POLL_S = 2.0
 
 
 def _box(cfg: Config):
@@ -193,7 +192,7 @@ def _headless(box, pid: int | None) -> int:
             last = text
         if rec.phase.is_terminal():
             return 0 if rec.phase.value == "done" else 1
-        time.sleep(HEADLESS_POLL_S)
+        time.sleep(timing.current().headless_poll_s)
 
 
 def _add_verbs(sub) -> None:

@@ -3,13 +3,12 @@
 Bounded by attempts and by total time; retries only errors marked ``transient`` (a hop
 unreachable: refused, reset, timed out, EOF), never auth or host-key failures. Each retry is
 reported to a hook as a ``RetryRecord`` so the bot can say "jump host unreachable, retry 3/5".
-``HSX_RETRY_FAST=1`` (or ``fast=True``) shrinks the waits for tests.
+The waits come from ``runner.contract.timing`` (``HSX_TIMING=fast`` shrinks them for tests).
 """
 
 from __future__ import annotations
 
 import logging
-import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -22,9 +21,10 @@ from tenacity import (
     stop_after_attempt,
     stop_before_delay,
     wait_exponential,
-    wait_fixed,
     wait_random,
 )
+
+from runner.contract import timing
 
 from .errors import RemoteError
 
@@ -33,10 +33,6 @@ T = TypeVar("T")
 
 ATTEMPTS = 5
 TOTAL_S = 60.0  # no attempt starts after this much time
-FIRST_WAIT_S = 0.5
-MAX_WAIT_S = 8.0
-FAST_ENV = "HSX_RETRY_FAST"
-FAST_WAIT_S = 0.01
 
 
 @dataclass(frozen=True)
@@ -62,26 +58,19 @@ def is_transient(e: BaseException) -> bool:
     return isinstance(e, RemoteError) and bool(getattr(e, "transient", False))
 
 
-def fast_mode() -> bool:
-    return os.environ.get(FAST_ENV, "") not in ("", "0")
-
-
 def call(
     fn: Callable[[], T],
     on_retry: Callable[[RetryRecord], None] | None = None,
     attempts: int = ATTEMPTS,
     total_s: float = TOTAL_S,
-    fast: bool | None = None,
     sleep: Callable[[float], None] = time.sleep,
 ) -> T:
     """Run fn under the policy; the last error is raised as itself when retries run out."""
     if attempts < 1 or total_s <= 0:
         raise ValueError("retry: attempts must be >= 1 and total_s > 0")
-    fast = fast_mode() if fast is None else fast
-    wait = (
-        wait_fixed(FAST_WAIT_S)
-        if fast
-        else wait_exponential(multiplier=FIRST_WAIT_S, max=MAX_WAIT_S) + wait_random(0, FIRST_WAIT_S)
+    t = timing.current()
+    wait = wait_exponential(multiplier=t.retry_first_wait_s, max=t.retry_max_wait_s) + wait_random(
+        0, t.retry_jitter_s
     )
 
     def report(state: RetryCallState) -> None:

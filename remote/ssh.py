@@ -27,16 +27,14 @@ from dataclasses import dataclass
 
 import paramiko
 
+from runner.contract import timing
+
 from . import retry
 from .errors import AuthFailed, CommandTimeout, HostKeyMismatch, RemoteError, Unreachable
 from .transport import Result
 
 MAX_COMMAND_BYTES = 100_000  # the shell gets the command as one argument (Linux: 128 KiB at most)
-PROBE_S = 3.0  # how long a hop may take to answer a liveness probe
-KILL_GRACE_S = 2  # the remote `timeout` kills this long after TERM
 READ_CHUNK = 1 << 16
-NUDGE_S = 0.5  # see _collect
-NUDGE_EVERY_S = 0.02
 
 _JUMP_RE = re.compile(
     r"^(?:(?P<user>[^@\s]+)@)?(?P<host>\[[0-9A-Fa-f:.]+\]|[^@:\s\[\]]+)(?::(?P<port>\d+))?$"
@@ -159,7 +157,7 @@ class SSHTransport:
         try:
             sftp = paramiko.SFTPClient.from_transport(t)
         except (paramiko.SSHException, EOFError, OSError) as e:
-            if t.is_active() and self._probe.answers(t, PROBE_S):
+            if t.is_active() and self._probe.answers(t, timing.current().probe_s):
                 raise RemoteError(
                     f"{self.target.host}: the GPU box's sshd offers no SFTP ({e or type(e).__name__}); "
                     "enable it with `Subsystem sftp internal-sftp` in its sshd_config"
@@ -198,7 +196,7 @@ class SSHTransport:
             raise ValueError("ssh: argv must not contain NUL bytes")
         if not timeout_s or timeout_s <= 0:
             raise ValueError("ssh: timeout_s must be positive")
-        guard = ["timeout", "-k", str(KILL_GRACE_S), str(math.ceil(timeout_s) + 1)]
+        guard = ["timeout", "-k", str(timing.current().kill_grace_s), str(math.ceil(timeout_s) + 1)]
         text = shlex.join(guard + argv)
         if len(text.encode()) > MAX_COMMAND_BYTES:
             raise ValueError(f"ssh: command is {len(text.encode())} bytes; the limit is {MAX_COMMAND_BYTES}")
@@ -246,15 +244,16 @@ class SSHTransport:
         # previous one is unacknowledged waits up to 40 ms for an ACK the other end delays. A
         # packet from us carries that ACK across both hops at once: send one right after exec,
         # whenever something arrives, and now and then, early on where 40 ms would dominate.
+        clock = timing.current()
         start = time.monotonic()
-        seen, last_nudge = None, start - NUDGE_EVERY_S
+        seen, last_nudge = None, start - clock.nudge_every_s
         while not chan.exit_status_ready():
             now_seen = (drain(), chan.eof_received)
             now = time.monotonic()
             if now >= deadline:
                 self._timed_out(t, argv, timeout_s)
-            if now - start < NUDGE_S:
-                if now_seen != seen or now - last_nudge >= NUDGE_EVERY_S:
+            if now - start < clock.nudge_s:
+                if now_seen != seen or now - last_nudge >= clock.nudge_every_s:
                     with contextlib.suppress(Exception):
                         t.send_ignore(1)
                     seen, last_nudge = now_seen, now
@@ -279,14 +278,14 @@ class SSHTransport:
 
     def _timed_out(self, t: paramiko.Transport, argv: list[str], timeout_s: float) -> None:
         """The command did not finish: is it the command, or did a hop stop answering?"""
-        if self._probe.answers(t, PROBE_S):
+        if self._probe.answers(t, timing.current().probe_s):
             raise CommandTimeout(argv, timeout_s)
         raise self._lost(t, f"no answer within {timeout_s:g}s")
 
     def _lost(self, t: paramiko.Transport, detail: str) -> Unreachable:
         """Drop a connection that failed while in use; name the hop that went away."""
         jump_t = self._jump_t if t is self._target_t else None
-        hop = "jump" if self.jump and not self._probe.answers(jump_t, PROBE_S) else "target"
+        hop = "jump" if self.jump and not self._probe.answers(jump_t, timing.current().probe_s) else "target"
         self._drop(t)
         where = self.jump if hop == "jump" else self.target
         return Unreachable(hop, f"{where.host}:{where.port}: {detail}")

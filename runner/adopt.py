@@ -31,7 +31,7 @@ from .contract.errors import HsxError, LockedError
 from .contract.status import EVENTS, STATUS, Phase, StatusRecord, now_iso, read_record, write_record
 from .dataset import RowError, open_dataset
 from .lock import JobLock, held_any
-from .ranks import Names
+from .ranks import RunPaths
 from .store import COMPLETE_DIR, TMP_DIR, Store, sample_path, shard_name
 from .verify import QUARANTINE, QUARANTINE_SUFFIX, check_contents, file_size
 
@@ -60,7 +60,7 @@ def check_dir(path: object) -> str:
 def adopt(cfg: Config, src: str, progress=None) -> dict:
     """``progress(files_done, files, bytes)`` is called as it goes (adopt in the background)."""
     src, out, in_place = refusal_check(cfg, src)
-    lock = JobLock(Names(out).lock)
+    lock = JobLock(RunPaths(out).lock)
     lock.acquire()  # LockedError: a runner started just now
     try:
         return _Adopter(cfg, out, out if in_place else src, in_place, progress).run()

@@ -12,11 +12,11 @@ import subprocess
 import sys
 import time
 
+from .contract import timing
 from .contract.atomic import write_atomic
 from .contract.status import now_iso
 
 RECORD = "background.json"
-WRITE_EVERY_S = 1.0
 
 
 def path(out: str) -> str:
@@ -79,7 +79,7 @@ def start(out: str, config: str, verb: str, args: list[str]) -> dict:
                 "background": True,
                 "reason": f"{verb} exited with code {p.returncode} at once; see logs/{verb}.out",
             }
-        time.sleep(0.05)
+        time.sleep(timing.current().answer_poll_s)
     return {"started": True, "pid": p.pid, "verb": verb, "background": True}
 
 
@@ -97,7 +97,7 @@ def recording(out: str, verb: str, args: list[str], on: bool, plain: tuple = ())
 
 
 class Progress:
-    """The running verb's side: progress at most every second, then the result."""
+    """The running verb's side: progress at most every Timing.background_write_s, then the result."""
 
     def __init__(self, out: str, verb: str, args: list[str]):
         self.path = path(out)
@@ -112,7 +112,7 @@ class Progress:
 
     def __call__(self, done: int, total: int, nbytes: int) -> None:
         now = time.monotonic()
-        if now - self._last < WRITE_EVERY_S and done < total:
+        if now - self._last < timing.current().background_write_s and done < total:
             return
         self._last = now
         span = max(now - self.t0, 1e-6)

@@ -25,12 +25,12 @@ def fmt(n: float) -> str:
 
 
 class DiskGuard:
-    def __init__(self, path: str, rec: Recorder, min_free: int, in_flight: int, worst_case: int):
-        self.path, self.rec = path, rec
+    def __init__(self, path: str, recorder: Recorder, min_free: int, in_flight: int, worst_case: int):
+        self.path, self.recorder = path, recorder
         self.min_free, self.in_flight, self.worst_case = min_free, in_flight, worst_case
 
     def reserve(self) -> int:
-        per_sample = self.rec.bytes_per_sample or self.worst_case
+        per_sample = self.recorder.bytes_per_sample or self.worst_case
         return int(self.min_free + 2 * self.in_flight * per_sample)
 
     def free(self) -> int:
@@ -43,13 +43,15 @@ class DiskGuard:
     def ok(self) -> bool:
         """True when there is room; moves the record to paused / extracting on a change."""
         free = self.free()
-        paused = self.rec.rec.phase == Phase.PAUSED
+        paused = self.recorder.record.phase == Phase.PAUSED
         if free < self.reserve():
             if not paused:
-                self.rec.event("disk_low", free=free, reserve=self.reserve(), need=self.rec.rec.disk.need)
-            self.rec.phase(Phase.PAUSED, self.reason())
+                self.recorder.event(
+                    "disk_low", free=free, reserve=self.reserve(), need=self.recorder.record.disk.need
+                )
+            self.recorder.phase(Phase.PAUSED, self.reason())
             return False
         if paused:
-            self.rec.event("disk_ok", free=free)
-            self.rec.phase(Phase.EXTRACTING)
+            self.recorder.event("disk_ok", free=free)
+            self.recorder.phase(Phase.EXTRACTING)
         return True

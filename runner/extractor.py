@@ -19,7 +19,7 @@ from tenacity import (
     wait_exponential_jitter,
 )
 
-from .contract import dump
+from .contract import dump, timing
 from .contract.errors import JobFailed, ServerError
 from .dataset import Dataset, RowError
 from .record import Recorder
@@ -27,22 +27,6 @@ from .server import Server
 from .store import Store
 
 log = logging.getLogger("hsx.extractor")
-MONITOR_S = 0.5
-BACKOFF_INITIAL_S = float(os.environ.get("HSX_BACKOFF_S", "1.0"))  # tests shrink it
-BACKOFF_MAX_S = 30.0
-SWEEP_S = 60.0
-
-
-async def count_restart(server: Server, rec: Recorder, cap: int, why: str) -> bool:
-    """One server restart under the cap: counted, recorded, backed off (1, 2, 4 … 30 times
-    BACKOFF_INITIAL_S). False, and nothing counted, when the cap is spent."""
-    if server.restarts >= cap:
-        return False
-    server.restarts += 1
-    rec.rec.server.restarts = server.restarts
-    rec.error(f"{why}; restart {server.restarts}/{cap}")
-    await asyncio.sleep(min(2 ** (server.restarts - 1), 30) * BACKOFF_INITIAL_S)
-    return True
 
 
 class Transient(Exception):
@@ -58,11 +42,13 @@ class ServerDown(Exception):
 
 
 class Extractor:
-    def __init__(self, cfg, dataset: Dataset, store: Store, rec: Recorder, server: Server, dump_dir: str):
+    def __init__(
+        self, cfg, dataset: Dataset, store: Store, recorder: Recorder, server: Server, dump_dir: str
+    ):
         self.cfg = cfg
         self.ds = dataset
         self.store = store
-        self.rec = rec
+        self.recorder = recorder
         self.server = server
         self.dump_dir = dump_dir
         self.nonce = uuid.uuid4().hex[:8]
@@ -84,7 +70,7 @@ class Extractor:
         lengths = self.lengths
         if lengths is None:
             return None
-        return sum(lengths[i] for i in self._queue) + sum(lengths[i] for i in list(self.rec.in_flight))
+        return sum(lengths[i] for i in self._queue) + sum(lengths[i] for i in list(self.recorder.in_flight))
 
     def stop(self) -> None:
         self.stopping.set()
@@ -132,11 +118,11 @@ class Extractor:
                 sample = self.ds.get(idx)
             except RowError as e:
                 await asyncio.to_thread(self.store.fail, idx, f"bad row: {e}", 0, True)
-                self.rec.failed(idx, f"bad row: {e}", permanent=True)
+                self.recorder.failed(idx, f"bad row: {e}", permanent=True)
                 continue
             if sample.truncated:
-                self.rec.rec.truncated += 1
-            self.rec.in_flight[idx] = time.monotonic()
+                self.recorder.record.truncated += 1
+            self.recorder.in_flight[idx] = time.monotonic()
             try:
                 await self._extract(sample)
             except asyncio.CancelledError:
@@ -146,7 +132,7 @@ class Extractor:
             else:
                 self.consecutive = 0
             finally:
-                self.rec.in_flight.pop(idx, None)
+                self.recorder.in_flight.pop(idx, None)
 
     def _sample_failed(self, idx: int, e: Exception) -> None:
         if self.stopping.is_set() and self.abort_reason:
@@ -157,7 +143,7 @@ class Extractor:
         attempts = e.last_attempt.attempt_number if isinstance(e, RetryError) else 1
         reason = f"{type(cause).__name__}: {cause}"
         self.store.fail(idx, reason, attempts, permanent)
-        self.rec.failed(idx, reason, permanent)
+        self.recorder.failed(idx, reason, permanent)
         if not permanent:
             self.transient_failed += 1
         self.consecutive += 1
@@ -168,11 +154,12 @@ class Extractor:
     async def _extract(self, sample) -> None:
         body_ids, mask = sample.input_ids, sample.loss_mask
         attempt_no = 0
+        t = timing.current()
         while True:
             try:
                 async for attempt in AsyncRetrying(
                     stop=stop_after_attempt(self.cfg.job.retries),
-                    wait=wait_exponential_jitter(initial=BACKOFF_INITIAL_S, max=BACKOFF_MAX_S),
+                    wait=wait_exponential_jitter(initial=t.backoff_initial_s, max=t.backoff_max_s),
                     retry=retry_if_exception_type(Transient),
                     reraise=False,
                     before_sleep=lambda rs, idx=sample.idx: log.warning(
@@ -247,18 +234,18 @@ class Extractor:
             os.unlink(dump.sidecar_path(self.dump_dir, rid))
         except FileNotFoundError:
             pass
-        started = self.rec.in_flight.get(idx)
-        self.rec.extracted(meta["seq"], meta["bytes"], time.monotonic() - started if started else None)
+        started = self.recorder.in_flight.get(idx)
+        self.recorder.extracted(meta["seq"], meta["bytes"], time.monotonic() - started if started else None)
 
     async def _monitor(self) -> None:
         cap = self.cfg.server.max_restarts
         while not self.stopping.is_set():
-            await asyncio.sleep(MONITOR_S)
+            await asyncio.sleep(timing.current().monitor_s)
             if self.server.alive():
                 continue
             self.server_up.clear()
             code = self.server.proc.returncode if self.server.proc else None
-            if not await count_restart(self.server, self.rec, cap, f"server died (exit code {code})"):
+            if not await self.server.restart_allowed(self.recorder, f"server died (exit code {code})"):
                 self.abort(f"server died (exit code {code}) and the restart cap ({cap}) is spent")
                 return
             try:
@@ -267,10 +254,10 @@ class Extractor:
                 t0 = time.monotonic()
                 await self.server.wait_ready(self._server_progress)
                 log.info("server back after %.1fs", time.monotonic() - t0)
-                self.rec.rec.server.pid = self.server.proc.pid if self.server.proc else None
+                self.recorder.record.server.pid = self.server.proc.pid if self.server.proc else None
                 self.server_up.set()
             except ServerError as e:
-                self.rec.error(str(e))  # next loop sees it dead and counts another restart
+                self.recorder.error(str(e))  # next loop sees it dead and counts another restart
 
     async def _watch_disk(self) -> None:
         """While paused, re-check every disk_recheck_s, or at once when woken (SIGUSR1)."""
@@ -278,7 +265,7 @@ class Extractor:
         while self.guard is not None and not self.stopping.is_set():
             if not self.space_ok.is_set() and self.guard.ok():
                 self.space_ok.set()
-            if time.monotonic() - last_sweep > SWEEP_S:
+            if time.monotonic() - last_sweep > timing.current().sweep_s:
                 last_sweep = time.monotonic()
                 await asyncio.to_thread(self._sweep)
             try:
@@ -288,4 +275,4 @@ class Extractor:
             self._wake.clear()
 
     def _server_progress(self) -> None:
-        self.rec.rec.server.activity = self.server.activity
+        self.recorder.record.server.activity = self.server.activity

@@ -12,8 +12,8 @@ import sys
 
 from . import layers, lengths, ranks
 from .contract.config import Config, require_job
-from .contract.errors import ConfigError, JobFailed, ServerError, ServerExited
-from .contract.status import Phase, now_iso
+from .contract.errors import ConfigError, JobFailed, ServerError
+from .contract.status import Phase
 from .dataset import Dataset, open_dataset
 from .disk import DiskGuard, worst_case_bytes
 from .lock import JobLock
@@ -25,7 +25,6 @@ from .view import tail
 
 log = logging.getLogger("hsx.job")
 LOG_DIR = "logs"
-STOP_GRACE_S = 60.0
 
 
 def setup_logging(out: str, path: str | None = None) -> str:
@@ -74,7 +73,7 @@ class Job:
         self.cfg = cfg
         self.out = cfg.job.out
         self.rank, self.world = rank, world
-        self.names = ranks.Names(self.out, rank)
+        self.paths = ranks.RunPaths(self.out, rank)
         self.store = Store(self.out, rank)
         self.server: Server | None = None
         self.extractor = None
@@ -92,7 +91,7 @@ class Job:
         elif self._main is not None:
             self._main.cancel()
 
-    def _setup(self, rec: Recorder):
+    def _setup(self, recorder: Recorder):
         """The steps before any server starts, each named, so a failure says which one."""
         cfg, job = self.cfg, self.cfg.job
         _step("config", "fix the [job] keys it names", require_job, cfg)
@@ -124,25 +123,25 @@ class Job:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self.request_stop)
         cfg = self.cfg
-        rec = Recorder(self.names, cfg.job.name, 0, cfg.job.rate_window_s)
-        rec.carry_counts()  # the last run's numbers until the plan replaces them
-        rec.rec.server.backend = cfg.server.backend
-        self.rec = rec
+        recorder = Recorder(self.paths, cfg.job.name, 0, cfg.job.rate_window_s)
+        recorder.carry_counts()  # the last run's numbers until the plan replaces them
+        recorder.record.server.backend = cfg.server.backend
+        self.recorder = recorder
         ds = None
         ticker = asyncio.create_task(self._tick())
         try:
-            ds, aux, total, lo, hi, removed = self._setup(rec)
-            rec.rec.total = hi - lo
+            ds, aux, total, lo, hi, removed = self._setup(recorder)
+            recorder.record.total = hi - lo
             plan = self.store.plan(total, lo, hi)
             if plan.orphans:
                 self.store.record_orphans(plan.orphans)
                 plan = self.store.plan(total, lo, hi)
-            rec.set_done(len(plan.committed), len(plan.failed), self.store.mean_bytes(plan.committed))
+            recorder.set_done(len(plan.committed), len(plan.failed), self.store.mean_bytes(plan.committed))
             if removed:
-                rec.event("cleanup", removed_temp_files=removed)
+                recorder.event("cleanup", removed_temp_files=removed)
             if self.rank is not None:
                 log.info("rank %d of %d: samples %d..%d", self.rank, self.world, lo, hi - 1)
-                rec.event("rank", rank=self.rank, world=self.world, lo=lo, hi=hi)
+                recorder.event("rank", rank=self.rank, world=self.world, lo=lo, hi=hi)
             log.info(
                 "plan: %d committed, %d failed, %d remaining",
                 len(plan.committed),
@@ -150,23 +149,23 @@ class Job:
                 len(plan.remaining),
             )
             if not plan.remaining:
-                rec.phase(Phase.DONE)
+                recorder.phase(Phase.DONE)
                 return 0
             return await self._run(ds, plan.remaining, aux)
         except asyncio.CancelledError:
-            rec.phase(Phase.STOPPED, "stopped on request")
+            recorder.phase(Phase.STOPPED, "stopped on request")
             return 0
         except StepFailed as e:
-            self._failed(e.step, e.reason, e.hint, self.names.runner_log)
+            self._failed(e.step, e.reason, e.hint, self.paths.runner_log)
             return 2 if e.step == "config" else 1
         except (JobFailed, ServerError, ConfigError) as e:
-            step = rec.rec.phase.value
+            step = recorder.record.phase.value
             self._failed(step, str(e), PHASE_HINTS.get(step, ""), self._log_for(step))
             return 1
         except Exception as e:
             log.exception("unexpected error")
-            self._failed(rec.rec.phase.value, f"internal error: {type(e).__name__}: {e}",
-                         "a defect in hsx: /extract logs --crash shows the traceback", self.names.runner_log)  # fmt: skip
+            self._failed(recorder.record.phase.value, f"internal error: {type(e).__name__}: {e}",
+                         "a defect in hsx: /extract logs --crash shows the traceback", self.paths.runner_log)  # fmt: skip
             return 1
         finally:
             ticker.cancel()
@@ -174,21 +173,21 @@ class Job:
                 await asyncio.to_thread(self.server.stop)
             if ds is not None:
                 ds.close()
-            rec.rec.alive = False
-            rec.write()
+            recorder.record.alive = False
+            recorder.write()
 
     def _log_for(self, step: str) -> str:
         return (
-            self.names.server_log
+            self.paths.server_log
             if step in (Phase.STARTING_SERVER.value, Phase.SELF_TEST.value)
-            else self.names.runner_log
+            else self.paths.runner_log
         )
 
     def _failed(self, step: str, reason: str, hint: str, log_path: str) -> None:
         """FAILED, with the step, the reason, what to do and the log lines that show it."""
         log.error("job failed in %s: %s", step, reason)
-        rec = self.rec.rec
-        rec.failed_in, rec.hint, rec.log_tail = (
+        record = self.recorder.record
+        record.failed_in, record.hint, record.log_tail = (
             step,
             hint or None,
             [x[:300] for x in tail(log_path, TAIL_LINES)],
@@ -197,26 +196,26 @@ class Job:
             f"hsx-runner: failed in {step}: {reason}" + (f"\nwhat to do: {hint}" if hint else ""),
             file=sys.stderr,
         )
-        rec.last_error = f"{step}: {reason}"[:500]
-        self.rec.phase(Phase.FAILED, reason[:500])
+        record.last_error = f"{step}: {reason}"[:500]
+        self.recorder.phase(Phase.FAILED, reason[:500])
 
     async def _run(self, ds: Dataset, remaining: list[int], aux: list[int]) -> int:
         from .extractor import Extractor
 
-        cfg, rec = self.cfg, self.rec
+        cfg, recorder = self.cfg, self.recorder
         dump_dir = self.store.tmp
-        self.server = Server(cfg, aux, dump_dir, self.names)
-        rec.phase(Phase.STARTING_SERVER)
-        await self._start_server()
-        rec.phase(Phase.SELF_TEST)
+        self.server = Server(cfg, aux, dump_dir, self.paths)
+        recorder.phase(Phase.STARTING_SERVER)
+        await self.server.bring_up(recorder)
+        recorder.phase(Phase.SELF_TEST)
         hidden = layers.model_info(cfg.job.model)["hidden_size"]
         tokens = await self_test(self.server, ds, remaining, dump_dir, cfg.job, hidden)
-        rec.event("self_test", ok=True, tokens=tokens)
-        rec.phase(Phase.EXTRACTING)
-        self.extractor = Extractor(cfg, ds, self.store, rec, self.server, dump_dir)
+        recorder.event("self_test", ok=True, tokens=tokens)
+        recorder.phase(Phase.EXTRACTING)
+        self.extractor = Extractor(cfg, ds, self.store, recorder, self.server, dump_dir)
         self.extractor.guard = DiskGuard(
             self.out,
-            rec,
+            recorder,
             cfg.job.min_free_bytes,
             cfg.job.concurrency,
             worst_case_bytes(cfg.job.max_length, hidden),
@@ -224,7 +223,7 @@ class Job:
         asyncio.get_running_loop().add_signal_handler(signal.SIGUSR1, self.extractor.wake)
         if self._stop_requested:
             self.extractor.stop()
-        rec.remaining_tokens = self.extractor.remaining_tokens
+        recorder.remaining_tokens = self.extractor.remaining_tokens
         stop_lengths = lengths.in_background(cfg.job, ds.vocab_size, self.out,
                                              lambda got: setattr(self.extractor, "lengths", got))  # fmt: skip
         try:
@@ -232,49 +231,28 @@ class Job:
         finally:
             stop_lengths.set()
         if self._stop_requested:
-            rec.phase(Phase.STOPPED, "stopped on request")
+            recorder.phase(Phase.STOPPED, "stopped on request")
             return 0
         if self.extractor.transient_failed:
             n = self.extractor.transient_failed
-            rec.phase(Phase.FAILED, f"{n} samples failed after retries; resume to retry them")
+            recorder.phase(Phase.FAILED, f"{n} samples failed after retries; resume to retry them")
             return 1
-        rec.phase(Phase.DONE)
+        recorder.phase(Phase.DONE)
         return 0
-
-    async def _start_server(self) -> None:
-        """Start and wait; a server that dies while starting is restarted like one that dies
-        later (same cap, same backoff); one that never gets ready is not."""
-        from .extractor import count_restart
-
-        rec, cap = self.rec, self.cfg.server.max_restarts
-        while True:
-            self.server.start()
-            rec.rec.server.pid = self.server.proc.pid
-            rec.rec.server.url = self.server.url
-            rec.rec.server.started_at = now_iso()
-            try:
-                await self.server.wait_ready(
-                    lambda: setattr(rec.rec.server, "activity", self.server.activity)
-                )
-                rec.rec.server.activity = "ready"
-                return
-            except ServerExited as e:
-                if not await count_restart(self.server, rec, cap, "server died during start-up"):
-                    raise ServerError(f"restart cap {cap} spent; last start: {e}") from None
 
     async def _tick(self) -> None:
         while True:
             await asyncio.sleep(self.cfg.job.status_interval_s)
-            self.rec.write()
+            self.recorder.write()
 
 
 def run(cfg: Config, rank: int | None = None, world: int | None = None) -> int:
     """The job in the foreground; with a rank, only that rank's samples (see runner.ranks)."""
-    names = ranks.Names(cfg.job.out, rank)
-    lock = JobLock(names.lock)
+    paths = ranks.RunPaths(cfg.job.out, rank)
+    lock = JobLock(paths.lock)
     lock.acquire()  # LockedError names the running pid
-    claim_record(names.status, cfg.job.name)
-    setup_logging(cfg.job.out, names.runner_log)
+    claim_record(paths.status, cfg.job.name)
+    setup_logging(cfg.job.out, paths.runner_log)
     try:
         return asyncio.run(Job(cfg, rank, world).main())
     finally:

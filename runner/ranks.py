@@ -44,7 +44,7 @@ def rank_range(total: int, rank: int, world: int) -> tuple[int, int]:
 
 
 @dataclass(frozen=True)
-class Names:
+class RunPaths:
     """Where one run keeps its own files; rank None gives the single-box names unchanged."""
 
     out: str

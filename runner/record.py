@@ -14,19 +14,18 @@ import time
 
 import orjson
 
+from .contract import timing
 from .contract.status import Disk, Phase, StatusRecord, now_iso, write_record
-from .ranks import Names
+from .ranks import RunPaths
 
-PROGRESS_EVENT_S = 60.0
 LATENCY_SAMPLES = 200  # the p50/p95 over this many recent samples
-RATE_SAMPLES = 20_000  # one a minute: two weeks of run for the median
-RATE_SAMPLE_S = 60.0
+RATE_SAMPLES = 20_000  # one a minute (Timing.rate_sample_s): two weeks of run for the median
 LOW_RATE = 0.5  # below this fraction of the run's median rate, the rate has dropped
-log = logging.getLogger("hsx.record")  # a progress point for charts at most this often
+log = logging.getLogger("hsx.record")
 
 
 class Recorder:
-    def __init__(self, paths: Names, job: str, total: int, window_s: float):
+    def __init__(self, paths: RunPaths, job: str, total: int, window_s: float):
         self.out = out = paths.out
         self.path, self.events_path = paths.status, paths.events
         self.window_s = window_s
@@ -40,11 +39,12 @@ class Recorder:
         self._latency: collections.deque[float] = collections.deque(maxlen=LATENCY_SAMPLES)
         self._rates_seen: collections.deque[float] = collections.deque(maxlen=RATE_SAMPLES)
         self._rate_sampled = 0.0
-        self._rate_every = min(RATE_SAMPLE_S, window_s / 4)  # a short window (tests) samples faster
-        self.rec = StatusRecord(
+        # a short window samples faster
+        self._rate_every = min(timing.current().rate_sample_s, window_s / 4)
+        self.record = StatusRecord(
             job=job, host=socket.gethostname(), pid=os.getpid(), alive=True, total=total, started_at=now_iso()
         )
-        self.rec.disk.path = out
+        self.record.disk.path = out
 
     def carry_counts(self) -> None:
         """Keep the claimed record's counts (the last run's) until this run's plan is made, so
@@ -56,7 +56,7 @@ class Recorder:
         except Exception:  # noqa: BLE001 - no usable record: start from zero
             return
         for k in ("total", "done", "failed", "adopted", "truncated"):
-            setattr(self.rec, k, getattr(old, k))
+            setattr(self.record, k, getattr(old, k))
 
     # --- counters --------------------------------------------------------------------------
     def set_done(self, committed: int, failed: int, avg_bytes: float | None = None) -> None:
@@ -64,47 +64,47 @@ class Recorder:
         ``extracted`` feeds the window, so the rate and ETA are this run's own work."""
         from .store import Store
 
-        self.rec.done, self.rec.failed = committed, failed
-        self.rec.adopted = len(Store(self.out).adopted())
+        self.record.done, self.record.failed = committed, failed
+        self.record.adopted = len(Store(self.out).adopted())
         if avg_bytes:
             self._bytes, self._bytes_n = avg_bytes * committed, committed
         self._last_milestone = self._milestone(committed)
 
     def extracted(self, tokens: int, nbytes: int, seconds: float | None = None) -> None:
-        self.rec.last_commit_at = now_iso()
+        self.record.last_commit_at = now_iso()
         if seconds is not None:
             self._latency.append(seconds)
-        self.rec.done += 1
-        self.rec.done_this_run += 1
+        self.record.done += 1
+        self.record.done_this_run += 1
         self._bytes += nbytes
         self._bytes_n += 1
         self._win.append((time.monotonic(), tokens))
-        m = self._milestone(self.rec.done)
+        m = self._milestone(self.record.done)
         if m > self._last_milestone:
             self._last_milestone = m
-            self.event("milestone", pct=m * 10, done=self.rec.done, total=self.rec.total)
+            self.event("milestone", pct=m * 10, done=self.record.done, total=self.record.total)
 
     def failed(self, idx: int, reason: str, permanent: bool) -> None:
-        self.rec.errors_this_run += 1
+        self.record.errors_this_run += 1
         if permanent:
-            self.rec.failed += 1
-        self.rec.last_error = f"sample {idx}: {reason}"[:500]
+            self.record.failed += 1
+        self.record.last_error = f"sample {idx}: {reason}"[:500]
         self.event("sample_failed", idx=idx, reason=reason[:500], permanent=permanent)
 
     def error(self, msg: str) -> None:
-        self.rec.errors_this_run += 1
-        self.rec.last_error = msg[:500]
+        self.record.errors_this_run += 1
+        self.record.last_error = msg[:500]
         self.event("error", message=msg[:500])
 
     def _milestone(self, done: int) -> int:
-        return (done * 10 // self.rec.total) if self.rec.total else 0
+        return (done * 10 // self.record.total) if self.record.total else 0
 
     # --- phases and events ---------------------------------------------------------------
     def phase(self, phase: Phase, reason: str | None = None) -> None:
-        if phase != self.rec.phase or reason != self.rec.reason:
-            self.rec.phase = phase
-            self.rec.reason = reason
-            self.rec.phase_since = now_iso()
+        if phase != self.record.phase or reason != self.record.reason:
+            self.record.phase = phase
+            self.record.reason = reason
+            self.record.phase_since = now_iso()
             self.event("phase", phase=phase.value, reason=reason)
         self.write()
 
@@ -119,7 +119,7 @@ class Recorder:
     def _rates(self, now: float) -> None:
         while self._win and now - self._win[0][0] > self.window_s:
             self._win.popleft()
-        r = self.rec
+        r = self.record
         if len(self._win) < 2:
             r.rate = r.tokens_per_s = r.eta_s = r.rate_trend = None
             return
@@ -149,7 +149,7 @@ class Recorder:
     def _flow(self, now: float) -> None:
         """What a stall or a slowdown shows: requests out and for how long, latency, the
         rate against this run's median."""
-        r = self.rec
+        r = self.record
         r.in_flight = len(self.in_flight)
         if self.in_flight:
             idx, t0 = min(self.in_flight.items(), key=lambda kv: kv[1])
@@ -172,13 +172,13 @@ class Recorder:
             r.rate_low_since = now_iso()
 
     def _disk(self) -> None:
-        d = self.rec.disk
+        d = self.record.disk
         try:
             u = shutil.disk_usage(self.out)
         except OSError:
             return
         d.used, d.free = u.used, u.free
-        remaining = max(0, self.rec.total - self.rec.done - self.rec.failed)
+        remaining = max(0, self.record.total - self.record.done - self.record.failed)
         d.need = int(self._bytes / self._bytes_n * remaining) if self._bytes_n else None
 
     @property
@@ -190,15 +190,16 @@ class Recorder:
         self._rates(now)
         self._flow(now)
         self._disk()
-        self.rec.heartbeat_at = now_iso()
-        write_record(self.path, self.rec)
-        if self.rec.phase == Phase.EXTRACTING and now - self._last_progress_event >= PROGRESS_EVENT_S:
+        self.record.heartbeat_at = now_iso()
+        write_record(self.path, self.record)
+        every = timing.current().progress_event_s
+        if self.record.phase == Phase.EXTRACTING and now - self._last_progress_event >= every:
             self._last_progress_event = now
-            self.event("progress", done=self.rec.done, rate=self.rec.rate)
+            self.event("progress", done=self.record.done, rate=self.record.rate)
 
     def final_disk(self) -> Disk:
         self._disk()
-        return self.rec.disk
+        return self.record.disk
 
 
 def claim_record(path: str, job: str) -> None:

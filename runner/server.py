@@ -17,21 +17,21 @@ from typing import TYPE_CHECKING
 
 import aiohttp
 
-from .contract import dump
+from .contract import dump, timing
 from .contract.config import Config
 from .contract.errors import ServerError, ServerExited
 from .contract.launch import server_argv
+from .contract.status import now_iso
 from .sglang_cpu import checkout_root
 
 if TYPE_CHECKING:
-    from .ranks import Names
+    from .ranks import RunPaths
 
 READY_LINE = "The server is fired up and ready to roll!"
 # What a starting server is doing, from its log: weight loading and its progress bars.
 ACTIVITY_RE = re.compile(
     r"(Load weight begin.*|Load weight end.*|(?:Multi-thread loading shards|Loading safetensors checkpoint shards):\s*\d+% Completed \| \d+/\d+|Capture cuda graph.*|Init torch distributed.*)"
 )
-POLL_S = 0.5
 
 
 def _die_with_parent() -> None:
@@ -73,7 +73,7 @@ def server_env(cfg: Config, dump_dir: str, aux_ids: list[int]) -> dict[str, str]
 
 
 class Server:
-    def __init__(self, cfg: Config, aux_ids: list[int], dump_dir: str, paths: Names):
+    def __init__(self, cfg: Config, aux_ids: list[int], dump_dir: str, paths: RunPaths):
         self.cfg = cfg
         self.argv = build_argv(cfg, aux_ids)
         self.url = f"http://{cfg.server.host}:{cfg.server.port}"
@@ -83,6 +83,36 @@ class Server:
         self.restarts = 0
         self.started_at: float | None = None
         self.activity = ""
+
+    async def bring_up(self, recorder) -> None:
+        """Start and wait until ready; a server that dies while starting is restarted like one
+        that dies later (the same policy); one that never gets ready is not."""
+        server = recorder.record.server
+        while True:
+            self.start()
+            server.pid, server.url, server.started_at = self.proc.pid, self.url, now_iso()
+            try:
+                await self.wait_ready(lambda: setattr(server, "activity", self.activity))
+                server.activity = "ready"
+                return
+            except ServerExited as e:
+                if not await self.restart_allowed(recorder, "server died during start-up"):
+                    raise ServerError(
+                        f"restart cap {self.cfg.server.max_restarts} spent; last start: {e}"
+                    ) from None
+
+    async def restart_allowed(self, recorder, why: str) -> bool:
+        """The one restart policy, in start-up and mid-run alike: at most [server] max_restarts,
+        each counted and recorded, backed off 1, 2, 4 … 30 times Timing.backoff_initial_s.
+        False, and nothing counted, once the cap is spent."""
+        cap = self.cfg.server.max_restarts
+        if self.restarts >= cap:
+            return False
+        self.restarts += 1
+        recorder.record.server.restarts = self.restarts
+        recorder.error(f"{why}; restart {self.restarts}/{cap}")
+        await asyncio.sleep(min(2 ** (self.restarts - 1), 30) * timing.current().backoff_initial_s)
+        return True
 
     def kill_stale(self) -> int | None:
         """A server left by a runner that died (its process group) is killed before a new start."""
@@ -179,7 +209,7 @@ class Server:
                     )
                 if on_progress:
                     on_progress()
-                await asyncio.sleep(POLL_S)
+                await asyncio.sleep(timing.current().server_poll_s)
 
     def stop(self, grace_s: float = 30.0) -> None:
         p = self.proc

@@ -25,7 +25,11 @@ from .contract.config import Config
 from .contract.errors import ConfigError
 
 log = logging.getLogger("hsx.store")
-SHARD = 2000
+# Rows per shard: SpecForge's layout (rows_0-2000, ...). HSX_SHARD_ROWS is a test-only seam (a
+# cluster test spans several shards and ranks with a few hundred rows); read once at import, so
+# every module of one process agrees. Never set it for a real job.
+SHARD_ENV = "HSX_SHARD_ROWS"
+SHARD = int(os.environ.get(SHARD_ENV) or 2000)
 SHARD_RE = re.compile(r"^rows_(\d+)-(\d+)$")
 FILE_RE = re.compile(r"^data_(\d+)\.ckpt$")
 MANIFEST = "manifest.jsonl"

@@ -1,5 +1,9 @@
 """Shared fixtures: a tiny demo job (real model, real tokenizer), built once per session and
-copied per test so each test has its own output, port and config."""
+copied per test so each test has its own output, port and config.
+
+The ``slow`` marker (``pytest -m "not slow"`` is the fast lane): a test whose runner process
+imports torch carries it in its file; a test on real daemons, the real SGLang CPU lane or a
+wheel build gets it here, from the fixture that provides them."""
 
 from __future__ import annotations
 
@@ -12,10 +16,21 @@ import sys
 
 import pytest
 
+from runner.contract import timing
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BIN = os.path.dirname(sys.executable)
 RUNNER = os.path.join(BIN, "hsx-runner")
-os.environ.setdefault("HSX_BACKOFF_S", "0.05")  # retries back off fast in tests
+os.environ[timing.ENV] = "fast"  # short polls and backoffs, here and in every process a test starts
+
+
+SLOW_FIXTURES = frozenset({"pair", "shared_pair", "gpu_box", "hsx_wheel", "slurm", "sglang_python"})
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        if SLOW_FIXTURES.intersection(item.fixturenames):
+            item.add_marker(pytest.mark.slow)
 
 
 def free_port() -> int:

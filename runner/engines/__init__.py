@@ -14,7 +14,7 @@ from .. import view
 from ..contract.config import Config
 from ..contract.replies import Reply
 from ..contract.status import StatusRecord
-from ..ranks import Names
+from ..ranks import RunPaths
 
 
 class Engine:
@@ -36,8 +36,8 @@ class Engine:
 
     def logs(self, n: int, which: str = "runner", rank: int | None = None, server: bool = False) -> Reply:
         """One run's log tail (a rank's, with ``rank``); ``which`` all: a short tail of each."""
-        names = Names(self.out, rank)
-        logs = {"runner": names.runner_log, "server": names.server_log, "crash": names.crash_log}
+        paths = RunPaths(self.out, rank)
+        logs = {"runner": paths.runner_log, "server": paths.server_log, "crash": paths.crash_log}
         which = "server" if server else which
         if which != "all":
             lines = view.tail(logs[which], n)
@@ -47,7 +47,7 @@ class Engine:
             part = view.tail(path, n)
             if part:
                 lines += [f"--- {name}: {os.path.basename(path)} ---", *part]
-        return Reply({"path": os.path.dirname(names.runner_log), "lines": lines}, "\n".join(lines))
+        return Reply({"path": os.path.dirname(paths.runner_log), "lines": lines}, "\n".join(lines))
 
     def events(self, n: int) -> Reply:
         """The last ``n`` events, parsed; a torn line is left out."""
@@ -61,7 +61,7 @@ class Engine:
         return Reply({"events": events}, "\n".join(lines))
 
     def event_lines(self, n: int) -> list[str]:
-        return view.tail(Names(self.out).events, n)
+        return view.tail(RunPaths(self.out).events, n)
 
 
 def engine_for(cfg: Config) -> Engine:

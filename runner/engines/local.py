@@ -12,6 +12,7 @@ import sys
 import time
 
 from .. import lock, view
+from ..contract import timing
 from ..contract.errors import StatusError
 from ..contract.replies import OK, REFUSED, Reply
 from ..contract.status import StatusRecord
@@ -57,7 +58,7 @@ class LocalEngine(Engine):
         skipped = [c["name"] for c in report["checks"] if c["name"] in GATES and not c["ok"]]
         os.makedirs(os.path.join(out, "logs"), exist_ok=True)
         with open(os.path.join(out, "logs", "runner.out"), "ab") as log:
-            p = subprocess.Popen(  # its stdout/stderr: logs/runner.out (Names.crash_log)
+            p = subprocess.Popen(  # its stdout/stderr: logs/runner.out (RunPaths.crash_log)
                 [sys.executable, "-m", "runner.cli", "run", "--config", self.cfg.path],
                 stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
             )  # fmt: skip
@@ -75,7 +76,7 @@ class LocalEngine(Engine):
                     f"already running (pid {hpid})" if held else f"runner exited with code {code}; see logs"
                 )
                 return Reply({"started": False, "pid": hpid, "reason": reason}, reason, REFUSED)
-            time.sleep(0.05)
+            time.sleep(timing.current().answer_poll_s)
         why = f"runner did not take the lock within {START_S:g}s"
         return Reply({"started": False, "pid": p.pid, "reason": why}, "runner slow to start", REFUSED)
 
@@ -95,7 +96,7 @@ class LocalEngine(Engine):
             except StatusError:  # a corrupt record the child has not rewritten yet
                 if time.monotonic() > deadline:
                     return started
-                time.sleep(0.05)
+                time.sleep(timing.current().answer_poll_s)
                 continue
             if rec.pid == p.pid and rec.phase.value == "failed":
                 why = f"{rec.failed_in or rec.phase.value}: {rec.reason}" + (
@@ -111,7 +112,7 @@ class LocalEngine(Engine):
             if p.poll() is not None and not lock.is_held(out)[0]:
                 msg = f"the runner exited with code {p.returncode} at once: {rec.reason or 'see /extract logs --crash'}"
                 return Reply({"started": False, "pid": p.pid, "reason": msg}, msg, REFUSED)
-            time.sleep(0.05)
+            time.sleep(timing.current().answer_poll_s)
 
     def stop(self, wait: float) -> Reply:
         held, pid = lock.is_held(self.out)
@@ -120,7 +121,7 @@ class LocalEngine(Engine):
         os.kill(pid, signal.SIGTERM)
         deadline = time.monotonic() + wait
         while time.monotonic() < deadline and lock.is_held(self.out)[0]:
-            time.sleep(0.1)
+            time.sleep(timing.current().stop_poll_s)
         gone = not lock.is_held(self.out)[0]
         msg = f"runner pid {pid} stopped" if gone else f"SIGTERM sent to pid {pid}; still draining"
         return Reply(

@@ -14,6 +14,7 @@ import socket
 import time
 
 from .. import ranks, view
+from ..contract import timing
 from ..contract.errors import HsxError
 from ..contract.replies import OK, REFUSED, Reply
 from ..contract.status import Phase, StatusRecord, now_iso
@@ -66,15 +67,15 @@ class SlurmEngine(Engine):
         each = max(1, n // max(1, world))
         lines = []
         for r in range(world):
-            names = ranks.Names(self.out, r)
+            paths = ranks.RunPaths(self.out, r)
             # every rank's tail reads the server's log only for --server, as it always has
             lines += [
-                f"[rank {r}] {x}" for x in view.tail(names.server_log if server else names.runner_log, each)
+                f"[rank {r}] {x}" for x in view.tail(paths.server_log if server else paths.runner_log, each)
             ]
         return Reply({"path": os.path.join(self.out, "logs"), "lines": lines}, "\n".join(lines))
 
     def event_lines(self, n: int) -> list[str]:
-        lines = [x for r in range(self._world()) for x in view.tail(ranks.Names(self.out, r).events, n)]
+        lines = [x for r in range(self._world()) for x in view.tail(ranks.RunPaths(self.out, r).events, n)]
         return sorted(lines, key=lambda x: x[:30])[-n:]  # the ranks' events in time order
 
     def _world(self) -> int:
@@ -161,7 +162,7 @@ class SlurmEngine(Engine):
         slurm_io.scancel(jobs)
         deadline = time.monotonic() + wait
         while time.monotonic() < deadline and self._active(st):
-            time.sleep(0.5)
+            time.sleep(timing.current().cluster_stop_poll_s)
         gone = not self._active(st)
         msg = f"cancelled Slurm job(s) {', '.join(jobs)}" + ("" if gone else "; ranks still draining")
         # scancel was sent: the stop is under way even while ranks still drain

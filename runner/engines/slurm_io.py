@@ -57,7 +57,7 @@ def save_state(out: str, st: dict) -> None:
 def read_rank(out: str, r: int) -> StatusRecord | None:
     """Rank r's own record; None when it has none yet or it is unreadable mid-write."""
     try:
-        return read_record(ranks.Names(out, r).status)
+        return read_record(ranks.RunPaths(out, r).status)
     except StatusError:
         return None
 

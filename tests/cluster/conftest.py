@@ -14,6 +14,8 @@ import pytest
 from tests.cluster.slurmctl import Cluster, available
 from tests.conftest import write_job
 
+SHARD = 200  # rows per shard where a test asks for small_shards (production: 2000)
+
 
 @pytest.fixture(scope="session")
 def slurm():
@@ -38,9 +40,20 @@ def slurm():
         shutil.rmtree(d, ignore_errors=True)
 
 
+@pytest.fixture
+def small_shards(monkeypatch):
+    """Shards of SHARD rows, so a few hundred rows span several shards and ranks: the runner
+    processes read HSX_SHARD_ROWS at start, and this process's store (tensors(), sample_path)
+    is given the same size."""
+    from runner import store
+
+    monkeypatch.setenv(store.SHARD_ENV, str(SHARD))
+    monkeypatch.setattr(store, "SHARD", SHARD)
+
+
 def short_rows(n: int, seed: int = 0) -> list[str]:
-    """Pre-tokenized rows of three tokens: enough rows for several 2000-sample shards while
-    extraction stays fast on a CPU."""
+    """Pre-tokenized rows of three tokens: enough rows for several shards while extraction
+    stays fast on a CPU."""
     rng = random.Random(seed)
     return [json.dumps({"input_ids": [rng.randrange(5, 200) for _ in range(3)], "loss_mask": [0, 1, 1]}) + "\n"
             for _ in range(n)]  # fmt: skip

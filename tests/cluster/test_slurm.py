@@ -11,11 +11,11 @@ import subprocess
 from bot.watcher import Limits, Observation, WatchState, decide
 from runner.contract.render import render_text
 from runner.contract.status import StatusRecord
-from tests.cluster.conftest import cluster_job, short_rows
+from tests.cluster.conftest import SHARD, cluster_job, short_rows
 from tests.conftest import runner
 from tests.runner.helpers import assert_same_tensors, status, tensors, verify, wait_for
 
-ROWS = 6050  # four shards of 2000 (the last one short): four ranks with real shards
+ROWS = 3 * SHARD + 50  # four shards (the last one short): four ranks with real shards
 
 
 def act(verb: str, conf: str, *extra) -> tuple[int, dict]:
@@ -55,7 +55,7 @@ def test_small_job_is_one_rank_and_stop_is_scancel(slurm, demo_assets, tmp_path)
     assert code == 3 and "nothing to do" in rep["reason"]
 
 
-def test_four_ranks_one_cancelled_mid_run_resumes_only_that_rank(slurm, demo_assets, tmp_path):
+def test_four_ranks_one_cancelled_mid_run_resumes_only_that_rank(slurm, small_shards, demo_assets, tmp_path):
     rows = short_rows(ROWS)
     reference = cluster_job(tmp_path / "single", demo_assets, rows=rows, engine="local")
     conf = cluster_job(tmp_path / "array", demo_assets, rows=rows, ranks=4)
@@ -81,10 +81,10 @@ def test_four_ranks_one_cancelled_mid_run_resumes_only_that_rank(slurm, demo_ass
     st = wait_for(
         lambda: (s := poll())["ranks"][1]["state"] == "cancelled" and s, timeout=60, what="cancelled"
     )
-    assert st["ranks"][1]["slurm"] == "CANCELLED" and st["ranks"][1]["done"] < 2000
+    assert st["ranks"][1]["slurm"] == "CANCELLED" and st["ranks"][1]["done"] < SHARD
     st = wait_for(lambda: (s := poll())["phase"] == "failed" and s, timeout=240, what="the other ranks")
     assert [r["state"] for r in st["ranks"]] == ["done", "cancelled", "done", "done"], st["ranks"]
-    assert st["done"] == ROWS - (2000 - st["ranks"][1]["done"]) and st["total"] == ROWS
+    assert st["done"] == ROWS - (SHARD - st["ranks"][1]["done"]) and st["total"] == ROWS
     text = render_text(StatusRecord.from_dict(st))
     assert "ranks: 3 done, 1 failed — CANCELLED on localhost (rank 1)" in text, text
     poll()

@@ -27,16 +27,12 @@ need_sshd = sshd.need_sshd
 OPERATOR, STRANGER = "U0OPERATOR", "U0STRANGER"
 
 
-@pytest.fixture(autouse=True)
-def fast_retries(monkeypatch):
-    monkeypatch.setenv("HSX_RETRY_FAST", "1")
-
-
 class GpuBoxWorld:
-    """The sshd pair and the deploy prefix (outside /tmp: deploy refuses paths wiped at reboot)."""
+    """The sshd pair, the deploy prefix (outside /tmp: deploy refuses paths wiped at reboot) and
+    the session's wheel."""
 
-    def __init__(self, pair: sshd.TwoHop, prefix: str):
-        self.pair, self.prefix = pair, prefix
+    def __init__(self, pair: sshd.TwoHop, prefix: str, wheel: str):
+        self.pair, self.prefix, self.wheel = pair, prefix, wheel
 
     def ops_config(self, job_dir: str, assets, name: str, samples: int, **job) -> str:
         """Write the job (dataset rows) and one hsx.toml for both sides, paths absolute."""
@@ -70,8 +66,9 @@ class GpuBoxWorld:
 
     def deploy(self, conf: str, *extra: str) -> tuple[int, dict]:
         p = subprocess.run(
-            [HSX, "deploy", "--config", conf, "--json", "--deps-from", sys.executable, *extra],
-            capture_output=True, text=True, timeout=600, env={**os.environ, "HSX_RETRY_FAST": "1"},
+            [HSX, "deploy", "--config", conf, "--json", "--deps-from", sys.executable, "--wheel", self.wheel,
+             *extra],
+            capture_output=True, text=True, timeout=600,
         )  # fmt: skip
         try:
             return p.returncode, json.loads(p.stdout)
@@ -80,7 +77,16 @@ class GpuBoxWorld:
 
 
 @pytest.fixture(scope="session")
-def gpu_box(tmp_path_factory):
+def hsx_wheel(tmp_path_factory) -> str:
+    """One hsx-ops wheel from this checkout, built the way `hsx deploy` builds one, for every
+    deploy of the session."""
+    from deploy.install import build_wheel
+
+    return build_wheel(str(tmp_path_factory.mktemp("wheel")))
+
+
+@pytest.fixture(scope="session")
+def gpu_box(tmp_path_factory, hsx_wheel):
     need_sshd()
     pair = sshd.TwoHop(str(tmp_path_factory.mktemp("sshd")))
     prefix = os.path.join(os.path.expanduser("~"), ".cache", "hsx-tests", f"e2e-{uuid.uuid4().hex[:8]}")
@@ -89,7 +95,7 @@ def gpu_box(tmp_path_factory):
         with open(pair.target.config, "a") as f:
             f.write("Subsystem sftp internal-sftp\n")  # deploy uploads over SFTP, as a stock sshd allows
         pair.start()
-        yield GpuBoxWorld(pair, prefix)
+        yield GpuBoxWorld(pair, prefix, hsx_wheel)
     finally:
         pair.stop()
         shutil.rmtree(prefix, ignore_errors=True)

@@ -9,11 +9,6 @@ from tests import sshd
 _need_sshd = sshd.need_sshd
 
 
-@pytest.fixture(autouse=True)
-def fast_retries(monkeypatch):
-    monkeypatch.setenv("HSX_RETRY_FAST", "1")
-
-
 @pytest.fixture(scope="module")
 def shared_pair(tmp_path_factory):
     """One jump + target for tests that leave the daemons as they found them."""

@@ -9,6 +9,7 @@ import pytest
 
 from remote import retry
 from remote.errors import AuthFailed, CommandTimeout, HostKeyMismatch, Unreachable
+from runner.contract import timing
 
 
 def flaky(failures: list[BaseException], value="ok"):
@@ -77,17 +78,18 @@ def test_bounded_by_total_time():
 def test_fast_switch(monkeypatch):
     fn, _ = flaky([Unreachable("jump", "x")])
     records = []
-    retry.call(fn, on_retry=records.append)  # conftest sets HSX_RETRY_FAST=1
-    assert records[0].wait_s == retry.FAST_WAIT_S
+    retry.call(fn, on_retry=records.append)  # tests/conftest.py sets HSX_TIMING=fast
+    assert records[0].wait_s == timing.FAST.retry_first_wait_s
 
-    monkeypatch.delenv(retry.FAST_ENV)
+    monkeypatch.delenv(timing.ENV)
+    first = timing.PRODUCTION.retry_first_wait_s
     slept = []
     fn, _ = flaky([Unreachable("jump", "x")] * 3)
     records = []
     retry.call(fn, on_retry=records.append, sleep=slept.append)
     assert slept == [r.wait_s for r in records]
-    assert retry.FIRST_WAIT_S <= slept[0] <= 2 * retry.FIRST_WAIT_S
-    assert slept[1] >= 2 * retry.FIRST_WAIT_S and slept[2] >= 4 * retry.FIRST_WAIT_S
+    assert first <= slept[0] <= 2 * first
+    assert slept[1] >= 2 * first and slept[2] >= 4 * first
 
 
 def test_bad_bounds():

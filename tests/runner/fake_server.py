@@ -1,41 +1,33 @@
 """Servers that misbehave on purpose, started by the runner's real lifecycle code in place
-of a backend (``[server] python`` points at a wrapper that runs this with a mode).
+of a backend (``[server] python`` points at a wrapper that runs this with a mode), or served
+in this process by ``InProcess`` for tests of the extractor alone.
 
 Modes: never_ready, bad_dump (ready, but the dump has the wrong shape), die_on_request,
 good_once (one well-shaped dump of zeros, then it dies on the next request),
 dies_first_start (exits during its first start, then serves well-shaped zeros), flaky (every
 second request writes its data file but no sidecar, as a server that died mid-dump),
 failing (every second request answers with a failure note instead of a dump), late (answers
-first, writes the dump a moment later, as the patched SGLang's writer threads do)."""
+first, writes the dump a moment later, as the patched SGLang's writer threads do), ok."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
 import os
+import socket
 import sys
+import threading
 import time
 
+from aiohttp import web
 
-def main() -> None:
-    mode = sys.argv[1]
-    ap = argparse.ArgumentParser()
-    ap.add_argument("-m")
-    ap.add_argument("--port", type=int)
-    args, _ = ap.parse_known_args(sys.argv[2:])
-    print("Load weight begin. fake", flush=True)
-    if mode == "dies_first_start":  # the first start dies (OOM, CUDA init), the next one serves
-        marker = os.path.join(os.environ["HSX_DUMP_DIR"], "..", "first-start-done")
-        if not os.path.exists(marker):
-            open(marker, "w").close()
-            sys.exit(1)
-    if mode == "never_ready":
-        time.sleep(3600)
-    from aiohttp import web
+# These end the process: a test of them needs a real child (see tests/runner/test_lifecycle.py).
+PROCESS_ONLY = ("never_ready", "dies_first_start", "die_on_request", "good_once")
 
+
+def make_app(mode: str, dump_dir: str) -> web.Application:
+    """/generate and /health, writing dumps into dump_dir as runner/contract/dump.py says."""
     from runner.contract import dump
-
-    dump_dir = os.environ[dump.DUMP_DIR_ENV]
 
     served = []
 
@@ -71,6 +63,63 @@ def main() -> None:
 
     app = web.Application()
     app.add_routes([web.post("/generate", generate), web.get("/health", health)])
+    return app
+
+
+class InProcess:
+    """The app on a free port, on its own event loop in a thread; shaped like the parts of
+    runner.server.Server that the extractor uses (url, alive, restarts, proc)."""
+
+    def __init__(self, mode: str, dump_dir: str):
+        if mode in PROCESS_ONLY:
+            raise ValueError(f"mode {mode} ends its process: run it as a child")
+        self.mode, self.dump_dir = mode, dump_dir
+        self.restarts, self.proc = 0, None
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="fake-dump-server", daemon=True)
+        self._runner: web.AppRunner | None = None
+
+    def __enter__(self) -> InProcess:
+        self._thread.start()
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        asyncio.run_coroutine_threadsafe(self._start(port), self._loop).result(30)
+        self.url = f"http://127.0.0.1:{port}"
+        return self
+
+    async def _start(self, port: int) -> None:
+        self._runner = web.AppRunner(make_app(self.mode, self.dump_dir))
+        await self._runner.setup()
+        await web.TCPSite(self._runner, "127.0.0.1", port).start()
+
+    def alive(self) -> bool:
+        return self._thread.is_alive()
+
+    def __exit__(self, *exc) -> None:
+        asyncio.run_coroutine_threadsafe(self._runner.cleanup(), self._loop).result(30)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(30)
+        self._loop.close()
+
+
+def main() -> None:
+    mode = sys.argv[1]
+    ap = argparse.ArgumentParser()
+    ap.add_argument("-m")
+    ap.add_argument("--port", type=int)
+    args, _ = ap.parse_known_args(sys.argv[2:])
+    print("Load weight begin. fake", flush=True)
+    if mode == "dies_first_start":  # the first start dies (OOM, CUDA init), the next one serves
+        marker = os.path.join(os.environ["HSX_DUMP_DIR"], "..", "first-start-done")
+        if not os.path.exists(marker):
+            open(marker, "w").close()
+            sys.exit(1)
+    if mode == "never_ready":
+        time.sleep(3600)
+    from runner.contract import dump
+
+    app = make_app(mode, os.environ[dump.DUMP_DIR_ENV])
 
     async def ready(_app):
         say = lambda: print("The server is fired up and ready to roll!", flush=True)  # noqa: E731

@@ -81,6 +81,35 @@ def assert_same_tensors(a: dict[int, dict], b: dict[int, dict]) -> None:
             assert torch.equal(a[i][k], b[i][k]), f"sample {i} {k} differs"
 
 
+def extract_in_process(cfg, dump_server, mode: str = "ok", vocab_size: int = 256):
+    """The extractor alone, in this process, over the job's pre-tokenized rows (ids below
+    vocab_size: no tokenizer is loaded) against the fake dump server in `mode`
+    (tests/runner/fake_server.py): (extractor, store, error), error being the JobFailed that
+    run() raised, if any."""
+    import asyncio
+
+    from runner.contract.errors import JobFailed
+    from runner.dataset import open_dataset
+    from runner.extractor import Extractor
+    from runner.ranks import RunPaths
+    from runner.record import Recorder
+    from runner.store import Store
+
+    store = Store(cfg.job.out)
+    store.prepare()
+    ds = open_dataset(cfg.job, vocab_size)
+    try:
+        total = len(ds)
+        rec = Recorder(RunPaths(cfg.job.out), cfg.job.name, total, cfg.job.rate_window_s)
+        ex = Extractor(cfg, ds, store, rec, dump_server(mode, store.tmp), store.tmp)
+        asyncio.run(ex.run(store.plan(total).remaining))
+    except JobFailed as e:
+        return ex, store, e
+    finally:
+        ds.close()
+    return ex, store, None
+
+
 def server_pid(conf: str) -> int | None:
     try:
         with open(os.path.join(out_dir(conf), "server.pid")) as f:

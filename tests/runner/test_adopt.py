@@ -56,6 +56,7 @@ def quarantine(out: str) -> list[str]:
         return []
 
 
+@pytest.mark.slow
 def test_adopt_specforge_layout_then_the_job_extracts_only_the_rest(reference, job, tmp_path):
     import torch
 
@@ -111,6 +112,7 @@ def test_adopt_specforge_layout_then_the_job_extracts_only_the_rest(reference, j
     assert "6 adopted" in text
 
 
+@pytest.mark.slow
 def test_adopt_loose_pt_files(reference, job, tmp_path):
     _, truth = reference
     foreign = tmp_path / "loose"
@@ -141,6 +143,7 @@ def test_adopt_loose_pt_files(reference, job, tmp_path):
     assert status(conf)["adopted"] == 3 and len(manifest(out)) == 3
 
 
+@pytest.mark.slow
 def test_adopt_in_place(reference, job):
     """Files already in the job's out (another tool wrote there) but with no manifest line."""
     _, truth = reference
@@ -172,13 +175,13 @@ def test_adopt_in_place(reference, job):
 
 def test_adopt_refuses_a_held_job_and_a_bad_dir(job, tmp_path):
     from runner.lock import JobLock
-    from runner.ranks import Names
+    from runner.ranks import RunPaths
 
     conf = job(samples=4)
     out = out_dir(conf)
     d = tmp_path / "empty"
     d.mkdir()
-    lock = JobLock(Names(out).lock)
+    lock = JobLock(RunPaths(out).lock)
     lock.acquire()  # a runner holds the job
     try:
         p = runner("adopt", "--json", "--config", conf, str(d))
@@ -200,7 +203,7 @@ def test_rate_and_eta_count_only_extracted_samples(tmp_path):
     """Adopted samples are part of done, never of the rate (the window holds only extractions)."""
     import time
 
-    from runner.ranks import Names
+    from runner.ranks import RunPaths
     from runner.record import Recorder
     from runner.store import Store
 
@@ -210,10 +213,10 @@ def test_rate_and_eta_count_only_extracted_samples(tmp_path):
     for i in range(6):
         store.append_manifest(i, 10, 100, "x", "rows_0-2000", adopted=True)
     store.append_manifest(6, 10, 100, "x", "rows_0-2000")
-    rec = Recorder(Names(out), "t", 20, 60.0)
+    rec = Recorder(RunPaths(out), "t", 20, 60.0)
     rec.set_done(7, 0, 100.0)
     rec.write()
-    r = rec.rec
+    r = rec.record
     assert r.adopted == 6 and r.done == 7 and r.rate is None and r.eta_s is None
     for _ in range(3):
         rec.extracted(10, 100)
@@ -225,6 +228,7 @@ def test_rate_and_eta_count_only_extracted_samples(tmp_path):
     assert r.eta_s == pytest.approx((20 - 10) / r.rate)
 
 
+@pytest.mark.slow
 def test_adopt_across_filesystems_copies_records_then_removes_the_source(
     reference, job, tmp_path, monkeypatch
 ):
@@ -247,13 +251,14 @@ def test_adopt_across_filesystems_copies_records_then_removes_the_source(
     assert [r["idx"] for r in manifest(out)] == [1, 2]
 
 
+@pytest.mark.slow
 def test_adopt_in_the_background_posts_its_report_through_the_status_record(reference, job, tmp_path):
     """`/extract adopt` runs detached (an SSH call cannot wait on terabytes); a held job is
     refused at once, before anything is spawned."""
     from runner.contract.render import background_result
     from runner.contract.status import StatusRecord
     from runner.lock import JobLock
-    from runner.ranks import Names
+    from runner.ranks import RunPaths
     from tests.runner.helpers import wait_for
 
     _, truth = reference
@@ -262,7 +267,7 @@ def test_adopt_in_the_background_posts_its_report_through_the_status_record(refe
         save(str(foreign / "rows_0-2000" / f"data_{i}.ckpt"), truth[i])
     conf = job(samples=N)
     out = out_dir(conf)
-    lock = JobLock(Names(out).lock)
+    lock = JobLock(RunPaths(out).lock)
     lock.acquire()
     try:
         p = runner("adopt", "--json", "--background", "--config", conf, str(foreign))

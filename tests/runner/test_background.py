@@ -8,6 +8,9 @@ import json
 import os
 import shutil
 import signal
+import subprocess
+
+import pytest
 
 from bot.watcher import Limits, Observation, WatchState, decide
 from bot.wiring import make_handlers
@@ -50,6 +53,7 @@ def _output_of(job) -> str:
     return conf
 
 
+@pytest.mark.slow
 def test_verify_of_2000_samples_outlives_its_call_shows_progress_and_posts_the_result_once(job, tmp_path):
     conf = _output_of(job)
     cfg = load(conf)
@@ -83,3 +87,45 @@ def test_verify_of_2000_samples_outlives_its_call_shows_progress_and_posts_the_r
     acts, _ = decide(WatchState.load(path), Observation(now, record=rec), Limits())
     assert not [a for a in acts if a.kind == "result"]
     assert "verify:" not in h.ask("progress?", "anyone").text  # finished: no progress line
+
+
+def test_progress_is_written_at_most_once_an_interval_then_the_result(tmp_path, monkeypatch):
+    from runner import background
+    from runner.contract import timing
+
+    monkeypatch.setenv(timing.ENV, "production")  # 1 s: the calls below come well within it
+    out = str(tmp_path)
+    prog = background.Progress(out, "verify", ["--quick"])
+    rec = background.read(out)
+    assert (
+        rec["state"] == "running" and rec["pid"] == os.getpid() and rec["done"] == 0 and rec["total"] is None
+    )
+    prog(1, 100, 10)
+    prog(2, 100, 20)  # within the interval: not written
+    assert background.read(out)["done"] == 1
+    prog._last -= timing.PRODUCTION.background_write_s  # as if the interval had passed
+    prog(3, 100, 30)
+    rec = background.read(out)
+    assert rec["done"] == 3 and rec["total"] == 100 and rec["bytes"] == 30
+    assert rec["files_per_s"] > 0 and rec["eta_s"] == pytest.approx(97 / rec["files_per_s"])
+    prog(100, 100, 1000)  # the last file is always written
+    assert background.read(out)["done"] == 100
+    prog.finish({"ok": 100, "complete": True})
+    rec = background.read(out)
+    assert rec["state"] == "done" and rec["result"] == {"ok": 100, "complete": True}
+    assert rec["eta_s"] == 0 and rec["error"] is None
+
+
+def test_a_verb_that_dies_or_raises_leaves_a_record_that_says_so(tmp_path):
+    from runner import background
+
+    out = str(tmp_path)
+    gone = subprocess.Popen(["true"])
+    gone.wait()  # its pid names no process now
+    with open(background.path(out), "w") as f:
+        json.dump({"verb": "verify", "state": "running", "pid": gone.pid}, f)
+    assert background.read(out)["state"] == "crashed"
+    with pytest.raises(ValueError), background.recording(out, "adopt", ["/d"], on=True):
+        raise ValueError("boom")
+    rec = background.read(out)
+    assert rec["verb"] == "adopt" and rec["state"] == "failed" and rec["error"] == "ValueError: boom"

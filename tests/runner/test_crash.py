@@ -7,6 +7,8 @@ import os
 import random
 import time
 
+import pytest
+
 from tests.conftest import runner
 from tests.runner.helpers import (
     assert_same_tensors,
@@ -21,6 +23,8 @@ from tests.runner.helpers import (
     verify,
     wait_for,
 )
+
+pytestmark = pytest.mark.slow  # real runner processes (torch), killed at random
 
 SAMPLES = 240
 KILLS = 8

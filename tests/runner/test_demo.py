@@ -8,8 +8,12 @@ import os
 import signal
 import subprocess
 
+import pytest
+
 from tests.conftest import BIN
 from tests.runner.helpers import assert_same_tensors, done_count, status, tensors, verify, wait_for
+
+pytestmark = pytest.mark.slow  # `hsx demo` runs real runner processes (torch)
 
 HSX = os.path.join(BIN, "hsx")
 INTERRUPTED = 600

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 
 import pytest
@@ -31,6 +32,7 @@ def small_fs(tmp_path):
         subprocess.run(["umount", "-l", m], capture_output=True)
 
 
+@pytest.mark.slow
 def test_pauses_before_the_disk_is_full_and_resumes_when_space_returns(job, small_fs):
     conf = job(samples=80, job__disk_recheck_s=600.0)  # only resume's wake-up ends the pause
     out = out_dir(conf)
@@ -57,3 +59,28 @@ def test_pauses_before_the_disk_is_full_and_resumes_when_space_returns(job, smal
             p.wait(10)
     assert status(conf)["phase"] == "done" and done_count(conf) == 80
     assert verify(conf)[0] == 0
+
+
+def test_the_guard_pauses_below_the_reserve_once_and_resumes_above_it(tmp_path):
+    from runner.contract.status import Phase
+    from runner.disk import DiskGuard, fmt, worst_case_bytes
+    from runner.ranks import RunPaths
+    from runner.record import Recorder
+
+    out = str(tmp_path)
+    rec = Recorder(RunPaths(out), "t", 10, 30.0)
+    rec.phase(Phase.EXTRACTING)
+    worst = worst_case_bytes(256, 64)
+    assert worst == 256 * (4 * 64 * 2 + 16) + 4096
+    free = shutil.disk_usage(out).free
+    guard = DiskGuard(out, rec, free + 10**12, 2, worst)  # more than the disk has
+    assert guard.reserve() == free + 10**12 + 2 * 2 * worst  # no sample measured yet: the worst case
+    assert not guard.ok() and not guard.ok()
+    assert rec.record.phase == Phase.PAUSED
+    assert rec.record.reason == f"disk low: free space at {out} is below the {fmt(guard.reserve())} reserve"
+    guard.min_free = 0
+    assert guard.ok() and rec.record.phase == Phase.EXTRACTING
+    with open(os.path.join(out, "events.jsonl")) as f:
+        kinds = [json.loads(x)["event"] for x in f]
+    assert kinds.count("disk_low") == 1 and kinds.count("disk_ok") == 1  # one alert per pause
+    assert (fmt(999), fmt(1500), fmt(2.5e12)) == ("999 B", "1.5 KB", "2.5 TB")

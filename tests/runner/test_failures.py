@@ -7,6 +7,8 @@ import datetime as dt
 import json
 import os
 
+import pytest
+
 from bot import watcher
 from runner.contract import render
 from runner.contract.status import StatusRecord
@@ -28,6 +30,7 @@ def _alert(rec: dict) -> str:
     return alert.text
 
 
+@pytest.mark.slow
 def test_a_tokenizer_that_fails_to_load_is_reported_before_any_server(job, tmp_path):
     broken = tmp_path / "tok"
     broken.mkdir()
@@ -50,6 +53,7 @@ def test_a_tokenizer_that_fails_to_load_is_reported_before_any_server(job, tmp_p
     assert "--- runner: runner.log ---" in logs and any("Traceback" in line for line in logs), logs
 
 
+@pytest.mark.slow
 def test_a_dataset_json_mismatch_fails_with_the_keys_and_keeps_the_counts(job):
     conf = job(samples=4)
     runner("run", "--config", conf, check=True)
@@ -66,6 +70,7 @@ def test_a_dataset_json_mismatch_fails_with_the_keys_and_keeps_the_counts(job):
     assert done_count(conf) == 4
 
 
+@pytest.mark.slow
 def test_preflight_gates_the_start_and_force_skips_it_saying_so(job):
     conf = job(samples=3, job__min_free_bytes=10**18)  # more than any disk has
     code, rep = _start(conf)
@@ -131,3 +136,60 @@ def test_real_nvml_on_a_machine_without_a_gpu_fails_cleanly(monkeypatch):
         assert all({"gpu", "used_mib", "total_mib", "procs"} <= set(d) for d in devices)
     else:
         assert err and err.startswith("NVML unavailable"), err
+
+
+def test_a_set_up_step_that_fails_names_itself_in_the_record(job, tmp_path, capsys):
+    """The job in this process (runner.job.run less its logging set-up): a model that is not
+    there fails the 'model' step with the path and what to do, before any server."""
+    import asyncio
+
+    from runner.contract.config import load
+    from runner.job import Job
+    from runner.lock import JobLock
+    from runner.ranks import RunPaths
+    from runner.record import claim_record
+
+    cfg = load(job(samples=3, job__model=str(tmp_path / "no-model")))
+    lock = JobLock(RunPaths(cfg.job.out).lock)
+    lock.acquire()
+    try:
+        claim_record(RunPaths(cfg.job.out).status, cfg.job.name)
+        assert asyncio.run(Job(cfg).main()) == 1
+    finally:
+        lock.release()
+    with open(os.path.join(cfg.job.out, "status.json")) as f:
+        st = StatusRecord.from_dict(json.load(f))
+    assert st.phase.value == "failed" and st.failed_in == "model" and not st.alive
+    assert str(tmp_path / "no-model") in st.reason
+    assert st.hint == f"check [job] model: {tmp_path / 'no-model'}/config.json must be readable"
+    assert "hsx-runner: failed in model:" in capsys.readouterr().err
+    assert not os.path.exists(os.path.join(cfg.job.out, "logs", "server.log"))
+
+
+def test_dataset_json_pins_the_job_that_wrote_the_output(tmp_path):
+    from runner.contract.errors import ConfigError
+    from runner.store import Store
+
+    pin = Store(str(tmp_path)).pin
+    desc = {"model": "/m", "dataset": "/d.jsonl", "total": 4, "max_length": 256, "hidden_size": 64,
+            "dtype": "bfloat16", "aux_layer_ids": [1, 3, 4]}  # fmt: skip
+    pin(desc)
+    pin({**desc, "name": "renamed"})  # not pinned: accepted
+    with pytest.raises(ConfigError) as e:
+        pin({**desc, "max_length": 128, "dtype": "float32"})
+    assert "max_length: 256 -> 128; dtype: 'bfloat16' -> 'float32'" in str(e.value)
+    assert str(e.value).endswith("use a new [job] out")
+
+
+def test_preflight_gates_on_its_failed_checks_and_force_clears_the_gate(job):
+    """preflight in this process: every check named, the disk one failing, and only it gating."""
+    from runner.contract.config import load
+    from runner.preflight import gate, preflight
+
+    report = preflight(load(job(samples=3, job__min_free_bytes=10**18)))  # more than any disk has
+    checks = {c["name"]: c for c in report["checks"]}
+    assert list(checks) == ["dataset", "model", "remote code", "disk", "lock", "gpus", "autostart"]
+    assert not report["ok"] and [c["name"] for c in report["checks"] if not c["ok"]] == ["disk"]
+    assert checks["dataset"]["detail"].endswith("3 rows") and "H=64" in checks["model"]["detail"]
+    assert checks["disk"]["fix"] == "free space or point [job] out at a bigger disk"
+    assert gate(report, force=False) == [checks["disk"]] and gate(report, force=True) == []

@@ -24,6 +24,7 @@ from tests.runner.helpers import (
 )
 
 
+@pytest.mark.slow
 def test_run_extracts_every_sample_and_verifies(job):
     conf = job(samples=30)
     p = runner("run", "--config", conf, check=True)
@@ -46,6 +47,7 @@ def test_run_extracts_every_sample_and_verifies(job):
     assert done_count(conf) == 30 and status(conf)["done_this_run"] == 0
 
 
+@pytest.mark.slow
 def test_tensors_match_a_plain_transformers_forward(job):
     """The dump equals what transformers gives for the same tokens (aux = hidden_states[id+1])."""
     import torch
@@ -66,6 +68,7 @@ def test_tensors_match_a_plain_transformers_forward(job):
         assert torch.allclose(t["hidden_state"].float(), hs[-1].float(), atol=1e-2), i
 
 
+@pytest.mark.slow
 def test_second_runner_refuses_and_names_the_pid(job):
     conf = job(samples=60, server__start_timeout_s=60.0)
     p = start_run(conf)
@@ -81,6 +84,7 @@ def test_second_runner_refuses_and_names_the_pid(job):
         p.wait(60)
 
 
+@pytest.mark.slow
 def test_sigterm_stops_cleanly_and_resume_finishes(job):
     conf = job(samples=80)
     p = start_run(conf)
@@ -98,6 +102,7 @@ def test_sigterm_stops_cleanly_and_resume_finishes(job):
     assert code == 0 and rep["ok"] == 80
 
 
+@pytest.mark.slow
 def test_status_reports_crash_when_runner_is_killed(job):
     conf = job(samples=200)
     p = start_run(conf)
@@ -112,6 +117,7 @@ def test_status_reports_crash_when_runner_is_killed(job):
              timeout=10, what="server exit")  # fmt: skip
 
 
+@pytest.mark.slow
 def test_server_killed_mid_run_is_restarted_and_nothing_is_lost(job):
     conf = job(samples=120)
     p = start_run(conf)
@@ -126,6 +132,7 @@ def test_server_killed_mid_run_is_restarted_and_nothing_is_lost(job):
     assert code == 0 and rep["ok"] == 120
 
 
+@pytest.mark.slow
 def test_malformed_rows_fail_with_reasons_and_never_stop_the_job(job, demo_assets):
     with open(os.path.join(demo_assets, "data.jsonl")) as f:
         good = f.readlines()[:6]
@@ -153,6 +160,7 @@ def test_malformed_rows_fail_with_reasons_and_never_stop_the_job(job, demo_asset
     assert "bad JSON" in rep["failed_reasons"]["3"]
 
 
+@pytest.mark.slow
 def test_truncation_is_counted(job):
     conf = job(samples=20, job__max_length=40)
     runner("run", "--config", conf, check=True)
@@ -161,6 +169,7 @@ def test_truncation_is_counted(job):
     assert all(t["input_ids"].shape[0] <= 40 for t in tensors(conf).values())
 
 
+@pytest.mark.slow
 def test_corrupt_ckpt_is_found_and_repaired(job):
     conf = job(samples=12)
     runner("run", "--config", conf, check=True)
@@ -182,6 +191,7 @@ def test_corrupt_ckpt_is_found_and_repaired(job):
     assert_same_tensors(before, tensors(conf))
 
 
+@pytest.mark.slow
 def test_corrupt_status_record_gets_a_clear_error(job):
     conf = job(samples=5)
     runner("run", "--config", conf, check=True)
@@ -200,6 +210,7 @@ def test_status_before_any_run(job):
     assert st["phase"] == "stopped" and st["reason"] == "not started yet"
 
 
+@pytest.mark.slow
 def test_server_that_never_starts_fails_the_job_with_the_reason(job):
     conf = job(samples=5, server__python="/bin/false")
     p = runner("run", "--config", conf)
@@ -225,6 +236,7 @@ def test_malformed_config_is_refused_clearly(tmp_path, text, needle):
     assert p.returncode == 2 and needle in p.stderr
 
 
+@pytest.mark.slow
 def test_start_twice_at_once_starts_exactly_one_runner(job):
     import concurrent.futures
 
@@ -238,6 +250,7 @@ def test_start_twice_at_once_starts_exactly_one_runner(job):
     wait_for(lambda: not status(conf)["alive"], timeout=30, what="the runner to exit")
 
 
+@pytest.mark.slow
 def test_deleted_sample_in_a_complete_shard_is_repaired(job):
     conf = job(samples=8)
     runner("run", "--config", conf, check=True)
@@ -254,6 +267,7 @@ def test_deleted_sample_in_a_complete_shard_is_repaired(job):
     assert verify(conf)[0] == 0
 
 
+@pytest.mark.slow
 def test_file_committed_without_its_manifest_line_is_not_corrupt(job):
     """A sound file with no manifest line (hsx before commits recorded the line first could be
     killed between the rename and the line: crash torture, seed 9789): verify says so, and a
@@ -287,6 +301,7 @@ def test_file_committed_without_its_manifest_line_is_not_corrupt(job):
     assert_same_tensors(before, tensors(conf))
 
 
+@pytest.mark.slow
 def test_after_repair_and_rerun_specforge_sees_only_committed_samples(job):
     """SpecForge trains on every *.ckpt under the output, hidden folders included."""
     conf = job(samples=10)
@@ -310,6 +325,7 @@ def test_after_repair_and_rerun_specforge_sees_only_committed_samples(job):
     assert code == 0 and rep["ok"] == 10 and unrecorded_ckpts(out) == []
 
 
+@pytest.mark.slow
 def test_pretokenized_rows_need_no_tokenizer(job, tmp_path):
     """The vocabulary check uses the model's vocab_size; the tokenizer is never loaded."""
     rows = [

@@ -1,4 +1,5 @@
-"""Server lifecycle against real child processes that misbehave, and preflight."""
+"""Server lifecycle against real child processes that misbehave, preflight, and the SGLang CPU
+lane's server settings."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ def fake(tmp_path, mode: str) -> str:
     return str(path)
 
 
+@pytest.mark.slow
 def test_server_never_ready_times_out_with_what_it_was_doing(job, tmp_path):
     conf = job(samples=5, server__python=fake(tmp_path, "never_ready"), server__start_timeout_s=3.0)
     assert runner("run", "--config", conf).returncode == 1
@@ -34,6 +36,7 @@ def test_server_never_ready_times_out_with_what_it_was_doing(job, tmp_path):
     assert done_count(conf) == 0
 
 
+@pytest.mark.slow
 def test_server_dying_while_starting_is_restarted(job, tmp_path):
     conf = job(samples=6, server__python=fake(tmp_path, "dies_first_start"))
     assert runner("run", "--config", conf).returncode == 0
@@ -41,6 +44,7 @@ def test_server_dying_while_starting_is_restarted(job, tmp_path):
     assert st["phase"] == "done" and st["server"]["restarts"] == 1 and done_count(conf) == 6
 
 
+@pytest.mark.slow
 def test_wrong_self_test_output_stops_before_any_sample(job, tmp_path):
     conf = job(samples=5, server__python=fake(tmp_path, "bad_dump"))
     assert runner("run", "--config", conf).returncode == 1
@@ -50,6 +54,7 @@ def test_wrong_self_test_output_stops_before_any_sample(job, tmp_path):
     assert done_count(conf) == 0 and not any(d.startswith("rows_") for d in os.listdir(out_dir(conf)))
 
 
+@pytest.mark.slow
 def test_server_dying_in_self_test_fails_the_job(job, tmp_path):
     conf = job(samples=5, server__python=fake(tmp_path, "die_on_request"))
     assert runner("run", "--config", conf).returncode == 1
@@ -58,6 +63,7 @@ def test_server_dying_in_self_test_fails_the_job(job, tmp_path):
     assert done_count(conf) == 0
 
 
+@pytest.mark.slow
 def test_restarts_stop_at_the_cap(job, tmp_path):
     conf = job(samples=30, server__python=fake(tmp_path, "good_once"), server__max_restarts=2)
     assert runner("run", "--config", conf).returncode == 1
@@ -109,29 +115,6 @@ def test_unit_of_finds_the_service_owning_a_process():
     assert unit_of("0::/user.slice/user-0.slice/user@0.service/app.slice\n") is None
 
 
-@pytest.mark.parametrize("mode", ["flaky", "failing"])
-def test_failed_attempts_leave_no_dump_behind(job, tmp_path, mode):
-    # flaky: no sidecar ever comes (waited for dump_wait_s); failing: the server says why at once
-    conf = job(samples=12, server__python=fake(tmp_path, mode), job__concurrency=1, job__dump_wait_s=0.5)
-    assert runner("run", "--config", conf).returncode == 0
-    st = status(conf)
-    assert st["phase"] == "done" and done_count(conf) == 12
-    with open(os.path.join(out_dir(conf), "logs", "runner.log")) as f:
-        retried = [line for line in f if "retrying" in line]
-    why = "disk full (fake)" if mode == "failing" else "wrote no dump for"
-    assert len(retried) >= 5 and all(why in line for line in retried), retried
-    assert os.listdir(os.path.join(out_dir(conf), ".tmp")) == []  # retried attempts cleaned up
-
-
-def test_dump_written_after_the_answer_is_waited_for(job, tmp_path):
-    conf = job(samples=8, server__python=fake(tmp_path, "late"))
-    assert runner("run", "--config", conf).returncode == 0
-    st = status(conf)
-    assert st["phase"] == "done" and done_count(conf) == 8
-    with open(os.path.join(out_dir(conf), "logs", "runner.log")) as f:
-        assert "retrying" not in f.read()
-
-
 def test_a_model_with_its_own_code_is_refused_until_trusted(job, demo_assets, tmp_path):
     import shutil
 
@@ -167,3 +150,24 @@ def test_a_model_with_its_own_code_is_refused_until_trusted(job, demo_assets, tm
         for c in json.loads(runner("preflight", "--json", "--config", trusted.path).stdout)["checks"]
     }
     assert checks["remote code"]["ok"] and "(trusted)" in checks["remote code"]["detail"]
+
+
+def test_the_sglang_cpu_lane_is_found_only_once_built_and_keyed_on_its_pins(tmp_path):
+    from runner import sglang_cpu
+
+    assert sglang_cpu.checkout_root() == ROOT  # the tests run from the checkout
+    d = sglang_cpu.venv_dir(str(tmp_path))
+    assert os.path.dirname(d) == str(tmp_path) and os.path.basename(d).startswith("sglang-cpu-")
+    assert sglang_cpu.python_of(str(tmp_path)) is None
+    os.makedirs(os.path.join(d, "bin"))
+    open(os.path.join(d, "bin", "python"), "w").close()
+    assert sglang_cpu.python_of(str(tmp_path)) is None  # half-built: no marker yet
+    open(os.path.join(d, sglang_cpu.MARKER), "w").close()
+    assert sglang_cpu.python_of(str(tmp_path)) == os.path.join(d, "bin", "python")
+    s = sglang_cpu.server_section("deepseek_v3", "/venv/bin/python", "/kernels")
+    assert s["backend"] == "sglang" and s["python"] == "/venv/bin/python"
+    assert s["extra_args"][: len(sglang_cpu.ARGS)] == sglang_cpu.ARGS
+    assert s["extra_args"][-4:] == [
+        "--prefill-attention-backend", "intel_amx", "--decode-attention-backend", "torch_native",
+    ]  # fmt: skip
+    assert s["env"] == {"SGLANG_USE_CPU_ENGINE": "1", "PYTHONPATH": "/kernels"}

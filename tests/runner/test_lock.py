@@ -1,16 +1,21 @@
-"""The single-instance lock: held means a live runner; looking never blocks taking it."""
+"""The single-instance lock: held means a live runner; looking never blocks taking it; status
+reads a record whose runner no longer holds the lock as crashed."""
 
 from __future__ import annotations
 
+import json
+import os
 import subprocess
 import sys
 import threading
 
 import pytest
 
+from runner import view
 from runner.contract.errors import LockedError
+from runner.contract.status import STATUS, Phase, StatusRecord, now_iso, write_record
 from runner.lock import JobLock, is_held
-from runner.ranks import Names
+from runner.ranks import RunPaths
 
 
 def test_status_readers_never_make_a_free_lock_look_taken(tmp_path):
@@ -27,7 +32,7 @@ def test_status_readers_never_make_a_free_lock_look_taken(tmp_path):
         t.start()
     try:
         for _ in range(300):
-            lock = JobLock(Names(out).lock)
+            lock = JobLock(RunPaths(out).lock)
             lock.acquire()
             assert is_held(out)[0]
             lock.release()
@@ -47,10 +52,35 @@ def test_a_live_holder_is_refused_with_its_pid(tmp_path):
         assert holder.stdout.readline().strip() == "ok"
         assert is_held(out) == (True, holder.pid)
         with pytest.raises(LockedError) as e:
-            JobLock(Names(out).lock).acquire()
+            JobLock(RunPaths(out).lock).acquire()
         assert str(holder.pid) in str(e.value)
     finally:
         holder.kill()
         holder.wait()
     assert is_held(out) == (False, holder.pid)  # released by the kernel, even on SIGKILL
-    JobLock(Names(out).lock).acquire()
+    JobLock(RunPaths(out).lock).acquire()
+
+
+def test_status_is_the_record_while_the_lock_is_held_and_crashed_once_it_is_not(tmp_path):
+    out = str(tmp_path)
+    rec = view.current(out)
+    assert rec.phase == Phase.STOPPED and rec.reason == view.NOT_STARTED and not rec.alive and rec.total == 0
+    with open(os.path.join(out, "dataset.json"), "w") as f:
+        json.dump({"total": 7}, f)
+    assert view.current(out).total == 7  # a job set up but never run still shows its size
+
+    write_record(os.path.join(out, STATUS), StatusRecord(
+        job="j", phase=Phase.EXTRACTING, pid=os.getpid(), total=7, done=3, rate=1.5, heartbeat_at=now_iso(),
+    ))  # fmt: skip
+    lock = JobLock(RunPaths(out).lock)
+    lock.acquire()
+    try:
+        rec = view.current(out)
+        assert rec.phase == Phase.EXTRACTING and rec.alive and rec.rate == 1.5 and rec.done == 3
+    finally:
+        lock.release()
+    rec = view.current(out)
+    assert rec.phase == Phase.CRASHED and not rec.alive and rec.rate is None
+    assert rec.reason.startswith(
+        f"runner (pid {os.getpid()}) is gone; it was extracting at its last heartbeat"
+    )

@@ -6,8 +6,12 @@ from __future__ import annotations
 import json
 import os
 
+import pytest
+
 from tests.conftest import runner
 from tests.runner.helpers import done_count, out_dir, tensors, verify
+
+pytestmark = pytest.mark.slow  # real runner processes (torch)
 
 
 def _desc(conf: str) -> dict:

@@ -9,6 +9,8 @@ import signal
 import threading
 import time
 
+import pytest
+
 from bot.watcher import Limits, Observation, WatchState, decide
 from runner.contract.status import StatusRecord, parse_iso
 from tests.runner.helpers import kill_group, out_dir, start_run, status, wait_for
@@ -48,6 +50,7 @@ def _job(job, **kw):
     )
 
 
+@pytest.mark.slow
 def test_a_stopped_server_is_stalled_within_the_threshold_and_resolved_after_sigcont(job):
     conf = _job(job)
     p = start_run(conf)
@@ -72,6 +75,7 @@ def test_a_stopped_server_is_stalled_within_the_threshold_and_resolved_after_sig
         _end(p)
 
 
+@pytest.mark.slow
 def test_a_throttled_server_raises_a_rate_drop(job):
     conf = _job(job, job__rate_window_s=3.0)
     p = start_run(conf)
@@ -112,6 +116,7 @@ def test_a_throttled_server_raises_a_rate_drop(job):
         _end(p)
 
 
+@pytest.mark.slow
 def test_the_eta_counts_the_tokens_left_once_the_rows_lengths_are_known(job):
     """Token lengths are computed in the background on the first start and cached in the output."""
     import json
@@ -138,16 +143,41 @@ def test_the_eta_counts_the_tokens_left_once_the_rows_lengths_are_known(job):
 
 
 def test_eta_from_tokens_left_over_tokens_per_second(tmp_path):
-    from runner.ranks import Names
+    from runner.ranks import RunPaths
     from runner.record import Recorder
 
-    rec = Recorder(Names(str(tmp_path)), "j", 10, 30.0)
+    rec = Recorder(RunPaths(str(tmp_path)), "j", 10, 30.0)
     rec._win.extend([(100.0, 50), (101.0, 100), (102.0, 100)])  # 200 tokens in 2 s after the first
     rec._rates(102.0)
-    assert rec.rec.eta_basis == "samples" and rec.rec.eta_s == 10 / 1.0  # 10 rows left at 1 row/s
+    assert rec.record.eta_basis == "samples" and rec.record.eta_s == 10 / 1.0  # 10 rows left at 1 row/s
     rec.remaining_tokens = lambda: 1000
     rec._rates(102.0)
-    assert rec.rec.tokens_per_s == 100.0 and rec.rec.eta_basis == "tokens" and rec.rec.eta_s == 10.0
+    assert rec.record.tokens_per_s == 100.0 and rec.record.eta_basis == "tokens" and rec.record.eta_s == 10.0
     rec.remaining_tokens = lambda: 50_000  # long rows left: the token ETA says so
     rec._rates(102.0)
-    assert rec.rec.eta_s == 500.0
+    assert rec.record.eta_s == 500.0
+
+
+def test_lengths_are_counted_once_then_read_from_the_cache(tmp_path):
+    import json
+    import threading
+
+    from runner import lengths
+    from runner.contract.config import from_dict
+
+    data = tmp_path / "data.jsonl"
+    rows = [{"input_ids": list(range(5, 5 + n)), "loss_mask": [1] * n} for n in (3, 7, 1)]
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows) + "{not json\n")
+    job = from_dict({"job": {"dataset": str(data), "out": str(tmp_path / "out"), "max_length": 5}}).job
+    os.makedirs(job.out)
+    got, done = [], threading.Event()
+    lengths.in_background(job, 256, job.out, lambda v: (got.append(list(v)), done.set()))
+    assert done.wait(30)
+    assert got == [[3, 5, 1, 0]]  # truncated to max_length; an unusable row counts 0
+    with open(os.path.join(job.out, lengths.FILE)) as f:
+        assert json.load(f) == {"fingerprint": lengths.fingerprint(job), "lengths": [3, 5, 1, 0]}
+    cached = []
+    lengths.in_background(job, 256, job.out, lambda v: cached.append(list(v)))
+    assert cached == [[3, 5, 1, 0]]  # from the cache, before in_background returned
+    data.write_text(data.read_text() + json.dumps(rows[0]) + "\n")  # the dataset changed
+    assert lengths.load(job.out, lengths.fingerprint(job)) is None

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 
-from runner.store import COMPLETE_DIR, SHARD, Store, sample_path
+from runner.store import COMPLETE_DIR, SHARD, SHARD_ENV, Store, sample_path
 
 
 def _commit(store: Store, idx: int) -> None:
@@ -117,3 +119,17 @@ def test_a_crash_inside_commit_never_leaves_an_unrecorded_ckpt(tmp_path, monkeyp
     assert _ckpt_files(out) == {os.path.relpath(sample_path(out, 0), out)} <= recorded
     plan = Store(out).plan(5)  # the listing is the truth: 1 and 2 are extracted again
     assert plan.remaining == [1, 2, 3, 4] and plan.orphans == []
+
+
+def test_shards_are_specforge_s_2000_rows_unless_a_test_sets_the_seam():
+    """HSX_SHARD_ROWS is read once, at import: a fresh process shows what a runner would use."""
+    code = "from runner import store, ranks; print(store.SHARD, ranks.SHARD, store.shard_name(4321))"
+    env = {k: v for k, v in os.environ.items() if k != SHARD_ENV}
+
+    def shown(**extra) -> str:
+        p = subprocess.run([sys.executable, "-c", code], env={**env, **extra}, capture_output=True, text=True)
+        assert p.returncode == 0, p.stderr
+        return p.stdout.strip()
+
+    assert shown() == "2000 2000 rows_4000-6000"
+    assert shown(**{SHARD_ENV: "200"}) == "200 200 rows_4200-4400"

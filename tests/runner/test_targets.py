@@ -106,6 +106,7 @@ def _job(built, tmp_path, demo_assets, name, **kw):
     )  # fmt: skip
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", targets.NAMES)
 def test_each_target_runs_dataset_to_verified_output(built, tmp_path, demo_assets, name):
     """The reference backend runs the family's text model (Kimi's DeepSeek-V3 inside its

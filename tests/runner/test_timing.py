@@ -1,0 +1,44 @@
+"""The one switch between production clocks and the tests' short ones."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from runner.contract import timing
+
+
+def test_production_is_the_default_and_keeps_its_values(monkeypatch):
+    monkeypatch.delenv(timing.ENV)
+    t = timing.current()
+    assert t is timing.PRODUCTION
+    assert (t.server_poll_s, t.monitor_s, t.backoff_initial_s, t.backoff_max_s, t.sweep_s) == (
+        0.5, 0.5, 1.0, 30.0, 60.0,
+    )  # fmt: skip
+    assert (t.progress_event_s, t.rate_sample_s, t.background_write_s) == (60.0, 60.0, 1.0)
+    assert (t.probe_s, t.kill_grace_s, t.nudge_s, t.nudge_every_s) == (3.0, 2, 0.5, 0.02)
+    assert (t.retry_first_wait_s, t.retry_max_wait_s, t.retry_jitter_s, t.headless_poll_s) == (
+        0.5, 8.0, 0.5, 2.0,
+    )  # fmt: skip
+
+
+def test_the_tests_run_fast_and_fast_is_never_slower():
+    assert timing.current() is timing.FAST  # tests/conftest.py
+    for f in dataclasses.fields(timing.Timing):
+        fast, prod = getattr(timing.FAST, f.name), getattr(timing.PRODUCTION, f.name)
+        assert 0 <= fast <= prod, f.name
+
+
+def test_an_unknown_profile_is_refused(monkeypatch):
+    monkeypatch.setenv(timing.ENV, "quick")
+    with pytest.raises(ValueError, match="HSX_TIMING='quick'"):
+        timing.current()
+
+
+def test_the_remote_timeout_takes_its_grace_from_the_profile(monkeypatch):
+    from remote.ssh import SSHTransport
+
+    assert SSHTransport.command(["/bin/true"], 4.2).startswith("timeout -k 1 6 ")
+    monkeypatch.setenv(timing.ENV, "production")
+    assert SSHTransport.command(["/bin/true"], 4.2) == "timeout -k 2 6 /bin/true"
