@@ -65,13 +65,12 @@ class SlurmEngine(Engine):
             return super().logs(n, which, rank, server)
         world = self._world()
         each = max(1, n // max(1, world))
+        kinds = ["server"] if server else ["runner", "server", "crash"] if which == "all" else [which]
         lines = []
         for r in range(world):
             paths = ranks.RunPaths(self.out, r)
-            # every rank's tail reads the server's log only for --server, as it always has
-            lines += [
-                f"[rank {r}] {x}" for x in view.tail(paths.server_log if server else paths.runner_log, each)
-            ]
+            logs = {"runner": paths.runner_log, "server": paths.server_log, "crash": paths.crash_log}
+            lines += [f"[rank {r}] {x}" for kind in kinds for x in view.tail(logs[kind], each)]
         return Reply({"path": os.path.join(self.out, "logs"), "lines": lines}, "\n".join(lines))
 
     def event_lines(self, n: int) -> list[str]:

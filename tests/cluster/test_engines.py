@@ -84,9 +84,10 @@ def test_slurm_status_reads_state_records_and_slurm_then_merges(tmp_path, monkey
 
 
 @pytest.mark.parametrize("server,which,want", [(False, "runner", "runner"), (True, "runner", "server"),
-                                               (False, "server", "runner")])  # fmt: skip
+                                               (False, "server", "server")])  # fmt: skip
 def test_slurm_logs_of_every_rank(tmp_path, server, which, want):
-    # every rank's tail: only --server picks the servers' logs (--which server does not, as before)
+    # every rank's tail, of the log --which (or --server) names: the ops side asks with --which,
+    # and `/extract logs --server` on a cluster once showed the runners' logs
     cfg = config(tmp_path, "slurm")
     out = cfg.job.out
     os.makedirs(os.path.join(out, "logs"))
