@@ -40,10 +40,16 @@ def cmd_verb(args) -> int:
         except ValueError as e:
             print(f"hsx: {e}", file=sys.stderr)
             return 2
+    # A terminal is an operator and is not asked to confirm; it waits for verify's and adopt's
+    # reports (chat runs them detached).
+    cmd = command_of(verb.name, confirmed=bool(verb.confirm), wait=True, **fields)
+    if cmd.problem and getattr(args, "json", False):  # JSON has no help text to answer with
+        print(f"hsx: {cmd.problem}", file=sys.stderr)
+        return 2
     box = _box(cfg)
     try:
         if getattr(args, "json", False):
-            reply = _json_reply(box, Command(verb.name, **fields))
+            reply = _json_reply(box, cmd)
             print(json.dumps(reply))
             return 0 if not verb.report or reply.get("complete", reply.get("ok", True)) else 1
         if verb.name == "preflight":  # a terminal gets the whole report
@@ -51,9 +57,6 @@ def cmd_verb(args) -> int:
             return 0
         from .wiring import make_handlers
 
-        # A terminal is an operator and is not asked to confirm; it waits for verify's and adopt's
-        # reports (chat runs them detached).
-        cmd = command_of(verb.name, confirmed=bool(verb.confirm), wait=True, **fields)
         reply = make_handlers(cfg, box).handle(cmd, "terminal", operator=True)
         print(reply.text)
         return 1 if reply.error else 0

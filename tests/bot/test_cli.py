@@ -65,3 +65,10 @@ def test_headless_prints_the_record_and_exits_0_when_done_1_when_failed(fake, co
     assert out.count("37,312 / 37,312") == 1 and fake.verbs() == ["status"]
     fake.set_status(phase="failed", reason="disk full")
     assert cli._headless(box, None) == 1
+
+
+def test_json_logs_with_a_count_out_of_range_is_a_usage_error_not_a_traceback(fake, conf, capsys):
+    assert cli.main(["logs", "-n", "0", "--json", "--config", conf]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("hsx: `logs` takes a number of") and "Traceback" not in err
+    assert fake.verbs() == []  # nothing reached the box
