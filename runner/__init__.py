@@ -1,2 +1,2 @@
-"""GPU-box side of hsx. Modules that import torch are imported lazily by the CLI, so the
-ops side can use the records (status, config, dump contract) without torch."""
+"""GPU-box side of hsx (``hsx-runner``). What other packages may import from here is
+``runner.contract`` alone (stdlib only); modules that import torch are imported lazily."""
