@@ -2,5 +2,6 @@
 
 Stdlib only, imported by all four packages (runner, patches, remote, bot) and importing none of
 them: the status record and its renderer, typed replies and exit codes, the one error root, the
-config sections, atomic writes, and the dump contract between the server and the extractor.
+config sections, atomic writes, the dump contract between the server and the extractor, and
+the polls and waits every side runs on (timing).
 """
