@@ -9,4 +9,6 @@ only, except ``ckpt`` (the sample file: torch), which only GPU-box code imports:
 - ``atomic``: writes that readers never see torn
 - ``dump``: server ↔ extractor (request body, temp dump, sidecar); ``launch``: the patched
   server's command line; ``ckpt``: the sample file SpecForge trains on
+- ``ranks``: rank states and entries; ``replies``: exit codes and typed replies; ``timing``:
+  every poll and wait, and the tests' short profile
 """

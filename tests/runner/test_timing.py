@@ -23,8 +23,9 @@ def test_production_is_the_default_and_keeps_its_values(monkeypatch):
     )  # fmt: skip
 
 
-def test_the_tests_run_fast_and_fast_is_never_slower():
-    assert timing.current() is timing.FAST  # tests/conftest.py
+def test_fast_is_chosen_by_name_and_is_never_slower(monkeypatch):
+    monkeypatch.setenv(timing.ENV, "fast")
+    assert timing.current() is timing.FAST
     for f in dataclasses.fields(timing.Timing):
         fast, prod = getattr(timing.FAST, f.name), getattr(timing.PRODUCTION, f.name)
         assert 0 <= fast <= prod, f.name
@@ -39,6 +40,7 @@ def test_an_unknown_profile_is_refused(monkeypatch):
 def test_the_remote_timeout_takes_its_grace_from_the_profile(monkeypatch):
     from remote.ssh import SSHTransport
 
-    assert SSHTransport.command(["/bin/true"], 4.2).startswith("timeout -k 1 6 ")
+    monkeypatch.setenv(timing.ENV, "fast")
+    assert SSHTransport.command(["/bin/true"], 4.2) == "timeout -k 1 6 /bin/true"
     monkeypatch.setenv(timing.ENV, "production")
     assert SSHTransport.command(["/bin/true"], 4.2) == "timeout -k 2 6 /bin/true"
