@@ -159,7 +159,7 @@ class Extractor:
             try:
                 async for attempt in AsyncRetrying(
                     stop=stop_after_attempt(self.cfg.job.retries),
-                    wait=wait_exponential_jitter(initial=t.backoff_initial_s, max=t.backoff_max_s),
+                    wait=wait_exponential_jitter(multiplier=t.backoff_initial_s, max=t.backoff_max_s),
                     retry=retry_if_exception_type(Transient),
                     reraise=False,
                     before_sleep=lambda rs, idx=sample.idx: log.warning(
