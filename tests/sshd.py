@@ -234,10 +234,14 @@ class TwoHop:
             f"AuthorizedKeysCommandUser {self.user}",
             "AllowTcpForwarding no",
         ]
+        # The box's commands run on the tests' timing profile too (tests/conftest.py sets it here).
+        env = [f"HSX_TIMING={os.environ['HSX_TIMING']}"] if os.environ.get("HSX_TIMING") else []
         if self.lean_shell:
             # Stands in for an account whose shell reads no rc files for commands: bash sources
             # ~/.bashrc under sshd only at shell level 1.
-            target.append("SetEnv SHLVL=1")
+            env.append("SHLVL=1")
+        if env:  # one line: sshd takes the first SetEnv it reads
+            target.append("SetEnv " + " ".join(env))
         for hop, lines in ((self.jump, jump), (self.target, target)):
             with open(hop.config, "w") as f:
                 f.write("\n".join(lines).replace("{key}", hop.host_key) + "\n")

@@ -81,6 +81,13 @@ def test_runs_through_the_jump_only(shared_pair, closing):
     assert shared_pair.peer_checks()[-1].startswith("refused: not through the jump")
 
 
+def test_the_box_s_commands_run_on_the_tests_timing_profile(shared_pair, closing):
+    """The runners the e2e tests start over SSH wait on the short clocks too (tests/sshd.py)."""
+    t = make(shared_pair)
+    closing.append(t)
+    assert t.run(["/usr/bin/printenv", "HSX_TIMING"], 10).stdout == "fast\n"
+
+
 def test_jump_forwards_nowhere_else(shared_pair, closing):
     records = []
     t = make(shared_pair, records, host=shared_pair.jump.addr, port=shared_pair.jump.port)
