@@ -198,6 +198,5 @@ def _phase(m: StatusRecord, i: Inputs, entries: list[tuple[RankEntry, StatusReco
 
 
 def describe(e: RankEntry) -> str:
-    """'CANCELLED on gpu-3': Slurm's word when it has one, else hsx's."""
-    word = e.slurm if e.slurm and e.slurm not in RUNNING else e.state.value.upper()
-    return f"{word} on {e.node}" if e.node else word
+    """'CANCELLED on gpu-3' (an alerting rank: Slurm no longer says it runs)."""
+    return f"{e.word()} on {e.node}" if e.node else e.word()
