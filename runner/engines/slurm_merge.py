@@ -141,6 +141,7 @@ def merge(i: Inputs) -> StatusRecord:
     left = [e for e in rows if e.state is not RankState.DONE]
     etas = [e.eta_s for e in left]
     m.eta_s = max(etas) if left and all(x is not None for x in etas) else None  # the slowest rank
+    _flow(m, [r for _, r in live if r is not None])
     if recs:
         m.server.backend = recs[0].server.backend
         m.server.restarts = sum(r.server.restarts for r in recs)
@@ -155,6 +156,22 @@ def merge(i: Inputs) -> StatusRecord:
     m.disk.need = sum(needs) if needs else None
     _phase(m, i, entries)
     return m
+
+
+def _flow(m: StatusRecord, live: list[StatusRecord]) -> None:
+    """What the watcher's STALLED and `status --detail` read, over the live ranks: the newest
+    commit of any, requests in flight summed, the oldest of them, the slowest rank's latency."""
+    commits = [r.last_commit_at for r in live if r.last_commit_at]
+    m.last_commit_at = max(commits) if commits else None
+    m.in_flight = sum(r.in_flight for r in live)
+    oldest = [
+        (r.oldest_in_flight_s, r.oldest_in_flight_idx) for r in live if r.oldest_in_flight_s is not None
+    ]
+    if oldest:
+        m.oldest_in_flight_s, m.oldest_in_flight_idx = max(oldest, key=lambda x: x[0])
+    for k in ("latency_p50_s", "latency_p95_s"):
+        got = [getattr(r, k) for r in live if getattr(r, k) is not None]
+        setattr(m, k, max(got) if got else None)
 
 
 def _phase(m: StatusRecord, i: Inputs, entries: list[tuple[RankEntry, StatusRecord | None]]) -> None:

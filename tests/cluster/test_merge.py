@@ -133,6 +133,27 @@ def test_rate_is_the_sum_of_live_ranks_and_eta_the_slowest():
     assert m.phase is Phase.EXTRACTING and m.heartbeat_at == ago(5) and m.done == 2850
 
 
+def test_the_flow_fields_let_the_watcher_judge_a_stall_on_a_cluster():
+    """The newest commit of any live rank, requests in flight summed, the oldest of them, the
+    slowest rank's latency: what `status --detail` and the watcher's STALLED read."""
+    tasks = {0: Task("RUNNING", "gpu-a"), 1: Task("RUNNING", "gpu-b")}
+    recs = [
+        rec(done=500, last_commit_at=ago(400), in_flight=8, oldest_in_flight_s=390.0, oldest_in_flight_idx=501,
+            latency_p50_s=2.0, latency_p95_s=9.0),
+        rec(done=300, last_commit_at=ago(3), in_flight=5, oldest_in_flight_s=4.0, oldest_in_flight_idx=2301,
+            latency_p50_s=1.0, latency_p95_s=3.0),
+        rec(Phase.DONE, 2050, last_commit_at=ago(1), in_flight=0),
+    ]  # fmt: skip
+    m = merge(inputs(tasks, recs, shards(4000, 6050)))
+    assert m.last_commit_at == ago(3) and m.in_flight == 13
+    assert (m.oldest_in_flight_s, m.oldest_in_flight_idx) == (390.0, 501)
+    assert (m.latency_p50_s, m.latency_p95_s) == (2.0, 9.0)
+    quiet = merge(
+        inputs(tasks, [recs[0], rec(done=300, last_commit_at=ago(600)), recs[2]], shards(4000, 6050))
+    )
+    assert quiet.last_commit_at == ago(400)  # no live rank committed since: a stall the watcher sees
+
+
 def test_the_phase_of_the_furthest_live_rank_and_its_reason():
     tasks = {r: Task("RUNNING", "n") for r in range(3)}
     recs = [
