@@ -7,7 +7,7 @@ from typing import TextIO
 
 from runner.contract.config import Config
 
-from .commands import parse
+from .commands import Command, parse
 from .wiring import make_handlers
 
 PROMPT = "hsx> "
@@ -42,9 +42,13 @@ def run_console(
             out.flush()
             answer = inp.readline().strip().lower()
             if answer not in ("y", "yes"):
-                out.write("not stopped\n")
+                out.write(
+                    "not stopped\n"
+                    if reply.confirm == "stop"
+                    else f"{reply.confirm}: not confirmed, nothing done\n"
+                )
                 continue
-            reply = handlers.handle(parse(f"{reply.confirm} --yes"), user, operator=True)
+            reply = handlers.handle(Command(reply.confirm, confirmed=True), user, operator=True)
         out.write(reply.text + "\n")
         if reply.audit and reply.audit not in reply.text:
             out.write(reply.audit + "\n")
