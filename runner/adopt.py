@@ -123,7 +123,8 @@ class _Adopter:
             found = self._scan()
             nbytes = 0
             for n, idx in enumerate(sorted(found), 1):
-                nbytes += sum(file_size(p) for p in found[idx])
+                if self.progress:  # a stat per file only when someone watches the bytes
+                    nbytes += sum(file_size(p) for p in found[idx])
                 self._one(ds, idx, total, sorted(found[idx]))
                 if self.progress:
                     self.progress(n, len(found), nbytes)

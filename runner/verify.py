@@ -82,11 +82,9 @@ def verify(cfg: Config, repair: bool = False, quick: bool = False, progress=None
     """``progress(files_done, total, bytes_read)`` is called as it goes (background verify)."""
     out = cfg.job.out
     store = Store(out)
-    desc = store.description()
-    if desc is None:
-        info = layers.model_info(cfg.job.model)
-        desc = {"hidden_size": info["hidden_size"], "dtype": cfg.job.dtype}
-    ds = open_dataset(cfg.job, layers.model_info(cfg.job.model)["vocab_size"])
+    info = layers.model_info(cfg.job.model)
+    desc = store.description() or {"hidden_size": info["hidden_size"], "dtype": cfg.job.dtype}
+    ds = open_dataset(cfg.job, info["vocab_size"])
     total = len(ds)
     manifest = store.manifest()
     failures = store.failures()
@@ -120,7 +118,8 @@ def verify(cfg: Config, repair: bool = False, quick: bool = False, progress=None
                 except RowError as e:
                     corrupt[idx] = f"committed, but the dataset row is unusable now ({e})"
                 else:
-                    nbytes += file_size(paths[0])
+                    if progress:  # a stat per file only when someone watches the bytes
+                        nbytes += file_size(paths[0])
                     fut = pool.submit(check_sample, paths[0], idx, want, manifest.get(idx), desc, quick)
                     pending.append((idx, fut))
             while len(pending) > AHEAD or (pending and pending[0][1].done()):
