@@ -24,18 +24,16 @@ from .store import Store, describe
 from .view import tail
 
 log = logging.getLogger("hsx.job")
-LOG_DIR = "logs"
 
 
-def setup_logging(out: str, path: str | None = None) -> str:
-    os.makedirs(os.path.join(out, LOG_DIR), exist_ok=True)
-    path = path or os.path.join(out, LOG_DIR, "runner.log")
+def setup_logging(path: str) -> None:
+    """The hsx loggers write to this run's log (RunPaths.runner_log)."""
+    os.makedirs(os.path.dirname(path), exist_ok=True)
     handler = logging.FileHandler(path)
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     root = logging.getLogger("hsx")
     root.handlers[:] = [handler]
     root.setLevel(logging.INFO)
-    return path
 
 
 # What to do when a phase after set-up fails (set-up steps carry their own).
@@ -91,7 +89,7 @@ class Job:
         elif self._main is not None:
             self._main.cancel()
 
-    def _setup(self, recorder: Recorder):
+    def _setup(self):
         """The steps before any server starts, each named, so a failure says which one."""
         cfg, job = self.cfg, self.cfg.job
         _step("config", "fix the [job] keys it names", require_job, cfg)
@@ -130,7 +128,7 @@ class Job:
         ds = None
         ticker = asyncio.create_task(self._tick())
         try:
-            ds, aux, total, lo, hi, removed = self._setup(recorder)
+            ds, aux, total, lo, hi, removed = self._setup()
             recorder.record.total = hi - lo
             plan = self.store.plan(total, lo, hi)
             if plan.orphans:
@@ -252,7 +250,7 @@ def run(cfg: Config, rank: int | None = None, world: int | None = None) -> int:
     lock = JobLock(paths.lock)
     lock.acquire()  # LockedError names the running pid
     claim_record(paths.status, cfg.job.name)
-    setup_logging(cfg.job.out, paths.runner_log)
+    setup_logging(paths.runner_log)
     try:
         return asyncio.run(Job(cfg, rank, world).main())
     finally:
