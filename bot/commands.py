@@ -2,7 +2,8 @@
 
 Input becomes a fixed ``Command`` or a help reply; nothing a user types ever reaches a shell.
 The verbs, their flags and who may run them come from the table in ``verbs``.
-Handlers call the GPU box through ``remote.client.GpuBox`` and answer with ``summary`` text.
+Handlers call the GPU box through ``remote.client.GpuBox`` and answer with the contract's plain
+text (``runner.contract.render``; Block Kit from ``summary``).
 """
 
 from __future__ import annotations
@@ -14,11 +15,11 @@ from dataclasses import dataclass, field
 from remote.errors import RemoteError
 from runner.contract import render
 from runner.contract.config import Config
-from runner.contract.replies import AdoptReport, Answer, Check, PreflightReport, VerifyReport
+from runner.contract.replies import MAX_LOG_LINES, AdoptReport, Answer, Check, PreflightReport, VerifyReport
 
 from . import summary
 from .audit import AuditLog, mention
-from .verbs import DEFAULT_LOG_LINES, MAX_LOG_LINES, SLASH, TABLE, Verb, help_text
+from .verbs import DEFAULT_LOG_LINES, SLASH, TABLE, Verb, help_text
 
 MAX_INPUT_CHARS = 200
 _WORD_RE = re.compile(r"^[a-z0-9-]{1,24}$")

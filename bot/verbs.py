@@ -9,9 +9,10 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
+from runner.contract.replies import MAX_LOG_LINES
+
 SLASH = "/extract"
 SLASH_DESCRIPTION = "Start, resume, stop or query the extraction"
-MAX_LOG_LINES = 500
 DEFAULT_LOG_LINES = 20
 
 

@@ -6,15 +6,11 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from runner.contract.replies import ANSWER_CODES
+from runner.contract.replies import ANSWER_CODES, LOGS, MAX_LOG_LINES, MAX_N
 from runner.contract.status import StatusRecord
 
 from .errors import BadReply, CommandFailed
 from .transport import Result, Transport
-
-MAX_LOG_LINES = 500
-LOGS = ("runner", "server", "crash", "all")  # hsx-runner logs --which
-
 
 MAX_PATH_CHARS = 4096
 
@@ -99,8 +95,8 @@ class GpuBox:
 
     def events(self, n: int = 2000) -> list[dict]:
         """Recent runner events (phases, milestones, progress points) for charts."""
-        if not isinstance(n, int) or isinstance(n, bool) or not 1 <= n <= 5000:
-            raise ValueError("events: n must be an integer 1..5000")
+        if not isinstance(n, int) or isinstance(n, bool) or not 1 <= n <= MAX_N:
+            raise ValueError(f"events: n must be an integer 1..{MAX_N}")
         events = self._call("events", "-n", str(n)).get("events")
         if not isinstance(events, list):
             raise BadReply("`hsx-runner events` reply has no 'events' list")

@@ -14,7 +14,7 @@ import sys
 
 from .contract.config import Config, load, require_job
 from .contract.errors import HsxError, LockedError, StatusError
-from .contract.replies import NOT_OK, OK, REFUSED, USAGE, Reply
+from .contract.replies import LOGS, MAX_N, NOT_OK, OK, REFUSED, USAGE, Reply
 from .engines import engine_for
 
 
@@ -153,7 +153,7 @@ def parser() -> argparse.ArgumentParser:
     s = verb("logs", cmd_logs, "tail of the runner's log")
     s.add_argument("-n", type=int, default=20)
     s.add_argument("--server", action="store_true", help="the server's log instead")
-    s.add_argument("--which", choices=("runner", "server", "crash", "all"), default="runner",
+    s.add_argument("--which", choices=LOGS, default="runner",
                    help="crash: what the runner printed as it died (logs/runner.out); all: a tail of each")  # fmt: skip
     s.add_argument("--rank", type=int, default=None, help="this rank's log (a cluster run)")
     s = verb("events", cmd_events, "recent events (phases, milestones, errors, progress points)")
@@ -174,8 +174,8 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    if getattr(args, "n", 1) is not None and not 1 <= getattr(args, "n", 1) <= 5000:
-        print("hsx-runner: -n must be 1..5000", file=sys.stderr)
+    if getattr(args, "n", 1) is not None and not 1 <= getattr(args, "n", 1) <= MAX_N:
+        print(f"hsx-runner: -n must be 1..{MAX_N}", file=sys.stderr)
         return USAGE
     try:
         cfg = load(args.config)

@@ -14,6 +14,12 @@ NOT_OK = 1  # verify incomplete, preflight or the job failed; the reply says wha
 USAGE = 2  # usage or config error, on stderr
 REFUSED = 3  # already running, not running, nothing to resume; the reply says why
 
+# hsx-runner logs|events -n, and the logs --which names; the ops side asks for at most
+# MAX_LOG_LINES of a log (chat and hsx alike)
+MAX_N = 5000
+LOGS = ("runner", "server", "crash", "all")
+MAX_LOG_LINES = 500
+
 # hsx-runner exits with these for answers that are not failures of the command itself.
 ANSWER_CODES = {
     "status": (OK,),
