@@ -15,6 +15,7 @@ from ..contract.config import Config
 from ..contract.replies import Reply
 from ..contract.status import StatusRecord
 from ..ranks import RunPaths
+from ..store import DESCRIPTION
 
 
 class Engine:
@@ -33,6 +34,12 @@ class Engine:
 
     def status(self) -> StatusRecord:
         raise NotImplementedError
+
+    def nothing_to_resume(self) -> str | None:
+        """Why resume has nothing to continue (no output was ever set up), or None."""
+        if os.path.exists(os.path.join(self.out, DESCRIPTION)):
+            return None
+        return f"nothing to resume in {self.out}; use start"
 
     def logs(self, n: int, which: str = "runner", rank: int | None = None, server: bool = False) -> Reply:
         """One run's log tail (a rank's, with ``rank``); ``which`` all: a short tail of each."""

@@ -16,7 +16,7 @@ from ..contract import timing
 from ..contract.errors import StatusError
 from ..contract.replies import OK, REFUSED, Reply
 from ..contract.status import StatusRecord
-from ..store import DESCRIPTION
+from ..ranks import RunPaths
 from . import Engine
 
 START_S = 20.0  # how long start waits for the child to take the job's lock
@@ -41,8 +41,7 @@ class LocalEngine(Engine):
                 return Reply({"ok": True, "started": False, "woken": True, "pid": pid}, msg)
             why = f"already running (pid {pid})"
             return Reply({"started": False, "pid": pid, "reason": why}, why, REFUSED)
-        if resume and not os.path.exists(os.path.join(out, DESCRIPTION)):
-            msg = f"nothing to resume in {out}; use start"
+        if resume and (msg := self.nothing_to_resume()):
             return Reply({"started": False, "reason": msg}, msg, REFUSED)
         from ..preflight import GATES, gate, preflight
 
@@ -56,9 +55,10 @@ class LocalEngine(Engine):
                 {"started": False, "reason": msg, "preflight": report}, msg + "\n(--force skips it)", REFUSED
             )
         skipped = [c["name"] for c in report["checks"] if c["name"] in GATES and not c["ok"]]
-        os.makedirs(os.path.join(out, "logs"), exist_ok=True)
-        with open(os.path.join(out, "logs", "runner.out"), "ab") as log:
-            p = subprocess.Popen(  # its stdout/stderr: logs/runner.out (RunPaths.crash_log)
+        crash_log = RunPaths(out).crash_log
+        os.makedirs(os.path.dirname(crash_log), exist_ok=True)
+        with open(crash_log, "ab") as log:
+            p = subprocess.Popen(  # what it prints as it dies lands in the crash log
                 [sys.executable, "-m", "runner.cli", "run", "--config", self.cfg.path],
                 stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
             )  # fmt: skip

@@ -19,7 +19,7 @@ from ..contract.errors import HsxError
 from ..contract.replies import OK, REFUSED, Reply
 from ..contract.status import Phase, StatusRecord, now_iso
 from ..dataset import line_offsets
-from ..store import DESCRIPTION, Store
+from ..store import Store
 from . import Engine, slurm_io
 from .slurm_merge import QUEUED, RUNNING, Inputs, Task, merge, task_ids
 
@@ -36,7 +36,7 @@ class SlurmEngine(Engine):
         out = self.out
         st = slurm_io.load_state(out)
         if st is None:
-            rec = StatusRecord(job=self.cfg.job.name, phase=Phase.STOPPED, reason="not started yet", ranks=[])
+            rec = StatusRecord(job=self.cfg.job.name, phase=Phase.STOPPED, reason=view.NOT_STARTED, ranks=[])
             rec.disk.path = out
             try:
                 rec.total = self._dataset_total()
@@ -101,8 +101,7 @@ class SlurmEngine(Engine):
     def _submit(self, resume: bool) -> Reply:
         """Submit every rank that is not complete and not already queued or running."""
         cfg, out = self.cfg, self.out
-        if resume and not os.path.exists(os.path.join(out, DESCRIPTION)):
-            msg = f"nothing to resume in {out}; use start"
+        if resume and (msg := self.nothing_to_resume()):
             return _refused("resume", msg)
         verb = "resume" if resume else "start"
         total = self._dataset_total()
