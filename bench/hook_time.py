@@ -8,7 +8,8 @@ now patched ``SchedulerBatchResultProcessor._append_prefill_hidden_states`` for 
 batches of ``tokens`` rows (aux ``[tokens, 3H]`` and final-norm ``[tokens, H]``, bf16, ~470 MB
 for 8,192 x 7,168), timing each call on this thread while the writer threads write the
 earlier samples ("busy": they share the process and its GIL, as in the server), then again
-with the writers idle before each call ("alone": the hook's own cost). Baseline, same run:
+with the writers idle before each call ("alone": the hook's own cost), then as a non-writing
+TP rank would (``writer_rank=False``: it must write nothing). Baseline, same run:
 what a hook that copies on the scheduler thread pays, a ``clone()`` of the same rows (the
 previous design's cost without the overlap schedule). Goal: <= 5 ms per sample. The dumps go
 to a temp dir on --dir's filesystem and are removed.
@@ -85,6 +86,10 @@ def main() -> None:
         assert state.writer.drain(timeout=600)
         written = sum(1 for name in os.listdir(out) if name.endswith(".json"))
         assert written == 2 * args.samples and state.writer.failed == 0, (written, state.writer.failed)
+        # A non-writing TP rank (tp_rank > 0): the same hook, the same rows, nothing to do.
+        scheduler_patch.install(out, writer_rank=False, tp_rank=1)
+        other = [call(i) for i in range(2 * args.samples, 3 * args.samples)]
+        assert sum(1 for name in os.listdir(out) if name.endswith(".json")) == written, "a non-writer wrote"
         res = {
             "tokens": n,
             "hidden": h,
@@ -92,6 +97,7 @@ def main() -> None:
             "hook_ms_median": round(statistics.median(hooked) * 1e3, 3),
             "hook_ms_max": round(max(hooked) * 1e3, 3),
             "hook_alone_ms_median": round(statistics.median(alone) * 1e3, 3),
+            "non_writer_ms_median": round(statistics.median(other) * 1e3, 4),
             "copy_on_scheduler_ms_median": round(statistics.median(copied) * 1e3, 1),
             "ratio": round(statistics.median(hooked) / statistics.median(copied), 4),
             "samples_written": written,
@@ -101,6 +107,7 @@ def main() -> None:
             f"scheduler thread per sample: hook {res['hook_ms_median']} ms with writers busy (max "
             f"{res['hook_ms_max']}), {res['hook_alone_ms_median']} ms alone "
             f"vs copying on it {res['copy_on_scheduler_ms_median']} ms -> {res['ratio']}; "
+            f"on a non-writing rank {res['non_writer_ms_median']} ms; "
             f"{written} samples of {res['sample_mb']} MB written, {res['writer_s_per_sample']} s each end to end"
         )
         print(json.dumps(res))

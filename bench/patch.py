@@ -1,7 +1,7 @@
 """The patched SGLang's dump path against stock SGLang: same tiny Llama, same prompts, one run.
 
     .venv/bin/python -m bench.patch [--tokens 2048] [--requests 16] [--concurrency 4]
-                                    [--hidden 1024] [--layers 4] [--dir D]
+                                    [--hidden 1024] [--layers 4] [--tp 1] [--dir D]
 
 Three servers in turn on SGLang's CPU engine (the pinned venv, runner/sglang_cpu.py), each
 warmed up with its own batch of prompts, then sent the same prompts (random token ids, fixed
@@ -70,12 +70,12 @@ def write_model(path: str, hidden: int, layers: int, vocab: int, max_pos: int) -
     ).save_pretrained(path)  # fmt: skip
 
 
-def cpu_args(concurrency: int, tokens: int) -> list[str]:
+def cpu_args(concurrency: int, tokens: int, tp: int = 1) -> list[str]:
     """runner/sglang_cpu.py's flags, with room for `concurrency` whole prompts in the KV pool."""
-    args = list(sglang_cpu.ARGS)
+    args = sglang_cpu.server_section("llama", "", "", tp=tp)["extra_args"]
     args[args.index("--max-total-tokens") + 1] = str(concurrency * (tokens + 16))
     args[args.index("--max-running-requests") + 1] = str(concurrency)
-    return [*args, *sglang_cpu.ATTENTION["llama"]]
+    return args
 
 
 def bodies(n: int, tokens: int, vocab: int, seed: int, prefix: str) -> list[dict]:
@@ -208,18 +208,18 @@ def servers(a, python: str, work: str, dump_dir: str, aux_ids: list[int]) -> dic
 
     model = os.path.join(work, "model")
     write_model(model, a.hidden, a.layers, a.vocab, a.tokens + 64)
-    extra = [*cpu_args(a.concurrency, a.tokens), "--dtype", "bfloat16", "--load-format", "dummy"]
+    extra = [*cpu_args(a.concurrency, a.tokens, a.tp), "--dtype", "bfloat16", "--load-format", "dummy"]
     extra.append("--skip-tokenizer-init")
     stock = [
         python, "-m", "sglang.launch_server", "--model-path", model, "--host", "127.0.0.1",
-        "--port", str(a.port), "--tp-size", "1", "--dp-size", "1", "--mem-fraction-static", "0.85",
+        "--port", str(a.port), "--tp-size", str(a.tp), "--dp-size", "1", "--mem-fraction-static", "0.85",
         "--disable-radix-cache", *extra,
     ]  # fmt: skip
     # b: the capture flags c runs with (server_argv adds them), so the JSON holds the aux rows
     capture = ["--enable-return-aux-hidden-states", "--speculative-algorithm", "EAGLE3"]
     capture += ["--return-aux-hidden-state-layer-ids", *map(str, aux_ids), "--enable-return-hidden-states"]
     patched = server_argv(
-        python=python, model=model, host="127.0.0.1", port=a.port, tp_size=1, dp_size=1,
+        python=python, model=model, host="127.0.0.1", port=a.port, tp_size=a.tp, dp_size=1,
         mem_fraction=0.85, aux_layer_ids=aux_ids, extra_args=extra,
     )  # fmt: skip
     return {"a": (stock, False), "b": ([*stock, *capture], True), "c": (patched, True)}
@@ -234,6 +234,7 @@ def main() -> None:
     ap.add_argument("--layers", type=int, default=4)
     ap.add_argument("--vocab", type=int, default=32000)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--tp", type=int, default=1, help="tensor-parallel ranks, all three servers")
     ap.add_argument("--port", type=int, default=0, help="default: a free one")
     ap.add_argument("--dir", default=tempfile.gettempdir(), help="work dir parent; dumps go here")
     a = ap.parse_args()
@@ -253,7 +254,12 @@ def main() -> None:
     ok = False
     try:
         runs = servers(a, python, work, dump_dir, aux_ids)
-        env = {**os.environ, **sglang_cpu.ENV, "PYTHONPATH": os.pathsep.join([ROOT, KERNELS])}
+        env = {
+            **os.environ,
+            **sglang_cpu.ENV,
+            **sglang_cpu.tp_env(a.tp),
+            "PYTHONPATH": os.pathsep.join([ROOT, KERNELS]),
+        }
         env |= {dump.DUMP_DIR_ENV: dump_dir, dump.DUMP_LAYERS_ENV: ",".join(map(str, aux_ids))}
         for mode, (argv, hs) in runs.items():
             log_path = os.path.join(work, f"server-{mode}.log")
@@ -291,7 +297,7 @@ def main() -> None:
             print(f"server logs kept in {work}")
 
     print(
-        f"\nLlama H={a.hidden} x {a.layers} layers, bf16, {a.tokens} tokens/prompt, "
+        f"\nLlama H={a.hidden} x {a.layers} layers, bf16, TP {a.tp}, {a.tokens} tokens/prompt, "
         f"{a.requests} requests, {a.concurrency} in flight, aux ids {aux_ids}"
     )
     print(f"{'':42} {'samples/s':>10} {'tokens/s':>10} {'MB/resp':>8} {'load1':>6}")
@@ -306,7 +312,7 @@ def main() -> None:
         f"c/a {ca:.3f} (goal >= 0.9)   c/b {cb:.2f} (goal >= 5)   dump {res['c']['mb_per_dump']:.1f} MB/sample"
     )
     figures = {
-        "hidden": a.hidden, "layers": a.layers, "tokens": a.tokens, "requests": a.requests,
+        "hidden": a.hidden, "layers": a.layers, "tp": a.tp, "tokens": a.tokens, "requests": a.requests,
         "concurrency": a.concurrency, "aux_layer_ids": aux_ids, "c_over_a": ca, "c_over_b": cb, **res,
     }  # fmt: skip
     print(json.dumps(figures))

@@ -129,9 +129,14 @@ def cmd_demo(args) -> int:
     from runner import demo_assets
 
     workdir = os.path.abspath(args.workdir)
-    if args.backend == "sglang" and args.target != "demo":
-        raise SystemExit("hsx demo --backend sglang runs the demo model only; drop --target or --backend")
-    server = _sglang_cpu_server() if args.backend == "sglang" else None
+    if args.backend == "sglang" and args.target not in SGLANG_TARGETS:
+        raise SystemExit(
+            f"hsx demo --backend sglang runs --target {' or '.join(SGLANG_TARGETS)}; "
+            f"{args.target} runs on the reference backend"
+        )
+    if args.tp != 1 and args.backend != "sglang":
+        raise SystemExit("hsx demo --tp N runs SGLang's tensor parallelism: add --backend sglang")
+    server = _sglang_cpu_server(SGLANG_TARGETS[args.target], args.tp) if args.backend == "sglang" else None
     what = "a tiny model" if args.target == "demo" else f"a tiny {args.target}-shaped model"
     print(f"hsx demo: building {what}, tokenizer and {args.samples} conversations in {workdir} ...")
     conf = demo_assets.build(workdir, args.samples, args.seed, server, args.target)
@@ -163,7 +168,11 @@ def cmd_demo(args) -> int:
         box.close()
 
 
-def _sglang_cpu_server() -> dict:
+# What each target runs as on SGLang's CPU engine (runner/sglang_cpu.py ATTENTION).
+SGLANG_TARGETS = {"demo": "llama", "kimi-k2.5": "kimi_k25"}
+
+
+def _sglang_cpu_server(arch: str, tp: int) -> dict:
     """The real patched SGLang on this CPU: its own venv (built on first use, several minutes)
     and the test-only CPU kernel stand-in, both from this source checkout."""
     from runner import sglang_cpu
@@ -175,7 +184,7 @@ def _sglang_cpu_server() -> dict:
     if py is None:
         print("hsx demo: building the SGLang CPU venv once (~6 GB, several minutes) ...", flush=True)
         py = sglang_cpu.build(os.path.join(root, ".cache"), say=lambda m: print(f"hsx demo: {m}", flush=True))
-    return sglang_cpu.server_section("llama", py, os.path.join(root, "tests", "sglang_cpu"))
+    return sglang_cpu.server_section(arch, py, os.path.join(root, "tests", "sglang_cpu"), tp=tp)
 
 
 def _headless(box, pid: int | None) -> int:
@@ -265,6 +274,10 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument(
         "--target", choices=("demo", "kimi-k2.5", "llama3", "qwen3", "gpt-oss"), default="demo",
         help="a tiny copy of a real family's model directory, tokenizer and chat template",
+    )  # fmt: skip
+    s.add_argument(
+        "--tp", type=int, choices=(1, 2, 4), default=1,
+        help="with --backend sglang: tensor-parallel ranks, one scheduler process each",
     )  # fmt: skip
     s.set_defaults(fn=cmd_demo)
     return p

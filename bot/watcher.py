@@ -117,8 +117,9 @@ def _conditions(
         age = status.heartbeat_age(rec, now)
         out[f"stale:{run}:{rec.heartbeat_at}"] = (f"No heartbeat for {render.human_duration(age)}", True)
     if rec.server.restarts:
+        why = f": {rec.server.last_death}" if rec.server.last_death else ""  # which rank, from its log
         out[f"restarts:{run}:{rec.server.restarts}"] = (
-            f"Server restarted ({rec.server.restarts} so far)",
+            f"Server restarted ({rec.server.restarts} so far){why}",
             False,
         )
     same_run = prev.run == run and prev.errors is not None

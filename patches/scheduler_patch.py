@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 
 from runner.contract import dump
 from runner.contract.launch import parse_layer_ids
@@ -32,11 +33,12 @@ class DumpState:
         writer_rank: bool,
         writer: DumpWriter | None = None,
         watchdog_s: float | None = None,
+        name: str = "",
     ):
         self.dump_dir = dump_dir
         self.writer_rank = writer_rank
         if writer is None and writer_rank:
-            writer = DumpWriter(dump_dir, wait_limit_s=wait_limit(watchdog_s))
+            writer = DumpWriter(dump_dir, wait_limit_s=wait_limit(watchdog_s), name=name)
         self.writer = writer
         self.chunks = capture.Reassembler()
         self.stage = HostStage()
@@ -179,7 +181,7 @@ def _replace(cls, name: str, make) -> None:
     setattr(cls, name, make(current))
 
 
-def install(dump_dir: str, writer_rank: bool, watchdog_s: float | None = None) -> DumpState:
+def install(dump_dir: str, writer_rank: bool, watchdog_s: float | None = None, tp_rank: int = 0) -> DumpState:
     """Patch this process's SGLang classes (idempotent) and set the shared state."""
     global _STATE
     from sglang.srt.managers.scheduler import Scheduler
@@ -188,7 +190,8 @@ def install(dump_dir: str, writer_rank: bool, watchdog_s: float | None = None) -
     from sglang.srt.model_executor import model_runner
     from sglang.srt.utils.common import async_d2h
 
-    _STATE = DumpState(dump_dir, writer_rank, watchdog_s=watchdog_s)
+    name = f"TP{tp_rank} pid {os.getpid()}"
+    _STATE = DumpState(dump_dir, writer_rank, watchdog_s=watchdog_s, name=name)
     state_of = lambda: _STATE  # noqa: E731
     _replace(
         SchedulerBatchResultProcessor,
@@ -199,7 +202,13 @@ def install(dump_dir: str, writer_rank: bool, watchdog_s: float | None = None) -
     _replace(Scheduler, "_copy_result_to_cpu", make_order_hook)
     ids = parse_layer_ids(os.environ.get(dump.DUMP_LAYERS_ENV, ""))  # the launcher checked them
     _replace(model_runner, "configure_aux_hidden_state_capture", lambda o: make_capture_hook(o, ids))
-    log.info("hsx dump patch installed (writer=%s, dump dir %s)", writer_rank, dump_dir)
+    # The runner reads this line to name the rank of a scheduler that died (runner/server.py).
+    # Printed: SGLang sets up logging in a spawned scheduler only later, so a log line is lost.
+    print(
+        f"hsx dump patch installed in {name} (writer={writer_rank}, dump dir {dump_dir})",
+        file=sys.stderr,
+        flush=True,
+    )
     return _STATE
 
 
@@ -221,7 +230,12 @@ def run_scheduler_process(
     dump_dir = os.environ.get(dump.DUMP_DIR_ENV, "")
     if not dump_dir:
         raise RuntimeError(f"{dump.DUMP_DIR_ENV} is not set in the scheduler process")
-    install(dump_dir, writer_rank=(tp_rank == 0), watchdog_s=getattr(server_args, "watchdog_timeout", None))
+    install(
+        dump_dir,
+        writer_rank=(tp_rank == 0),
+        watchdog_s=getattr(server_args, "watchdog_timeout", None),
+        tp_rank=tp_rank,
+    )
     return scheduler.run_scheduler_process(
         server_args,
         port_args,

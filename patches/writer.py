@@ -29,7 +29,7 @@ def wait_limit(watchdog_s: float | None) -> float:
     return max(1.0, min(60.0, (watchdog_s or SGLANG_WATCHDOG_S) / 4))
 
 
-def write_sample_files(dump_dir: str, sample: Sample) -> dict:
+def write_sample_files(dump_dir: str, sample: Sample, writer: str = "") -> dict:
     """Write one sample synchronously; return the sidecar metadata."""
     from runner.contract.ckpt import write_sample
 
@@ -46,6 +46,7 @@ def write_sample_files(dump_dir: str, sample: Sample) -> dict:
         "checksum": checksum,
         "hidden_size": int(t["hidden_state"].shape[-1]),
         "dtype": dtype,
+        "writer": writer or f"pid {os.getpid()}",
     }
     dump.write_sidecar(dump_dir, sample.rid, meta)
     return meta
@@ -63,8 +64,16 @@ def _lower_priority() -> None:
 
 
 class DumpWriter:
-    def __init__(self, dump_dir: str, workers: int = 2, max_pending: int = 16, wait_limit_s: float = 60.0):
+    def __init__(
+        self,
+        dump_dir: str,
+        workers: int = 2,
+        max_pending: int = 16,
+        wait_limit_s: float = 60.0,
+        name: str = "",
+    ):
         self.dump_dir = dump_dir
+        self.name = name or f"pid {os.getpid()}"
         self.wait_limit_s = wait_limit_s
         self._slots = threading.BoundedSemaphore(max_pending)
         self._pool = concurrent.futures.ThreadPoolExecutor(
@@ -86,7 +95,7 @@ class DumpWriter:
 
     def _run(self, sample: Sample) -> None:
         try:
-            write_sample_files(self.dump_dir, sample)
+            write_sample_files(self.dump_dir, sample, self.name)
             with self._lock:
                 self.written += 1
         except Exception as e:  # every failure is reported to the extractor, none kills the server

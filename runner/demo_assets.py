@@ -118,6 +118,7 @@ def _server_toml(server: dict | None) -> str:
         [
             'backend = "sglang"',
             f"python = {json.dumps(server['python'])}",
+            f"tp_size = {int(server.get('tp_size', 1))}",
             f"extra_args = {json.dumps(server['extra_args'])}",
             f"env = {{ {env} }}",
             "start_timeout_s = 600.0",
@@ -186,12 +187,14 @@ def build(workdir: str, samples: int, seed: int, server: dict | None = None, tar
         "seed": seed,
         "backend": "sglang" if server else "reference",
         "target": target,
+        "tp": int(server.get("tp_size", 1)) if server else 1,
     }
     if os.path.exists(conf) and os.path.exists(stamp):
         with open(stamp) as f:
             have = json.load(f)
         have.setdefault("backend", "reference")  # demos built before --backend
         have.setdefault("target", "demo")  # and before --target
+        have.setdefault("tp", 1)  # and before --tp
         if have == want:
             return conf
         raise SystemExit(

@@ -228,7 +228,12 @@ class Extractor:
 
     def _commit(self, idx: int, rid: str, meta: dict) -> None:
         self.store.commit(
-            idx, dump.data_path(self.dump_dir, rid), meta["seq"], meta["bytes"], meta["checksum"]
+            idx,
+            dump.data_path(self.dump_dir, rid),
+            meta["seq"],
+            meta["bytes"],
+            meta["checksum"],
+            writer=str(meta.get("writer", ""))[:80],
         )
         try:
             os.unlink(dump.sidecar_path(self.dump_dir, rid))
@@ -242,11 +247,17 @@ class Extractor:
         while not self.stopping.is_set():
             await asyncio.sleep(timing.current().monitor_s)
             if self.server.alive():
+                self.server.observe()
                 continue
             self.server_up.clear()
             code = self.server.proc.returncode if self.server.proc else None
-            if not await self.server.restart_allowed(self.recorder, f"server died (exit code {code})"):
-                self.abort(f"server died (exit code {code}) and the restart cap ({cap}) is spent")
+            why = f"server died (exit code {code})"
+            rank = await asyncio.to_thread(self.server.death_reason)
+            if rank:
+                why += f": {rank}"
+            self.recorder.record.server.last_death = rank or f"the server exited with code {code}"
+            if not await self.server.restart_allowed(self.recorder, why):
+                self.abort(f"{why}, and the restart cap ({cap}) is spent")
                 return
             try:
                 await asyncio.to_thread(self.server.stop, 5.0)

@@ -84,3 +84,8 @@ class RunPaths:
         if self.rank is None:
             return os.path.join(self.out, "server.pid")
         return os.path.join(self.out, f"server.rank{self.rank}.{socket.gethostname()}.pid")
+
+    @property
+    def server_shm(self) -> str:
+        """The server's processes and /dev/shm segments (runner/shm.py); per host, as /dev/shm is."""
+        return self.server_pid.removesuffix(".pid") + ".shm.json"

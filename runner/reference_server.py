@@ -143,6 +143,7 @@ def make_app(model: Model, dump_dir: str) -> web.Application:
             "checksum": checksum,
             "hidden_size": model.hidden_size,
             "dtype": file_dtype,
+            "writer": f"reference pid {os.getpid()}",
         }
         dump.write_sidecar(dump_dir, rid, meta)
         return meta

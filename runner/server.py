@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import ctypes
+import json
 import os
 import re
 import signal
@@ -20,9 +21,10 @@ import aiohttp
 from .contract import dump, timing
 from .contract.config import Config
 from .contract.errors import ServerError, ServerExited
-from .contract.launch import server_argv
+from .contract.launch import ArgsError, server_argv
 from .contract.status import now_iso
 from .sglang_cpu import checkout_root
+from .shm import ShmTracker, proc_stat
 
 if TYPE_CHECKING:
     from .ranks import RunPaths
@@ -32,6 +34,49 @@ READY_LINE = "The server is fired up and ready to roll!"
 ACTIVITY_RE = re.compile(
     r"(Load weight begin.*|Load weight end.*|(?:Multi-thread loading shards|Loading safetensors checkpoint shards):\s*\d+% Completed \| \d+/\d+|Capture cuda graph.*|Init torch distributed.*)"
 )
+
+
+# SGLang's subprocess watchdog, when a scheduler dies: the whole server goes down with it.
+CRASHED_RE = re.compile(r"Subprocess (\S+) \(pid=(\d+)\) crashed with exit code (-?\d+)")
+# The dump patch, in each scheduler process as it starts (patches/scheduler_patch.py).
+RANK_RE = re.compile(r"hsx dump patch installed in (TP\d+) pid (\d+)")
+
+
+def _how(code: int) -> str:
+    """A negative exit code is the signal (Python's convention)."""
+    if code >= 0:
+        return f"exit code {code}"
+    try:
+        return f"killed by {signal.Signals(-code).name}"
+    except ValueError:
+        return f"killed by signal {-code}"
+
+
+def death_reason(log_text: str) -> str:
+    """Which process of the server died and how, from its log: '' when the log does not say."""
+    crashed = CRASHED_RE.findall(log_text)
+    if not crashed:
+        return ""
+    name, pid, code = crashed[-1]
+    ranks = {p: r for r, p in RANK_RE.findall(log_text)}
+    who = f"{ranks[pid]} scheduler" if pid in ranks else name.replace("_", " ")
+    return f"{who} (pid {pid}) died, {_how(int(code))}"
+
+
+def rank_death(ranks: dict[str, int]) -> str:
+    """Which of the ranks' scheduler processes are gone, and how while each is a zombie yet: a
+    dead rank soon takes the others down (a collective fails) before SGLang's own watchdog logs
+    which one it was, so one killed by a signal is named before those that exited after it."""
+    dead = []
+    for name, pid in sorted(ranks.items()):
+        st = proc_stat(pid)
+        if st is None:
+            dead.append((False, f"{name} scheduler (pid {pid}) died"))
+        elif st[0] == "Z":
+            sig, code = st[2] & 0x7F, st[2] >> 8
+            dead.append((bool(sig), f"{name} scheduler (pid {pid}) died, {_how(-sig if sig else code)}"))
+    first = [text for signalled, text in dead if signalled] or [text for _, text in dead]
+    return "; ".join(first)
 
 
 def _die_with_parent() -> None:
@@ -54,9 +99,43 @@ def build_argv(cfg: Config, aux_ids: list[int]) -> list[str]:
         ]  # fmt: skip
     return server_argv(
         python=python, model=j.model, host=s.host, port=s.port, tp_size=s.tp_size, dp_size=s.dp_size,
-        mem_fraction=s.mem_fraction, aux_layer_ids=aux_ids, extra_args=list(s.extra_args),
+        mem_fraction=s.mem_fraction, aux_layer_ids=aux_ids, extra_args=text_only(j.model, list(s.extra_args)),
         trust_remote_code=j.trust_remote_code,
     )  # fmt: skip
+
+
+OVERRIDE_FLAG = "--json-model-override-args"
+
+
+def text_only(model_dir: str, extra_args: list[str]) -> list[str]:
+    """A multimodal wrapper (a config with ``text_config`` and ``vision_config``: Kimi-K2.5) is
+    served text-only: SGLang's ``language_model_only`` override (its CLI flag is refused for
+    Kimi) makes it build a plain tokenizer and no multimodal processor. Extraction sends token
+    ids only, which never reach the vision tower, so the rows are the text model's either way,
+    and a checkpoint's processor (remote code, image libraries) cannot stop the server. An
+    operator's own override is kept; one that sets ``language_model_only`` wins."""
+    try:
+        with open(os.path.join(model_dir, "config.json")) as f:
+            cfg = json.load(f)
+    except (OSError, ValueError):
+        return extra_args  # preflight reports an unreadable model
+    if not (isinstance(cfg, dict) and "text_config" in cfg and "vision_config" in cfg):
+        return extra_args
+    out, overrides = [], {}
+    it = iter(extra_args)
+    for a in it:
+        if a == OVERRIDE_FLAG or a.startswith(OVERRIDE_FLAG + "="):
+            text = a.partition("=")[2] if "=" in a else next(it, "{}")
+            try:
+                overrides = json.loads(text)
+            except ValueError:
+                raise ArgsError(f"[server] extra_args: {OVERRIDE_FLAG} is not JSON: {text!r}") from None
+            if not isinstance(overrides, dict):
+                raise ArgsError(f"[server] extra_args: {OVERRIDE_FLAG} must be a JSON object")
+            continue
+        out.append(a)
+    overrides.setdefault("language_model_only", True)
+    return [*out, OVERRIDE_FLAG, json.dumps(overrides)]
 
 
 def server_env(cfg: Config, dump_dir: str, aux_ids: list[int]) -> dict[str, str]:
@@ -79,6 +158,11 @@ class Server:
         self.url = f"http://{cfg.server.host}:{cfg.server.port}"
         self.env = server_env(cfg, dump_dir, aux_ids)
         self.log_path, self.pid_file = paths.server_log, paths.server_pid
+        self.shm = ShmTracker(paths.server_shm)
+        self._start_pos = 0
+        self._observed_at = 0.0
+        self.ranks: dict[str, int] = {}  # "TP1" -> its scheduler's pid, from the log
+        self.dead_rank = ""
         self.proc: subprocess.Popen | None = None
         self.restarts = 0
         self.started_at: float | None = None
@@ -124,18 +208,20 @@ class Server:
         try:
             os.killpg(pgid, signal.SIGKILL)
         except ProcessLookupError:
-            return None
+            return pgid  # gone already; its shared memory may not be
         except PermissionError:
             return None
         return pgid
 
     def start(self) -> None:
-        self.kill_stale()
+        pgid = self.kill_stale()
+        self.shm.cleanup(pgid)  # what the last server left (this runner's, or a killed one's)
         os.makedirs(os.path.dirname(self.log_path), exist_ok=True)
         log = open(self.log_path, "ab")  # noqa: SIM115 - the child owns it
         log.write(f"\n=== hsx: starting server: {' '.join(self.argv)}\n".encode())
         log.flush()
-        self._log_pos = log.tell()
+        self._log_pos = self._start_pos = log.tell()
+        self.ranks, self.dead_rank = {}, ""
         self.proc = subprocess.Popen(
             self.argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=self.env,
             start_new_session=True, preexec_fn=_die_with_parent,
@@ -148,6 +234,31 @@ class Server:
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
+
+    def observe(self) -> None:
+        """While the server runs: its ranks' liveness, and its processes and shared memory
+        (runner/shm.py). SGLang's main process lingers ~5 s after a rank dies, so the dead
+        rank is seen here first."""
+        if not self.alive():
+            return
+        if self.ranks and not self.dead_rank:
+            self.dead_rank = rank_death(self.ranks)
+        if time.monotonic() - self._observed_at >= 1.0:  # a /proc scan: not every poll
+            self._observed_at = time.monotonic()
+            self.shm.observe(self.proc.pid)
+
+    def death_reason(self) -> str:
+        """Why the server last died: the rank seen dead first, else what its log says since it
+        started ('' if neither says)."""
+        if self.dead_rank:
+            return self.dead_rank
+        try:
+            with open(self.log_path, "rb") as f:
+                f.seek(self._start_pos)
+                text = f.read().decode("utf-8", "replace")
+        except OSError:
+            return ""
+        return death_reason(text)
 
     def _scan_log(self) -> bool:
         """Read new log text; update activity; True once the ready line has appeared."""
@@ -168,6 +279,7 @@ class Server:
         text = chunk[: cut + 1].decode("utf-8", "replace")
         for m in ACTIVITY_RE.finditer(text):
             self.activity = m.group(1).strip()[:160]
+        self.ranks.update((r, int(pid)) for r, pid in RANK_RE.findall(text))
         if READY_LINE in text:
             ready = True
         return ready
@@ -209,6 +321,7 @@ class Server:
                     )
                 if on_progress:
                     on_progress()
+                self.observe()
                 await asyncio.sleep(timing.current().server_poll_s)
 
     def stop(self, grace_s: float = 30.0) -> None:
@@ -232,6 +345,7 @@ class Server:
             p.wait(5)
         except subprocess.TimeoutExpired:
             pass
+        self.shm.cleanup(p.pid)
         try:
             os.unlink(self.pid_file)
         except FileNotFoundError:

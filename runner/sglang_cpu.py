@@ -24,11 +24,28 @@ ARGS = [
     "--max-total-tokens", "8192", "--max-running-requests", "4",
 ]  # fmt: skip
 # torch_native attention cannot read MLA's latent cache in prefill; intel_amx's prefill can
-# (its decode is never used: every request is one prefill).
-ATTENTION = {
-    "llama": ["--attention-backend", "torch_native"],
-    "deepseek_v3": ["--prefill-attention-backend", "intel_amx", "--decode-attention-backend", "torch_native"],
-}
+# (its decode is never used: every request is one prefill). Kimi-K2.5 is a DeepSeek-V3 inside.
+_MLA = ["--prefill-attention-backend", "intel_amx", "--decode-attention-backend", "torch_native"]
+ATTENTION = {"llama": ["--attention-backend", "torch_native"], "deepseek_v3": _MLA, "kimi_k25": _MLA}
+
+
+def tp_env(tp: int, cpus: int | None = None) -> dict[str, str]:
+    """What TP > 1 needs on SGLang's CPU engine (shared/notes/sglang-0.5.23-tp-kimi.md §1):
+    each rank bound to its own cores (unset, SGLang asserts one NUMA node per rank), one OMP
+    thread per core, and NCCL kept out: the lane's CUDA torch wheel ships libnccl, and SGLang's
+    pynccl then calls ``torch.cuda.device(cpu)`` and crashes TP-group creation; a library that
+    fails to load makes it fall back to gloo."""
+    if tp <= 1:
+        return {}
+    cpus = cpus or os.cpu_count() or 1
+    per = max(1, cpus // tp)
+    first = [(r * per) % cpus for r in range(tp)]  # more ranks than cores: they share
+    groups = [str(c) if per == 1 else f"{c}-{c + per - 1}" for c in first]
+    return {
+        "SGLANG_CPU_OMP_THREADS_BIND": "|".join(groups),
+        "OMP_NUM_THREADS": str(per),
+        "SGLANG_NCCL_SO_PATH": "/nonexistent/libnccl.so.2",
+    }
 
 
 def checkout_root() -> str | None:
@@ -37,14 +54,15 @@ def checkout_root() -> str | None:
     return root if os.path.exists(os.path.join(root, "pyproject.toml")) else None
 
 
-def server_section(arch: str, python: str, kernels: str) -> dict:
+def server_section(arch: str, python: str, kernels: str, tp: int = 1) -> dict:
     """[server] keys that run the patched SGLang on this CPU; ``kernels`` is the folder holding
     an ``sgl_kernel`` for the CPU engine (the tests' stand-in, or a compiled CPU build)."""
     return {
         "backend": "sglang",
         "python": python,
-        "extra_args": [*ARGS, *ATTENTION[arch]],
-        "env": {**ENV, "PYTHONPATH": kernels},
+        "tp_size": tp,
+        "extra_args": [*ARGS, *ATTENTION[arch], *(["--disable-custom-all-reduce"] if tp > 1 else [])],
+        "env": {**ENV, **tp_env(tp), "PYTHONPATH": kernels},
     }
 
 

@@ -290,7 +290,16 @@ class Store:
             os.close(os.open(os.path.join(d, shard), os.O_CREAT | os.O_WRONLY, 0o644))
 
     # --- writing -------------------------------------------------------------------------
-    def commit(self, idx: int, src: str, seq: int, nbytes: int, checksum: str, adopted: bool = False) -> str:
+    def commit(
+        self,
+        idx: int,
+        src: str,
+        seq: int,
+        nbytes: int,
+        checksum: str,
+        adopted: bool = False,
+        writer: str = "",
+    ) -> str:
         """Record a complete, fsynced dump in the manifest, then rename it into its shard.
 
         In this order a *.ckpt under the output is always a recorded sample (SpecForge trains on
@@ -304,13 +313,20 @@ class Store:
         dst = os.path.join(d, f"data_{idx}.ckpt")
         # No directory fsync per sample: the data was fsynced before the rename, and a rename
         # lost to a power cut only means the sample is planned again (the listing is the truth).
-        self.append_manifest(idx, seq, nbytes, checksum, shard, adopted)
+        self.append_manifest(idx, seq, nbytes, checksum, shard, adopted, writer)
         os.replace(src, dst)
         self._settle(idx)
         return dst
 
     def append_manifest(
-        self, idx: int, seq: int, nbytes: int, checksum: str, shard: str, adopted: bool = False
+        self,
+        idx: int,
+        seq: int,
+        nbytes: int,
+        checksum: str,
+        shard: str,
+        adopted: bool = False,
+        writer: str = "",
     ) -> None:
         rec = {
             "idx": idx,
@@ -322,6 +338,8 @@ class Store:
         }
         if adopted:  # written by another tool, checked and taken over (runner.adopt)
             rec["adopted"] = True
+        if writer:  # the server process that wrote it (one rank of several, say)
+            rec["writer"] = writer
         _append(self.manifest_path, orjson.dumps(rec))
 
     def record_orphans(self, orphans: list[int]) -> None:

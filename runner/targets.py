@@ -187,6 +187,7 @@ def _fast_tokenizer(family: dict, texts: list[str], out_dir: str):
 
 
 KIMI_CODE = str(resources.files("runner").joinpath("assets/tokenization_kimi.py"))
+KIMI_CONFIG_CODE = str(resources.files("runner").joinpath("assets/configuration_kimi_k25.py"))
 
 
 def _kimi_code():
@@ -247,57 +248,106 @@ def _build_weights(config: dict, vocab: int, out_dir: str, seed: int) -> None:
     model.to(torch.bfloat16).save_pretrained(out_dir, safe_serialization=True)
 
 
-def _kimi_model(vocab: int, ids: dict, out_dir: str, seed: int) -> None:
-    """A DeepSeek-V3 text model saved under ``language_model.``, a stand-in vision tower, and
-    the wrapper's config.json (``text_config.model_type`` is ``kimi_k2``, as on the hub)."""
-    import torch
-    from safetensors.torch import load_file, save_file
+# The tiny vision tower: the hub's key names (SGLang 0.5.23's KimiK25 loader maps wqkv./wo. and
+# mm_projector.proj.0/2 onto its modules and refuses a name it does not know). Head dim 8: its
+# 2-D rope needs a multiple of 4; 2 heads: divisible by TP 2.
+KIMI_VISION = {"hidden_size": 16, "num_hidden_layers": 1, "num_attention_heads": 2, "intermediate_size": 32,
+               "patch_size": 14, "init_pos_emb_height": 4, "init_pos_emb_width": 4, "init_pos_emb_time": 4,
+               "merge_kernel_size": [2, 2]}  # fmt: skip
 
+
+def _vision_shapes(text_hidden: int) -> dict[str, tuple[int, ...]]:
+    v = KIMI_VISION
+    h, m, p = v["hidden_size"], v["intermediate_size"], v["patch_size"]
+    merged = h * v["merge_kernel_size"][0] * v["merge_kernel_size"][1]
+    out = {
+        "vision_tower.patch_embed.proj.weight": (h, 3, p, p), "vision_tower.patch_embed.proj.bias": (h,),
+        "vision_tower.patch_embed.pos_emb.weight": (v["init_pos_emb_height"], v["init_pos_emb_width"], h),
+        "vision_tower.encoder.final_layernorm.weight": (h,), "vision_tower.encoder.final_layernorm.bias": (h,),
+        "mm_projector.pre_norm.weight": (h,), "mm_projector.pre_norm.bias": (h,),
+        "mm_projector.proj.0.weight": (merged, merged), "mm_projector.proj.0.bias": (merged,),
+        "mm_projector.proj.2.weight": (text_hidden, merged), "mm_projector.proj.2.bias": (text_hidden,),
+    }  # fmt: skip
+    for i in range(v["num_hidden_layers"]):
+        b = f"vision_tower.encoder.blocks.{i}."
+        for name, shape in (
+            ("norm0.weight", (h,)), ("norm0.bias", (h,)), ("norm1.weight", (h,)), ("norm1.bias", (h,)),
+            ("wqkv.weight", (3 * h, h)), ("wqkv.bias", (3 * h,)), ("wo.weight", (h, h)), ("wo.bias", (h,)),
+            ("mlp.fc0.weight", (m, h)), ("mlp.fc0.bias", (m,)), ("mlp.fc1.weight", (h, m)), ("mlp.fc1.bias", (h,)),
+        ):  # fmt: skip
+            out[b + name] = shape
+    return out
+
+
+def _kimi_model(vocab: int, ids: dict, out_dir: str, seed: int, dtype: str = "bfloat16") -> None:
     with tempfile.TemporaryDirectory() as tmp:
-        demo_assets.build_model(seed, vocab, tmp, "deepseek_v3", overrides={"num_hidden_layers": 8})
-        with open(os.path.join(tmp, "config.json")) as f:
-            text = json.load(f)
-        weights = {
-            f"language_model.{k}": v for k, v in load_file(os.path.join(tmp, "model.safetensors")).items()
-        }
-    g = torch.Generator().manual_seed(seed)
-    weights["vision_tower.patch_embed.proj.weight"] = torch.randn(32, 3, 14, 14, generator=g).to(
-        torch.bfloat16
-    )
-    weights["mm_projector.proj.0.weight"] = torch.randn(64, 32 * 4, generator=g).to(torch.bfloat16)
-    save_file(weights, os.path.join(out_dir, "model.safetensors"), metadata={"format": "pt"})
-    for k in ("transformers_version", "_name_or_path", "dtype"):
-        text.pop(k, None)
-    text.update(
-        model_type="kimi_k2", architectures=["DeepseekV3ForCausalLM"], bos_token_id=ids["[BOS]"],
-        eos_token_id=ids["[EOS]"], pad_token_id=ids["[PAD]"], torch_dtype="bfloat16",
-        auto_map={"AutoConfig": "configuration_deepseek.DeepseekV3Config",
-                  "AutoModel": "modeling_deepseek.DeepseekV3Model",
-                  "AutoModelForCausalLM": "modeling_deepseek.DeepseekV3ForCausalLM"},
-    )  # fmt: skip
-    _write_json(os.path.join(out_dir, "config.json"), {
-        "architectures": ["KimiK25ForConditionalGeneration"],
-        "auto_map": {"AutoConfig": "configuration_kimi_k25.KimiK25Config",
-                     "AutoModel": "modeling_kimi_k25.KimiK25ForConditionalGeneration",
-                     "AutoModelForCausalLM": "modeling_kimi_k25.KimiK25ForConditionalGeneration"},
-        "model_type": "kimi_k25", "dtype": "bfloat16", "tie_word_embeddings": False,
-        "bos_token_id": ids["[BOS]"], "eos_token_id": ids["[EOS]"], "pad_token_id": ids["[PAD]"],
-        "media_placeholder_token_id": ids["<|media_pad|>"], "ignore_index": -100,
-        "use_unified_vision_chunk": True, "video_placeholder": "<|kimi_k25_video_placeholder|>",
-        "text_config": text,
-        "vision_config": {"patch_size": 14, "vt_hidden_size": 32, "vt_num_hidden_layers": 1,
-                          "vt_num_attention_heads": 2, "vt_intermediate_size": 64, "mm_hidden_size": 32,
-                          "text_hidden_size": text["hidden_size"], "merge_kernel_size": [2, 2],
-                          "mm_projector_type": "patchmerger", "model_type": ""},
-    })  # fmt: skip
+        demo_assets.build_model(
+            seed, vocab, tmp, "deepseek_v3", dtype=dtype, overrides={"num_hidden_layers": 8}
+        )
+        wrap_kimi(tmp, out_dir, seed, dtype, ids)
     _write_json(
         os.path.join(out_dir, "generation_config.json"),
         {"bos_token_id": ids["[BOS]"], "eos_token_id": ids["<|im_end|>"], "max_length": 262144},
     )
 
 
-def build(name: str, model_dir: str, data_path: str, samples: int, seed: int) -> None:
-    """The ``name`` target's model directory and a conversations JSONL for it."""
+def wrap_kimi(text_dir: str, out_dir: str, seed: int, dtype: str, ids: dict | None = None) -> None:
+    """The DeepSeek-V3 in ``text_dir`` as Kimi-K2.5's checkpoint lays it out in ``out_dir``: its
+    weights under ``language_model.``, a tiny vision tower, the wrapper's config.json (with
+    ``text_config.model_type`` ``kimi_k2``, as on the hub) and config class. SGLang 0.5.23 loads
+    it as ``KimiK25ForConditionalGeneration``; ``ids``: the special tokens' ids, else the text
+    config's own and the last id as the media placeholder."""
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    with open(os.path.join(text_dir, "config.json")) as f:
+        text = json.load(f)
+    weights = {
+        f"language_model.{k}": v for k, v in load_file(os.path.join(text_dir, "model.safetensors")).items()
+    }
+    g = torch.Generator().manual_seed(seed)
+    for name, shape in _vision_shapes(text["hidden_size"]).items():
+        weights[name] = (torch.randn(*shape, generator=g) * 0.02).to(getattr(torch, dtype))
+    os.makedirs(out_dir, exist_ok=True)
+    save_file(weights, os.path.join(out_dir, "model.safetensors"), metadata={"format": "pt"})
+    shutil.copyfile(KIMI_CONFIG_CODE, os.path.join(out_dir, "configuration_kimi_k25.py"))
+    last = text["vocab_size"] - 1
+    ids = ids or {"[BOS]": text.get("bos_token_id", 0), "[EOS]": text.get("eos_token_id", 1),
+                  "[PAD]": text.get("pad_token_id") or 0, "<|media_pad|>": last}  # fmt: skip
+    for k in ("transformers_version", "_name_or_path", "dtype"):
+        text.pop(k, None)
+    text.update(
+        model_type="kimi_k2", architectures=["DeepseekV3ForCausalLM"], bos_token_id=ids["[BOS]"],
+        eos_token_id=ids["[EOS]"], pad_token_id=ids["[PAD]"], torch_dtype=dtype,
+        auto_map={"AutoConfig": "configuration_deepseek.DeepseekV3Config",
+                  "AutoModel": "modeling_deepseek.DeepseekV3Model",
+                  "AutoModelForCausalLM": "modeling_deepseek.DeepseekV3ForCausalLM"},
+    )  # fmt: skip
+    v = KIMI_VISION
+    vision = {
+        **v, "vt_hidden_size": v["hidden_size"], "vt_num_hidden_layers": v["num_hidden_layers"],
+        "vt_num_attention_heads": v["num_attention_heads"], "vt_intermediate_size": v["intermediate_size"],
+        "mm_hidden_size": v["hidden_size"], "text_hidden_size": text["hidden_size"],
+        "pos_emb_type": "divided_fixed", "video_attn_type": "spatial_temporal", "merge_type": "sd2_tpool",
+        "mm_projector_type": "patchmerger", "projector_hidden_act": "gelu", "projector_ln_eps": 1e-5,
+    }  # fmt: skip
+    _write_json(os.path.join(out_dir, "config.json"), {
+        "architectures": ["KimiK25ForConditionalGeneration"],
+        "auto_map": {"AutoConfig": "configuration_kimi_k25.KimiK25Config"},
+        "model_type": "kimi_k25", "dtype": dtype, "tie_word_embeddings": False,
+        "bos_token_id": ids["[BOS]"], "eos_token_id": ids["[EOS]"], "pad_token_id": ids["[PAD]"],
+        "media_placeholder_token_id": ids["<|media_pad|>"], "ignore_index": -100,
+        "use_unified_vision_chunk": True, "video_placeholder": "<|kimi_k25_video_placeholder|>",
+        "text_config": text,
+        "vision_config": vision,
+    })  # fmt: skip
+
+
+def build(
+    name: str, model_dir: str, data_path: str, samples: int, seed: int, dtype: str = "bfloat16"
+) -> None:
+    """The ``name`` target's model directory and a conversations JSONL for it (``dtype``: the
+    Kimi wrapper's weights; the tests compare its MoE in float32, as DeepSeek-V3's)."""
     if name not in NAMES:
         raise ValueError(f"unknown target {name!r}; choose one of {', '.join(NAMES)}")
     os.makedirs(model_dir, exist_ok=True)
@@ -309,7 +359,7 @@ def build(name: str, model_dir: str, data_path: str, samples: int, seed: int) ->
     ]
     if name == "kimi-k2.5":
         vocab, ids = _kimi_tokenizer(texts, model_dir)
-        _kimi_model(vocab, ids, model_dir, seed)
+        _kimi_model(vocab, ids, model_dir, seed, dtype)
         return
     family = FAMILIES[name]
     vocab = _fast_tokenizer(family, texts, model_dir)

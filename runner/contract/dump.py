@@ -7,8 +7,10 @@ The server writes, on the output filesystem, in the dump directory it was starte
 
 * ``<dump_dir>/<rid>.dump`` — the complete sample in the output format (torch.save dict:
   input_ids, loss_mask, hidden_state [1,seq,H], aux_hidden_state [1,seq,3H]), fsynced;
-* then ``<dump_dir>/<rid>.json`` — a sidecar {rid, seq, bytes, checksum, hidden_size, dtype},
-  written atomically after the data file, so its presence means the data file is complete;
+* then ``<dump_dir>/<rid>.json`` — a sidecar {rid, seq, bytes, checksum, hidden_size, dtype,
+  writer}, written atomically after the data file, so its presence means the data file is
+  complete; ``writer`` names the process that wrote it (``TP0 pid 1234``), which the manifest
+  keeps: with several scheduler processes it shows that one rank wrote each sample;
 * or, when the dump cannot be written, ``<dump_dir>/<rid>.failed`` with the reason.
 
 The response carries metadata only and may come before the files: the patched SGLang writes

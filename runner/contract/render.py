@@ -204,7 +204,7 @@ def _phase_lines(rec: StatusRecord, now: dt.datetime) -> list[str]:
         lines = [f"Starting server{backend}{took}"]
         lines.append(f"now: {srv.activity}" if srv.activity else "now: waiting for the server to report")
         if srv.restarts:
-            lines.append(f"server restarts: {srv.restarts}")
+            lines.append(restarts_line(srv))
         if rec.total:
             lines.append(progress_line(rec))
         return lines
@@ -267,6 +267,11 @@ def ranks_line(rec: StatusRecord) -> str:
     return line
 
 
+def restarts_line(srv) -> str:
+    last = f" (last: {srv.last_death})" if srv.last_death else ""
+    return f"server restarts: {srv.restarts}{last}"
+
+
 def render_text(rec: StatusRecord, now: dt.datetime | None = None, stale_s: float = STALE_S) -> str:
     """The terse summary: what "progress?" answers."""
     now = now_utc(now)
@@ -276,7 +281,7 @@ def render_text(rec: StatusRecord, now: dt.datetime | None = None, stale_s: floa
     if ranks_line(rec):
         lines.append(ranks_line(rec))
     if rec.phase is not Phase.EXTRACTING and rec.server.restarts and rec.phase is not Phase.STARTING_SERVER:
-        lines.append(f"server restarts: {rec.server.restarts}")
+        lines.append(restarts_line(rec.server))
     for extra in (stale_note(rec, now, stale_s), _error_tail(rec) if rec.phase is not Phase.DONE else ""):
         if extra:
             lines.append(extra)

@@ -60,6 +60,7 @@ class ServerInfo:
     restarts: int = 0
     started_at: str | None = None
     activity: str = ""  # what the log says it is doing (weight loading, ...)
+    last_death: str = ""  # why it last died: the exit code and, from its log, which process
 
 
 @dataclass

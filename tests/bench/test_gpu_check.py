@@ -1,110 +1,53 @@
-"""bench/gpu_check.py without SGLang or a GPU: the JSON-leak check, the comparison of two dumps,
-the report's verdict, the layer ids and models it checks, and that it cannot pass vacuously."""
+"""bench/gpu_check.py without SGLang or a GPU: the models it writes (the Kimi wrapper among
+them), the servers' command lines per run and tensor-parallel size, the prompts, and that
+main cannot pass vacuously. What is judged: tests/bench/test_gpu_checks.py."""
 
 from __future__ import annotations
 
 import json
-import math
 
 import pytest
 import torch
 
 from bench import gpu_check as gc
-from runner import layers
-from runner.contract import dump
-from runner.contract.ckpt import write_sample
+from bench.gpu_checks import EAGER, MODELS, NO_FUSION, run_plan
+from runner.contract.launch import check_argv, parse_flags, server_argv
+from runner.server import OVERRIDE_FLAG
 
-H = 8
-N = 12  # layers of both checked models
-
-
-def sample(ids, seed=0, aux_scale=(1.0, 1.0, 1.0)):
-    g = torch.Generator().manual_seed(seed)
-    seq = len(ids)
-    aux = torch.cat([torch.randn(1, seq, H, generator=g) * s for s in aux_scale], dim=-1)
-    return {
-        "input_ids": torch.tensor(ids),
-        "loss_mask": torch.tensor(gc.loss_mask(ids)),
-        "hidden_state": torch.randn(1, seq, H, generator=g),
-        "aux_hidden_state": aux,
-    }
+TINY_DS = {"hidden_size": 32, "intermediate_size": 64, "moe_intermediate_size": 16, "num_hidden_layers": 4,
+           "num_attention_heads": 2, "num_key_value_heads": 2, "q_lora_rank": 16, "kv_lora_rank": 16,
+           "qk_nope_head_dim": 8, "qk_rope_head_dim": 8, "v_head_dim": 8, "n_routed_experts": 4,
+           "num_experts_per_tok": 2, "n_group": 2, "topk_group": 1}  # fmt: skip
+COMMON = ["--skip-tokenizer-init", "--chunked-prefill-size", "1024", "--context-length", "4112"]
 
 
-def stats(tokens=100, bad=0, min_cosine=0.99999, max_abs=0.01, ref_max=4.0):
-    return {"tokens": tokens, "bad": bad, "min_cosine": min_cosine, "max_abs": max_abs, "ref_max": ref_max}
+@pytest.fixture(scope="module")
+def kimi(tmp_path_factory):
+    """The Kimi wrapper as gpu_check writes it, around a tiny DeepSeek-V3."""
+    out = tmp_path_factory.mktemp("kimi") / "model"
+    gc.build_model("kimi_k25", str(out), config=TINY_DS, vocab_size=64)
+    return out
 
 
-def good_report(requests=4):
-    """What a run where everything holds reports."""
-    models = {}
-    for arch, spec in gc.MODELS.items():
-        runs = {}
-        for ids in gc.aux_id_sets(N):
-            names = ["final", *gc.aux_names(ids)]
-            runs[gc.run_key(ids)] = {
-                "samples": requests,
-                "problems": [],
-                "mixed_batches": True,
-                "layers": {n: stats() for n in names},
-            }
-        a, b = gc.aux_id_sets(N)
-        far = stats(bad=100, min_cosine=0.6, max_abs=1.3)  # layer i vs i+1 of the reference
-        neighbour = {
-            "samples": requests,
-            "problems": [],
-            "layers": {n: far for n in gc.neighbour_names(a, b)},
-        }
-        models[arch] = {"dtype": spec["dtype"], "runs": runs, "neighbour": neighbour}
-    tput = {"patched_tokens_per_s": 95.0, "stock_tokens_per_s": 100.0, "ratio": 0.95}
-    return {"requests": requests, "models": models, "throughput": tput}
+@pytest.fixture
+def llama(tmp_path):
+    (tmp_path / "config.json").write_text(
+        json.dumps({"model_type": "llama", "architectures": ["LlamaForCausalLM"]})
+    )
+    return tmp_path
 
 
-# 1. the JSON-leak check
+def flag(argv, name):
+    values = parse_flags(argv[3:]).get(name)
+    return values[-1] if values else None
 
 
-def test_an_empty_hidden_states_list_is_not_a_leak():
-    # what the patched SGLang 0.5.23 answered to a dump request (CPU engine): the key, empty
-    meta = {"id": "p-0", "finish_reason": {"type": "length", "length": 1}, "prompt_tokens": 4,
-            "weight_version": "default", "num_retractions": 0, "reasoning_tokens": 0, "completion_tokens": 1,
-            "cached_tokens": 0, "weight_versions": [{"version": "default", "start": 0, "end": 1}],
-            "cached_tokens_details": None, "hidden_states": [], "dp_rank": None}  # fmt: skip
-    assert not gc.leaked(meta)
-    assert not gc.leaked({"hidden_states": None}) and not gc.leaked({"hidden_states": [[]]})
-    assert not gc.leaked({"id": "x"})
-
-
-def test_hidden_state_values_in_the_json_are_a_leak():
-    assert gc.leaked({"hidden_states": [[0.25, -1.0]]})
-    assert gc.leaked({"id": "x", "aux_hidden_states": [0.5]})
-    assert gc.leaked({"hidden_states": [[], [0.0]]})
-
-
-# 2. the models and layer ids it checks
-
-
-def test_it_checks_a_llama_and_a_deepseek_v3_in_float32():
-    assert set(gc.MODELS) == {"llama", "deepseek_v3"}
-    ds = gc.MODELS["deepseek_v3"]
-    assert ds["dtype"] == "float32"  # bf16 breaks near-tied expert scores differently per backend
-    assert ds["config"]["num_hidden_layers"] == gc.MODELS["llama"]["config"]["num_hidden_layers"] == N
-
-
-def test_default_and_non_default_ids_whose_smallest_is_not_1():
-    default, other = gc.aux_id_sets(N)
-    assert default == layers.default_aux_ids(N) == [1, 5, 8]
-    assert other == [2, 6, 9] and min(other) != 1  # DeepSeek's own rule was one off for these
-    for ids in (default, other):
-        assert layers.resolve_aux_ids(ids, N) == ids
-    assert gc.neighbour_names(default, other) == ["aux 1 vs 2", "aux 5 vs 6", "aux 8 vs 9"]
+# 1. the models it writes
 
 
 def test_the_deepseek_model_has_what_sglang_reads(tmp_path):
-    tiny = {"hidden_size": 32, "intermediate_size": 64, "moe_intermediate_size": 16, "num_hidden_layers": 4,
-            "num_attention_heads": 2, "num_key_value_heads": 2, "q_lora_rank": 16, "kv_lora_rank": 16,
-            "qk_nope_head_dim": 8, "qk_rope_head_dim": 8, "v_head_dim": 8, "n_routed_experts": 4,
-            "num_experts_per_tok": 2, "n_group": 2, "topk_group": 1}  # fmt: skip
     out = tmp_path / "ds"
-    gc.build_model("deepseek_v3", str(out), config=tiny, vocab_size=64)
+    gc.build_model("deepseek_v3", str(out), config=TINY_DS, vocab_size=64)
     cfg = json.loads((out / "config.json").read_text())
     assert (
         cfg["moe_layer_freq"] == 1 and cfg["topk_method"] == "noaux_tc" and cfg["scoring_func"] == "sigmoid"
@@ -120,160 +63,140 @@ def test_the_deepseek_model_has_what_sglang_reads(tmp_path):
     assert norm.std() > 0.1 and not any(p.name.endswith(".part") for p in tmp_path.iterdir())
 
 
-# 3. comparing two dumps
+def test_the_kimi_model_is_the_deepseek_v3_in_kimi_k25s_wrapper(kimi):
+    cfg = json.loads((kimi / "config.json").read_text())
+    assert cfg["architectures"] == ["KimiK25ForConditionalGeneration"] and cfg["model_type"] == "kimi_k25"
+    text = cfg["text_config"]
+    assert text["model_type"] == "kimi_k2" and text["num_hidden_layers"] == TINY_DS["num_hidden_layers"]
+    assert text["q_lora_rank"] == TINY_DS["q_lora_rank"] and "vision_config" in cfg
+    from safetensors.torch import load_file
+
+    w = load_file(str(kimi / "model.safetensors"))
+    assert w["language_model.model.norm.weight"].dtype == torch.float32
+    assert w["language_model.model.norm.weight"].std() > 0.1  # the text model's random norms, wrapped
+    assert any(k.startswith("vision_tower.") for k in w) and not any(k.startswith("model.") for k in w)
+    assert sorted(p.name for p in kimi.parent.iterdir()) == ["model"]  # the text model aside is gone
 
 
-def test_identical_dumps_match_on_every_layer():
-    a = sample([5, 6, 7, 8])
-    got = gc.compare_samples(a, a, ["aux 1", "aux 5", "aux 8"], cosine=0.999)
-    assert list(got) == ["final", "aux 1", "aux 5", "aux 8"]
-    for s in got.values():
-        assert s["tokens"] == 4 and s["bad"] == 0 and s["min_cosine"] > 0.9999 and s["max_abs"] == 0.0
+# 2. the servers' command lines
 
 
-def test_a_layer_captured_one_off_is_seen_per_layer():
-    a = sample([5, 6, 7, 8])
-    b = {k: v.clone() for k, v in a.items()}
-    b["aux_hidden_state"][..., H : 2 * H] = torch.randn(1, 4, H)  # another layer's states in slot 1
-    got = gc.compare_samples(a, b, ["aux 1", "aux 5", "aux 8"], cosine=0.999)
-    assert got["aux 5"]["bad"] == 4 and got["aux 5"]["min_cosine"] < 0.9
-    assert got["aux 1"]["bad"] == got["aux 8"]["bad"] == got["final"]["bad"] == 0
+def test_the_kimi_patched_server_is_text_only_as_hsx_starts_it(kimi):
+    from runner.server import text_only
+
+    argv = gc.patched_argv("kimi_k25", str(kimi), 31001, [1, 5, 8], 1, COMMON)
+    assert json.loads(flag(argv, OVERRIDE_FLAG)[0]) == {"language_model_only": True}
+    assert argv[argv.index(OVERRIDE_FLAG) :] == text_only(str(kimi), [])[-2:]
+    assert "--trust-remote-code" in argv and flag(argv, "--tp-size") == ["1"]
+    assert flag(argv, "--dtype") == ["float32"] and flag(argv, "--attention-backend") == ["triton"]
+    check_argv(argv[3:], [1, 5, 8])  # the launcher's own checks accept it
+    ref = gc.reference_argv("kimi_k25", str(kimi), 31002, "/d")
+    assert ref[1:3] == ["-m", "runner.reference_server"] and "--trust-remote-code" in ref
 
 
-def test_shapes_that_differ_are_refused():
-    a, b = sample([5, 6, 7]), sample([5, 6, 7, 8])
-    with pytest.raises(ValueError, match="shape"):
-        gc.compare_samples(a, b, ["aux 1", "aux 5", "aux 8"], cosine=0.999)
+def test_a_plain_model_gets_no_override(llama):
+    argv = gc.patched_argv("llama", str(llama), 31001, [1, 5, 8], 2, COMMON)
+    assert (
+        OVERRIDE_FLAG not in argv
+        and "--trust-remote-code" not in argv
+        and "--mm-enable-dp-encoder" not in argv
+    )
+    assert flag(argv, "--tp-size") == ["2"] and flag(argv, "--dtype") == ["bfloat16"]
+    assert "--trust-remote-code" not in gc.reference_argv("llama", str(llama), 31002, "/d")
 
 
-def test_nan_counts_as_bad_and_as_the_worst():
-    a = sample([5, 6])
-    b = {k: v.clone() for k, v in a.items()}
-    b["hidden_state"][0, 1, 0] = float("nan")
-    s = gc.compare_samples(a, b, ["aux 1", "aux 5", "aux 8"], cosine=0.999)["final"]
-    assert s["bad"] == 1 and s["min_cosine"] == -1.0 and math.isinf(s["max_abs"])
-    assert gc.layer_failures(s, gc.MODELS["deepseek_v3"]["tolerance"])
+@pytest.mark.parametrize("tp", [1, 2, 8])
+def test_each_kimi_run_carries_exactly_its_flag_at_the_tp(kimi, tp):
+    names = []
+    for name, ids, flags in run_plan("kimi_k25", tp):
+        argv = gc.patched_argv("kimi_k25", str(kimi), 31001, ids, tp, COMMON, flags)
+        names.append(name)
+        assert argv.count(EAGER) == (name == "eager 1,5,8"), name
+        assert argv.count(NO_FUSION) == (name == "no-fusion 1,5,8"), name
+        assert flag(argv, "--tp-size") == [str(tp)] and flag(argv, "--return-aux-hidden-state-layer-ids") == [
+            str(i) for i in ids
+        ]
+        assert OVERRIDE_FLAG in argv  # every Kimi run text-only, eager and fusion-off too
+        check_argv(argv[3:], ids)
+    assert ("no-fusion 1,5,8" in names) == (tp > 1) and "eager 1,5,8" in names
 
 
-def test_merge_keeps_the_worst_of_each():
-    got = gc.merge(stats(tokens=3, bad=1, min_cosine=0.99, max_abs=0.5, ref_max=2.0),
-                   stats(tokens=4, bad=0, min_cosine=0.999, max_abs=0.7, ref_max=1.0))  # fmt: skip
-    assert got == stats(tokens=7, bad=1, min_cosine=0.99, max_abs=0.7, ref_max=2.0)
-
-
-def test_tolerance_scale_errors_and_the_deepseek_allowance():
-    llama, ds = gc.MODELS["llama"]["tolerance"], gc.MODELS["deepseek_v3"]["tolerance"]
-    assert gc.layer_failures(stats(), llama) == [] and gc.layer_failures(stats(), ds) == []
-    # a routing decision flipped on one token in a thousand: DeepSeek allows it, a dense model not
-    flipped = stats(tokens=1000, bad=1, min_cosine=0.985, max_abs=0.5, ref_max=4.0)
-    assert gc.layer_failures(flipped, ds) == [] and gc.layer_failures(flipped, llama)
-    # every token right in direction, twice too large: cosine alone cannot see it
-    assert gc.layer_failures(stats(max_abs=4.0, ref_max=4.0), llama)
-    assert gc.layer_failures(stats(tokens=0), llama)
-
-
-def write_dump(d, rid, s):
-    d.mkdir(exist_ok=True)
-    nbytes, checksum = write_sample(dump.data_path(str(d), rid), **s)
-    dump.write_sidecar(str(d), rid, {"seq": len(s["input_ids"]), "bytes": nbytes, "checksum": checksum})
-
-
-def test_compare_dirs_counts_samples_and_names_each_problem(tmp_path):
-    batch = [[5, 6, 7, 8], [9, 10, 11], [12, 13], [14, 15, 16]]
-    ref, out = tmp_path / "ref", tmp_path / "out"
-    for i, ids in enumerate(batch):
-        write_dump(ref, f"cmp-{i}", sample(ids, seed=i))
-    write_dump(out, "cmp-0", sample(batch[0], seed=0))
-    write_dump(out, "cmp-1", sample([9, 10, 99], seed=1))  # not the tokens sent
-    write_dump(out, "cmp-3", sample(batch[3], seed=3))
-    (out / "cmp-3.json").write_text(json.dumps({"seq": 3, "bytes": 1, "checksum": "0"}))  # wrong checksum
-    got = gc.compare_dirs(str(ref), str(out), "cmp", batch, ["aux 1", "aux 5", "aux 8"], cosine=0.999)
-    assert got["samples"] == 1 and got["layers"]["final"]["tokens"] == 4
-    assert [p.split(":")[0] for p in got["problems"]] == ["cmp-1", "cmp-2", "cmp-3"]
-    assert "input_ids" in got["problems"][0] and "no dump" in got["problems"][1]
-    assert "checksum" in got["problems"][2]
-
-
-# 4. the verdict
-
-
-def test_a_report_where_everything_holds_passes():
-    assert gc.verdict(good_report()) == []
-
-
-@pytest.mark.parametrize(
-    ("spoil", "message"),
-    [
-        (lambda r: r.update(requests=0), "no requests"),
-        (lambda r: r["models"].pop("deepseek_v3"), "deepseek_v3: not checked"),
-        (lambda r: r["models"]["llama"].update(error="RuntimeError: server exited"), "server exited"),
-        (lambda r: r["models"]["llama"]["runs"].pop("2,6,9"), "ids 2,6,9: not compared"),
-        (lambda r: r["models"]["llama"]["runs"]["1,5,8"].update(samples=0, layers={}), "0 of 4 samples"),
-        (lambda r: r["models"]["llama"]["runs"]["1,5,8"]["layers"].pop("aux 5"), "aux 5: missing"),
-        (lambda r: r["models"]["llama"]["runs"]["1,5,8"]["problems"].append("cmp-2: no dump"), "cmp-2"),
-        (lambda r: r["models"]["llama"]["runs"]["1,5,8"].update(mixed_batches=False), "mixed"),
-        (lambda r: r["models"]["deepseek_v3"]["runs"]["2,6,9"]["layers"]["aux 9"].update(bad=90), "aux 9"),
-        (lambda r: r["models"]["llama"]["neighbour"]["layers"]["aux 5 vs 6"].update(stats()), "aux 5 vs 6"),
-        (lambda r: r["models"]["llama"].pop("neighbour"), "neighbour"),
-        (lambda r: r["throughput"].update(ratio=0.5), "throughput"),
-        (lambda r: r.update(throughput={"error": "RuntimeError: boom"}), "boom"),
-    ],
-)
-def test_the_verdict_fails_on(spoil, message):
-    r = good_report()
-    spoil(r)
-    failures = gc.verdict(r)
-    assert failures and any(message in f for f in failures), failures
-
-
-def test_mixed_batches_read_from_the_server_log():
-    one = "[2025] Prefill batch, #new-seq: 1, #new-token: 1024, #cached-token: 0, "
-    assert not gc.mixed_batches(one * 3)
-    assert gc.mixed_batches(one + "[2025] Prefill batch [7], #new-seq: 3, #new-token: 900, ")
-    assert gc.mixed_batches("Prefill batch, #new-seq: 12, #new-token: 900, ")
+@pytest.mark.parametrize(("tp", "replicated"), [(1, False), (2, False), (4, True), (8, True)])
+def test_the_tiny_vision_tower_is_replicated_where_tp_cannot_split_its_heads(kimi, llama, tp, replicated):
+    heads = json.loads((kimi / "config.json").read_text())["vision_config"]["num_attention_heads"]
+    assert heads == 2
+    assert gc.encoder_args(str(kimi), tp) == (["--mm-enable-dp-encoder"] if replicated else [])
+    argv = gc.patched_argv("kimi_k25", str(kimi), 31001, [1, 5, 8], tp, COMMON)
+    assert ("--mm-enable-dp-encoder" in argv) == replicated
+    assert gc.encoder_args(str(llama), 8) == [] and gc.encoder_args("/nonexistent", 8) == []
 
 
 def test_stock_argv_drops_the_patch_and_keeps_the_rest():
-    from runner.contract.launch import server_argv
-
-    patched = server_argv(python="/py", model="/m", host="127.0.0.1", port=31001, tp_size=1, dp_size=1,
+    patched = server_argv(python="/py", model="/m", host="127.0.0.1", port=31001, tp_size=8, dp_size=1,
                           mem_fraction=0.7, aux_layer_ids=[2, 6, 9],
                           extra_args=["--dtype", "float32", "--attention-backend", "triton"])  # fmt: skip
     stock = gc.stock_argv(patched, 31002)
     assert stock[1:3] == ["-m", "sglang.launch_server"]
-    for flag in ("--enable-return-aux-hidden-states", "--speculative-algorithm", "EAGLE3",
-                 "--return-aux-hidden-state-layer-ids"):  # fmt: skip
-        assert flag not in stock
+    for f in ("--enable-return-aux-hidden-states", "--speculative-algorithm", "EAGLE3",
+              "--return-aux-hidden-state-layer-ids"):  # fmt: skip
+        assert f not in stock
     assert stock[stock.index("--port") + 1] == "31002" and "31001" not in stock
     assert stock[stock.index("--dtype") + 1] == "float32" and "--disable-radix-cache" in stock
     assert stock[stock.index("--attention-backend") + 1] == "triton"
+    assert stock[stock.index("--tp-size") + 1] == "8"  # the baseline at the same tp
 
 
 def test_prompts_give_as_many_as_asked_one_long_enough_to_be_chunked():
     assert len(gc.prompts(1, 64)) == 1 and len(gc.prompts(5, 64)) == 5
     p = gc.prompts(5, 64)
-    assert len(p[0]) == 64 and len(p[1]) == 5 and all(3 <= t < gc.VOCAB for x in p for t in x)
+    assert len(p[0]) == 64 and len(p[1]) == 5
+    assert all(3 <= t < gc.VOCAB - 1 for x in gc.prompts(24, 4096) for t in x)  # never Kimi's media id
 
 
-def test_main_fails_when_the_servers_write_nothing(tmp_path, monkeypatch, capsys):
+# 3. main
+
+
+class NoServer:
+    """Starts nothing, writes no dump; records each command line."""
+
+    argvs: list[list[str]] = []
+
+    def __init__(self, argv, port, log, env=None):
+        self.argvs.append(argv)
+        open(log, "w").close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        pass
+
+
+@pytest.mark.parametrize("tp", [1, 2])
+def test_main_fails_when_the_servers_write_nothing(tmp_path, monkeypatch, capsys, tp):
     """No server, no dump: exit 1 and a report saying so, never a pass over zero samples."""
-
-    class NoServer:
-        def __init__(self, argv, port, log, env=None):
-            self.log_path = log
-            open(log, "w").close()
-
-        def __enter__(self):
-            return self
-
-        def __exit__(self, *exc):
-            pass
-
+    monkeypatch.setattr(NoServer, "argvs", [])
     monkeypatch.setattr(gc, "Server", NoServer)
     monkeypatch.setattr(gc, "build_model", lambda arch, out_dir, **kw: None)
     monkeypatch.setattr(gc, "run_requests", lambda *a, **kw: 1000.0)
-    rc = gc.main(["--workdir", str(tmp_path), "--requests", "3", "--tokens", "32"])
-    report = json.loads(capsys.readouterr().out)
-    assert rc == 1 and report["ok"] is False
+    rc = gc.main(["--workdir", str(tmp_path), "--requests", "3", "--tokens", "32", "--tp", str(tp)])
+    out = capsys.readouterr()
+    report = json.loads(out.out)
+    assert rc == 1 and report["ok"] is False and report["tp"] == tp
     assert any("0 of 3 samples" in f for f in report["failures"])
     assert json.loads((tmp_path / "report.json").read_text()) == report
+    kimi = report["models"]["kimi_k25"]
+    assert sorted(kimi["runs"]) == sorted(name for name, _, _ in run_plan("kimi_k25", tp))
+    assert ("skipped" in kimi["fusion"]) == (tp == 1)
+    # the last line: the summary, with the tp and c/a
+    assert out.err.splitlines()[-1] == report["summary"]
+    assert f"tp {tp}" in report["summary"] and "c/a = 1.000" in report["summary"]
+    sglang = [a for a in NoServer.argvs if a[2] in ("patches.sglang_dump", "sglang.launch_server")]
+    n_runs = sum(len(run_plan(arch, tp)) for arch in MODELS) + 2  # + patched and stock throughput
+    assert len(sglang) == n_runs and all(a[a.index("--tp-size") + 1] == str(tp) for a in sglang)
+    assert sum(a[2] == "runner.reference_server" for a in NoServer.argvs) == 2 * len(MODELS)
+
+
+def test_main_refuses_a_tp_below_1(tmp_path):
+    with pytest.raises(SystemExit):
+        gc.main(["--workdir", str(tmp_path), "--tp", "0"])

@@ -86,6 +86,15 @@ def test_restarts_error_spike_and_disk_alerts():
     assert "alert" not in kinds(acts)
 
 
+def test_a_restart_alert_names_the_rank_that_died():
+    _, st = decide(WatchState(), Observation(T0, record=rec(heartbeat_at=T0.isoformat())), LIM)
+    died = "TP1 scheduler (pid 4242) died, killed by SIGKILL"
+    again = rec(heartbeat_at=T0.isoformat(), server={"restarts": 1, "last_death": died})
+    acts, _ = decide(st, Observation(T0 + dt.timedelta(seconds=30), record=again), LIM)
+    (alert,) = [a for a in acts if a.kind == "alert"]
+    assert f"Server restarted (1 so far): {died} on " in alert.text.split("\n")[0]
+
+
 def test_a_pause_for_disk_alerts_once_with_resume_even_without_a_forecast():
     st = WatchState()
     _, st = decide(st, Observation(T0, record=rec(heartbeat_at=T0.isoformat())), LIM)

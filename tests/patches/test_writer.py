@@ -23,9 +23,9 @@ def gate(monkeypatch):
     opened = threading.Event()
     real = w.write_sample_files
 
-    def slow(dump_dir, s):
+    def slow(dump_dir, s, *name):
         assert opened.wait(30)
-        return real(dump_dir, s)
+        return real(dump_dir, s, *name)
 
     monkeypatch.setattr(w, "write_sample_files", slow)
     yield opened
@@ -45,6 +45,14 @@ def test_submit_returns_before_the_write(tmp_path, gate):
     gate.set()
     assert wr.drain(timeout=30) and dump.poll_dump(str(tmp_path), "a")["seq"] == 4
     wr.close()
+
+
+def test_the_sidecar_names_the_process_that_wrote_it(tmp_path):
+    wr = w.DumpWriter(str(tmp_path), workers=1, name="TP0 pid 4242")
+    wr.submit(sample("a"))
+    assert wr.drain(timeout=30)
+    wr.close()
+    assert dump.poll_dump(str(tmp_path), "a")["writer"] == "TP0 pid 4242"
 
 
 def test_full_queue_blocks_then_gives_up_with_a_note(tmp_path, gate):
@@ -118,7 +126,7 @@ def test_writer_threads_yield_the_cpu_to_the_scheduler(tmp_path, monkeypatch):
     monkeypatch.setattr(
         w,
         "write_sample_files",
-        lambda d, s: seen.append(os.getpriority(os.PRIO_PROCESS, threading.get_native_id())),
+        lambda d, s, name: seen.append(os.getpriority(os.PRIO_PROCESS, threading.get_native_id())),
     )
     wr = w.DumpWriter(str(tmp_path), workers=1)
     wr.submit(sample("a"))

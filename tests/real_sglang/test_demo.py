@@ -1,4 +1,7 @@
-"""`hsx demo --backend sglang`: the whole demo through the real patched SGLang on this CPU."""
+"""`hsx demo --backend sglang --target kimi-k2.5 --tp 2`: the whole demo through the real
+patched SGLang on this CPU, as the README says to run it: Kimi-K2.5's own wrapper class, two
+scheduler processes. (The demo's Llama takes the same path with its own attention flags; the
+Llama runs in test_equal_to_reference.py and test_tp_faults.py.)"""
 
 from __future__ import annotations
 
@@ -6,14 +9,20 @@ import json
 import os
 import subprocess
 
+import pytest
+
 from tests.conftest import BIN
 from tests.runner.helpers import verify
 
 
-def test_demo_through_the_real_sglang(tmp_path, sglang_python):
+@pytest.mark.parametrize(
+    "options,model_class", [(["--target", "kimi-k2.5", "--tp", "2"], "KimiK25ForConditionalGeneration")]
+)
+def test_demo_through_the_real_sglang(tmp_path, sglang_python, options, model_class):
     work = tmp_path / "d"
     p = subprocess.run(
-        [os.path.join(BIN, "hsx"), "demo", "--backend", "sglang", "--headless", "--workdir", str(work), "--samples", "12"],
+        [os.path.join(BIN, "hsx"), "demo", "--backend", "sglang", *options, "--headless", "--workdir", str(work),
+         "--samples", "12"],
         capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
@@ -26,5 +35,7 @@ def test_demo_through_the_real_sglang(tmp_path, sglang_python):
     with open(work / "out" / "logs" / "server.log") as f:
         log = f.read()
     assert (
-        "hsx dump patch for SGLang 0.5.23" in log and "LlamaForCausalLM captures the outputs of layers" in log
+        "hsx dump patch for SGLang 0.5.23" in log and f"{model_class} captures the outputs of layers" in log
     )
+    tp = int(options[-1]) if "--tp" in options else 1
+    assert all(f"installed in TP{r} pid" in log for r in range(tp)) and f"installed in TP{tp} " not in log

@@ -1,6 +1,8 @@
 """The patched server inside the real SGLang 0.5.23 scheduler writes what the reference
-backend writes: the product's own path (backend "sglang", [server] python = the SGLang venv),
-several requests per batch, uneven lengths, concurrency 4, for a Llama and a DeepSeek-V3."""
+backend writes: the product's own path (backend "sglang", [server] python = the SGLang venv,
+[server] tp_size), several requests per batch, uneven lengths, concurrency 4, for a Llama, a
+DeepSeek-V3 and Kimi-K2.5's own wrapper class, at TP 1 and TP 2 (one scheduler process per
+rank, exactly one of them writing)."""
 
 from __future__ import annotations
 
@@ -14,49 +16,70 @@ from runner import sglang_cpu
 from tests.conftest import runner, write_job
 from tests.real_sglang.compare import compare
 from tests.real_sglang.conftest import DTYPE, KERNELS
-from tests.runner.helpers import (
-    done_count,
-    kill_group,
-    out_dir,
-    server_pid,
-    start_run,
-    status,
-    verify,
-    wait_for,
-)
+from tests.runner.helpers import done_count, out_dir, verify
 
 SAMPLES = 16
+ARCH_CLASS = {
+    "llama": "LlamaForCausalLM",
+    "deepseek_v3": "DeepseekV3ForCausalLM",
+    "kimi_k25": "KimiK25ForConditionalGeneration",
+}
 
 
-def _jobs(tmp_path, demo_assets, model: str, arch: str, python: str, samples=SAMPLES, extra=(), **kw):
-    sg = sglang_cpu.server_section(arch, python, KERNELS)
+def jobs(tmp_path, demo_assets, model: str, arch: str, python: str, samples=SAMPLES, extra=(), tp=1, **kw):
+    """(the SGLang job, the reference backend's job) on the same model and rows."""
+    sg = sglang_cpu.server_section(arch, python, KERNELS, tp=tp)
     dtype = DTYPE[arch]
-    common = dict(job__model=model, job__dtype=dtype, job__concurrency=4, job__max_length=512, **kw)
+    common = dict(
+        job__model=model, job__dtype=dtype, job__concurrency=4, job__max_length=512,
+        job__trust_remote_code=arch == "kimi_k25", **kw,
+    )  # fmt: skip
     a = write_job(
         tmp_path / "sglang", demo_assets, samples, server__backend="sglang", server__python=sg["python"],
-        server__extra_args=[*sg["extra_args"], "--dtype", dtype, *extra], server__env=sg["env"],
-        server__start_timeout_s=300.0, **common,
+        server__tp_size=tp, server__extra_args=[*sg["extra_args"], "--dtype", dtype, *extra],
+        server__env=sg["env"], server__start_timeout_s=300.0, **common,
     )  # fmt: skip
     b = write_job(tmp_path / "reference", demo_assets, samples, server__dtype=dtype, **common)
     return a, b
 
 
-def _batched(conf: str) -> bool:
+def server_log(conf: str) -> str:
     with open(os.path.join(out_dir(conf), "logs", "server.log")) as f:
-        return bool(re.search(r"Prefill batch, #new-seq: [2-9]", f.read()))
+        return f.read()
+
+
+def writers(conf: str) -> set[str]:
+    with open(os.path.join(out_dir(conf), "manifest.jsonl")) as f:
+        return {json.loads(line)["writer"] for line in f if line.strip()}
+
+
+def assert_one_writer(conf: str, tp: int) -> None:
+    """Every rank ran the patch; only TP0 wrote, each sample once, and nothing else is left."""
+    log = server_log(conf)
+    for r in range(tp):
+        assert re.search(rf"hsx dump patch installed in TP{r} pid \d+ \(writer={r == 0}", log), r
+    assert {w.split(" pid ")[0] for w in writers(conf)} == {"TP0"}, writers(conf)
+    with open(os.path.join(out_dir(conf), "manifest.jsonl")) as f:
+        idx = [json.loads(line)["idx"] for line in f if line.strip()]
+    assert sorted(idx) == list(range(done_count(conf))), "a sample committed twice"
+    assert os.listdir(os.path.join(out_dir(conf), ".tmp")) == [], "a stray dump file"
 
 
 @pytest.mark.parametrize(
-    "arch,ids,extra",
-    [  # Llama with the default ids: the kill -9 test below
-        ("llama", [0, 2, 5], ["--chunked-prefill-size", "64"]),  # chunked: pieces joined in the hook
-        ("deepseek_v3", [], []),
-        ("deepseek_v3", [2, 3, 5], []),  # smallest id not 1: DeepSeek's own rule would shift none
+    "arch,tp,ids,extra",
+    [  # Llama with the default ids at TP 2: the kill -9 test (test_tp_faults.py)
+        ("llama", 2, [0, 2, 5], ["--chunked-prefill-size", "64"]),  # chunked: pieces joined in the hook
+        ("deepseek_v3", 2, [2, 3, 5], []),  # smallest id not 1: DeepSeek's own rule would shift none
+        # the same DeepSeek-V3 inside the wrapper, which passes the capture through to it
+        ("kimi_k25", 1, [], []),
+        ("kimi_k25", 2, [2, 3, 5], []),
     ],
 )
-def test_dumps_equal_the_reference_backend(tmp_path, demo_assets, models, sglang_python, arch, ids, extra):
-    sg, ref = _jobs(
-        tmp_path, demo_assets, models[arch], arch, sglang_python, extra=extra, job__aux_layer_ids=ids
+def test_dumps_equal_the_reference_backend(
+    tmp_path, demo_assets, models, sglang_python, arch, tp, ids, extra
+):
+    sg, ref = jobs(
+        tmp_path, demo_assets, models[arch], arch, sglang_python, extra=extra, tp=tp, job__aux_layer_ids=ids
     )
     runner("run", "--config", sg, check=True, timeout=600)
     runner("run", "--config", ref, check=True, timeout=600)
@@ -64,26 +87,9 @@ def test_dumps_equal_the_reference_backend(tmp_path, demo_assets, models, sglang
     with open(os.path.join(out_dir(sg), "dataset.json")) as f:
         info = json.load(f)
     assert info["aux_layer_ids"] == (ids or [1, 3, 4])  # 8 layers: [1, N//2-1, N-4]
-    assert _batched(sg), "no prefill batch held more than one request"
+    log = server_log(sg)
+    assert re.search(r"Prefill batch, #new-seq: [2-9]", log), "no prefill batch held more than one request"
+    assert f"{ARCH_CLASS[arch]} captures the outputs of layers {info['aux_layer_ids']}" in log
+    assert_one_writer(sg, tp)
     worst = compare(out_dir(sg), out_dir(ref))
-    print(f"\n{arch} ids {info['aux_layer_ids']} {extra}: {worst}")
-
-
-def test_server_killed_mid_run_restarts_and_the_output_matches(tmp_path, demo_assets, models, sglang_python):
-    samples = 60
-    sg, ref = _jobs(tmp_path, demo_assets, models["llama"], "llama", sglang_python, samples=samples)
-    p = start_run(sg)
-    try:
-        wait_for(lambda: done_count(sg) >= 5, timeout=300, what="5 samples through the real SGLang")
-        pid = server_pid(sg)
-        assert pid is not None and done_count(sg) < samples
-        kill_group(pid)  # kill -9 of the whole server: tokenizer manager, scheduler, detokenizer
-        assert p.wait(timeout=600) == 0, p.stderr.read()
-    finally:
-        if p.poll() is None:
-            kill_group(p.pid)
-    st = status(sg)
-    assert st["phase"] == "done" and st["server"]["restarts"] == 1, st
-    assert verify(sg)[0] == 0 and done_count(sg) == samples
-    runner("run", "--config", ref, check=True, timeout=600)
-    compare(out_dir(sg), out_dir(ref))
+    print(f"\n{arch} TP {tp} ids {info['aux_layer_ids']} {extra}: {worst}")

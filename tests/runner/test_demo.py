@@ -106,3 +106,21 @@ def test_demo_on_the_kimi_target_runs_from_conversations_to_a_verified_output(tm
     # another target in the same workdir is refused, not mixed in
     p = demo(tmp_path / "k", "--headless", "--target", "qwen3")
     assert p.returncode != 0 and "'target': 'kimi-k2.5'" in p.stderr
+
+
+@pytest.mark.parametrize(
+    "options,says",
+    [
+        (
+            ["--backend", "sglang", "--target", "qwen3"],
+            "runs --target demo or kimi-k2.5; qwen3 runs on the reference",
+        ),
+        (["--tp", "2"], "--tp N runs SGLang's tensor parallelism: add --backend sglang"),
+    ],
+)
+def test_demo_options_sglang_cannot_run_are_refused_before_anything_is_built(tmp_path, options, says):
+    p = subprocess.run(
+        [os.path.join(BIN, "hsx"), "demo", *options, "--headless", "--workdir", str(tmp_path / "d")],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert p.returncode != 0 and says in p.stderr and not (tmp_path / "d").exists()

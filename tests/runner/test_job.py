@@ -42,6 +42,8 @@ def test_run_extracts_every_sample_and_verifies(job):
     seq = t["input_ids"].shape[0]
     assert t["hidden_state"].shape == (1, seq, 64) and t["aux_hidden_state"].shape == (1, seq, 192)
     assert os.listdir(os.path.join(out, ".tmp")) == []  # no temp files left
+    with open(os.path.join(out, "manifest.jsonl")) as f:  # the server process that wrote each
+        assert {json.loads(line)["writer"].split(" pid ")[0] for line in f} == {"reference"}
     # rerun: nothing to do, still done, nothing rewritten
     runner("run", "--config", conf, check=True)
     assert done_count(conf) == 30 and status(conf)["done_this_run"] == 0

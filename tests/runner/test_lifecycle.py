@@ -170,4 +170,41 @@ def test_the_sglang_cpu_lane_is_found_only_once_built_and_keyed_on_its_pins(tmp_
     assert s["extra_args"][-4:] == [
         "--prefill-attention-backend", "intel_amx", "--decode-attention-backend", "torch_native",
     ]  # fmt: skip
-    assert s["env"] == {"SGLANG_USE_CPU_ENGINE": "1", "PYTHONPATH": "/kernels"}
+    assert s["env"] == {"SGLANG_USE_CPU_ENGINE": "1", "PYTHONPATH": "/kernels"} and s["tp_size"] == 1
+
+
+def test_tp_on_the_cpu_engine_binds_each_rank_and_keeps_nccl_out():
+    from runner import sglang_cpu
+
+    assert sglang_cpu.tp_env(1) == {}
+    env = sglang_cpu.tp_env(2, cpus=2)
+    assert env["SGLANG_CPU_OMP_THREADS_BIND"] == "0|1" and env["OMP_NUM_THREADS"] == "1"
+    assert not os.path.exists(env["SGLANG_NCCL_SO_PATH"])  # the load fails: gloo instead
+    assert sglang_cpu.tp_env(2, cpus=16)["SGLANG_CPU_OMP_THREADS_BIND"] == "0-7|8-15"
+    assert sglang_cpu.tp_env(4, cpus=2)["SGLANG_CPU_OMP_THREADS_BIND"] == "0|1|0|1"
+    s = sglang_cpu.server_section("kimi_k25", "/py", "/kernels", tp=2)
+    assert s["tp_size"] == 2 and "--disable-custom-all-reduce" in s["extra_args"]
+    assert s["env"]["SGLANG_CPU_OMP_THREADS_BIND"] == sglang_cpu.tp_env(2)["SGLANG_CPU_OMP_THREADS_BIND"]
+
+
+def test_a_multimodal_wrapper_is_served_text_only(tmp_path):
+    """Kimi-K2.5's wrapper (text_config + vision_config) gets SGLang's language_model_only
+    override; an operator's own override is kept beside it; plain models are left alone."""
+    from runner.contract.launch import ArgsError
+    from runner.server import OVERRIDE_FLAG, text_only
+
+    (tmp_path / "config.json").write_text(json.dumps({"text_config": {}, "vision_config": {}}))
+    got = text_only(str(tmp_path), ["--device", "cpu"])
+    assert got[:2] == ["--device", "cpu"] and got[2] == OVERRIDE_FLAG
+    assert json.loads(got[3]) == {"language_model_only": True}
+    mine = text_only(str(tmp_path), [OVERRIDE_FLAG, '{"rope_theta": 1.0}', "--device", "cpu"])
+    assert mine[:2] == ["--device", "cpu"] and json.loads(mine[3]) == {
+        "rope_theta": 1.0,
+        "language_model_only": True,
+    }
+    off = text_only(str(tmp_path), [f'{OVERRIDE_FLAG}={{"language_model_only": false}}'])
+    assert json.loads(off[1]) == {"language_model_only": False}  # the operator's word wins
+    with pytest.raises(ArgsError, match="not JSON"):
+        text_only(str(tmp_path), [OVERRIDE_FLAG, "{oops"])
+    (tmp_path / "config.json").write_text(json.dumps({"architectures": ["LlamaForCausalLM"]}))
+    assert text_only(str(tmp_path), ["--device", "cpu"]) == ["--device", "cpu"]

@@ -1,0 +1,77 @@
+"""Faults with several scheduler processes, in the real SGLang at TP 2: a kill -9 of the rank
+that does not write takes the whole server down (SGLang's own watchdog); the runner names the
+rank from the server log, removes the shared memory that server left, restarts it within the
+cap, and the output ends equal to an uninterrupted run's."""
+
+from __future__ import annotations
+
+import os
+import signal
+
+from runner import shm
+from tests.conftest import runner
+from tests.real_sglang.compare import compare
+from tests.real_sglang.test_equal_to_reference import jobs
+from tests.runner.helpers import (
+    done_count,
+    kill_group,
+    out_dir,
+    server_pid,
+    start_run,
+    status,
+    verify,
+    wait_for,
+)
+
+
+def _scheduler(pgid: int, rank: int) -> int | None:
+    for pid in shm.group(pgid):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if f"scheduler_TP{rank}".encode() in f.read():
+                    return pid
+        except OSError:
+            pass
+    return None
+
+
+def test_a_dead_non_writing_rank_is_named_cleaned_up_and_restarted(
+    tmp_path, demo_assets, models, sglang_python
+):
+    samples = 40
+    before = set(os.listdir(shm.SHM_DIR))
+    sg, ref = jobs(tmp_path, demo_assets, models["llama"], "llama", sglang_python, samples=samples, tp=2)
+    p = start_run(sg)
+    try:
+        wait_for(lambda: done_count(sg) >= 5, timeout=300, what="5 samples through the real SGLang at TP 2")
+        first = server_pid(sg)
+        tp1 = _scheduler(first, 1)
+        assert tp1 is not None and done_count(sg) < samples
+        held = shm.held(shm.group(first))
+        assert any(n.startswith("sgl_shm_") for n in held), held  # the TP group's message queue
+        os.kill(tp1, signal.SIGKILL)
+        wait_for(lambda: server_pid(sg) not in (None, first), timeout=120, what="a new server")
+        left = held & set(os.listdir(shm.SHM_DIR))
+        assert not left, f"the dead server's shared memory is still there: {left}"
+        assert p.wait(timeout=600) == 0, p.stderr.read()
+    finally:
+        if p.poll() is None:
+            kill_group(p.pid)
+    st = status(sg)
+    assert st["phase"] == "done" and st["server"]["restarts"] == 1, st
+    assert f"TP1 scheduler (pid {tp1}) died, killed by SIGKILL" in st["server"]["last_death"], st["server"]
+    assert set(os.listdir(shm.SHM_DIR)) - before == set(), "a server's shared memory outlived it"
+    assert verify(sg)[0] == 0 and done_count(sg) >= samples
+    assert_one_writer_after_restart(sg)
+    runner("run", "--config", ref, check=True, timeout=600)
+    compare(out_dir(sg), out_dir(ref))
+
+
+def assert_one_writer_after_restart(conf: str) -> None:
+    """Both servers' TP0 wrote; TP1 never did."""
+    import json
+
+    with open(os.path.join(out_dir(conf), "manifest.jsonl")) as f:
+        who = {json.loads(line)["writer"].split(" pid ")[0] for line in f if line.strip()}
+    assert who == {"TP0"}, who
+    assert os.listdir(os.path.join(out_dir(conf), ".tmp")) == []
