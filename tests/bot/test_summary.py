@@ -56,6 +56,14 @@ def test_starting_server_shows_elapsed_and_activity():
     assert lines[1] == "now: Loading safetensors checkpoint shards: 41% 12/29"
 
 
+def test_a_restarting_server_says_which_rank_died_last():
+    died = "TP1 scheduler (pid 5109) died, killed by SIGKILL"
+    r = rec(phase="starting_server", server={"backend": "sglang", "restarts": 1, "last_death": died})
+    assert f"server restarts: 1 (last: {died})" in render_text(r, NOW).splitlines()
+    done = rec(phase="done", server={"restarts": 2})
+    assert "server restarts: 2" in render_text(done, NOW).splitlines()
+
+
 @pytest.mark.parametrize(
     "phase,expect",
     [
