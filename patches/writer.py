@@ -39,7 +39,8 @@ def write_sample_files(dump_dir: str, sample: Sample, writer: str = "") -> dict:
     sample.finish()
     t = sample.tensors()
     dtype = dump.file_dtype() or str(t["hidden_state"].dtype).removeprefix("torch.")
-    nbytes, checksum = write_sample(dump.data_path(dump_dir, sample.rid), **t, dtype=dtype)
+    compress = dump.file_storage() == "ckpt.gz"  # gzip on this writer thread, never the scheduler's
+    nbytes, checksum = write_sample(dump.data_path(dump_dir, sample.rid), **t, dtype=dtype, compress=compress)
     meta = {
         "seq": len(sample.input_ids),
         "bytes": nbytes,

@@ -35,7 +35,7 @@ from .ranks import RunPaths
 from .store import COMPLETE_DIR, TMP_DIR, Store, sample_path, shard_name
 from .verify import QUARANTINE, QUARANTINE_SUFFIX, check_contents, file_size
 
-# data_12.pt, 12.pt, sample_12.ckpt, data_12.ckpt.gz (the last one is refused: not a plain save)
+# data_12.pt, 12.pt, sample_12.ckpt, data_12.ckpt.gz (SpecForge's --compress: gzip of a torch.save)
 NAME_RE = re.compile(r"^(?:[A-Za-z]+_)?(\d+)\.(?:pt|ckpt)(\.gz)?$")
 SUFFIXES = (".pt", ".ckpt", ".pt.gz", ".ckpt.gz")
 SKIP_DIRS = frozenset({QUARANTINE, TMP_DIR, COMPLETE_DIR})  # hsx's own bookkeeping, never samples
@@ -177,8 +177,20 @@ class _Adopter:
         return _inside(p, self.out)
 
     # --- one index -----------------------------------------------------------------------
+    @staticmethod
+    def _storage(p: str) -> str:
+        """What the file holds decides its committed name, not what it is called."""
+        from .contract.ckpt import is_gzip
+
+        try:
+            return "ckpt.gz" if is_gzip(p) else "ckpt"
+        except OSError:
+            return "ckpt"
+
+    def _home(self, p: str, idx: int) -> str:
+        return sample_path(self.out, idx, self._storage(p))
+
     def _one(self, ds, idx: int, total: int, paths: list[str]) -> None:
-        home = sample_path(self.out, idx)
         if idx >= total:
             for p in paths:
                 self._quarantine(p, idx, f"stray: index {idx} is outside the dataset ({total} rows)")
@@ -186,7 +198,7 @@ class _Adopter:
             return
         if idx in self.committed:  # the job has it already; its own file is verify's business
             for p in paths:
-                if os.path.abspath(p) != home and self._under_out(p):
+                if os.path.abspath(p) != self._home(p, idx) and self._under_out(p):
                     self._quarantine(p, idx, "a second copy of a sample the job already holds")
             self.already.append(idx)
             return
@@ -198,7 +210,7 @@ class _Adopter:
             self.bad[idx] = f"the dataset row is unusable ({e})"
             return
         reasons = []
-        for p in sorted(paths, key=lambda p: p != home):  # a file already in place is tried first
+        for p in sorted(paths, key=lambda p: p != self._home(p, idx)):  # a file in place is tried first
             if idx in self.adopted:
                 self._quarantine(p, idx, f"a second file for sample {idx}")
                 continue
@@ -214,8 +226,6 @@ class _Adopter:
     def _check(self, p: str, want_ids: list[int]) -> str | None:
         if os.path.islink(p):
             return "a symbolic link (adopt takes the files themselves)"
-        if p.endswith(".gz"):
-            return "gzip-compressed; adopt takes plain torch.save files (decompress it first)"
         return check_contents(p, want_ids, None, self.desc, quick=False)
 
     def _take(self, p: str, idx: int, want_mask: list[int]) -> str | None:
@@ -230,17 +240,19 @@ class _Adopter:
             del t
         except (CorruptSample, OSError) as e:  # it changed since the check
             return f"does not load: {e}"
-        home = sample_path(self.out, idx)
-        if os.path.abspath(p) == home:  # in place, under its name: only the line was missing
+        storage = self._storage(p)
+        if os.path.abspath(p) == sample_path(self.out, idx, storage):  # in place: only the line was missing
             self.store.append_manifest(
-                idx, seq, os.path.getsize(p), file_checksum(p), shard_name(idx), adopted=True
+                idx, seq, os.path.getsize(p), file_checksum(p), shard_name(idx), adopted=True, storage=storage
             )
-        elif os.stat(p).st_dev == os.stat(self.out).st_dev and self._commit_rename(idx, p, seq):
+        elif os.stat(p).st_dev == os.stat(self.out).st_dev and self._commit_rename(idx, p, seq, storage):
             pass
         else:  # another filesystem: copy beside the output under a temp name, record, then drop the source
             part = os.path.join(self.store.tmp, f"adopt-{idx}.part")
             _copy_synced(p, part)
-            self.store.commit(idx, part, seq, os.path.getsize(part), file_checksum(part), adopted=True)
+            self.store.commit(
+                idx, part, seq, os.path.getsize(part), file_checksum(part), adopted=True, storage=storage
+            )
             os.unlink(p)
         if idx in self.failures:
             self.store.requeue(idx, f"adopted from {self.src}")
@@ -248,11 +260,13 @@ class _Adopter:
         self.adopted.append(idx)
         return None
 
-    def _commit_rename(self, idx: int, p: str, seq: int) -> bool:
+    def _commit_rename(self, idx: int, p: str, seq: int, storage: str) -> bool:
         from .contract.ckpt import file_checksum
 
         try:  # the line, then os.replace: a crash between leaves the file where it was
-            self.store.commit(idx, p, seq, os.path.getsize(p), file_checksum(p), adopted=True)
+            self.store.commit(
+                idx, p, seq, os.path.getsize(p), file_checksum(p), adopted=True, storage=storage
+            )
         except OSError as e:
             if e.errno != errno.EXDEV:  # a bind mount: same st_dev is not always one filesystem
                 raise

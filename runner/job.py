@@ -72,7 +72,7 @@ class Job:
         self.out = cfg.job.out
         self.rank, self.world = rank, world
         self.paths = ranks.RunPaths(self.out, rank)
-        self.store = Store(self.out, rank)
+        self.store = Store(self.out, rank, storage=cfg.job.storage)
         self.server: Server | None = None
         self.extractor = None
         self._stop_requested = False

@@ -127,6 +127,7 @@ def make_app(model: Model, dump_dir: str) -> web.Application:
     io_pool = concurrent.futures.ThreadPoolExecutor(2, thread_name_prefix="dump")
 
     file_dtype = dump.file_dtype() or model.dtype
+    compress = dump.file_storage() == "ckpt.gz"
 
     def write(rid: str, ids: list[int], mask: list[int], final, aux) -> dict:
         nbytes, checksum = write_sample(
@@ -136,6 +137,7 @@ def make_app(model: Model, dump_dir: str) -> web.Application:
             hidden_state=final,
             aux_hidden_state=aux,
             dtype=file_dtype,
+            compress=compress,
         )
         meta = {
             "seq": len(ids),

@@ -1,12 +1,14 @@
 """The output directory: shard layout, manifest, failures, and resume planning.
 
 A sample is committed when its file has been renamed to ``rows_{g}-{g+2000}/data_{idx}.ckpt``
-(the writer fsynced it first); the manifest line follows. Planning trusts the shard listing
+(or ``.ckpt.gz``, by [job] storage; an output may hold both kinds, never both for one sample)
+after its manifest line (the writer fsynced it first). Planning trusts the shard listing
 (files appear only complete), reconciles it with the manifest, and never stats each file.
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
 import logging
@@ -31,7 +33,7 @@ log = logging.getLogger("hsx.store")
 SHARD_ENV = "HSX_SHARD_ROWS"
 SHARD = int(os.environ.get(SHARD_ENV) or 2000)
 SHARD_RE = re.compile(r"^rows_(\d+)-(\d+)$")
-FILE_RE = re.compile(r"^data_(\d+)\.ckpt$")
+FILE_RE = re.compile(r"^data_(\d+)\.ckpt(?:\.gz)?$")
 MANIFEST = "manifest.jsonl"
 _IDX_RE = re.compile(rb'\{"idx":(\d+),')
 _LINE_RE = re.compile(rb'\{"idx":(\d+),[^\n]*')
@@ -63,6 +65,7 @@ def describe(cfg: Config, info: dict, aux: list[int], aux_source: str, total: in
         "final_norm": layers.FINAL_NORM,
         "checksum": dump.CHECKSUM_ALGO,
         "shard_size": SHARD,
+        "storage": cfg.job.storage,  # the mode files are written in now (not pinned: may change)
     }
 
 
@@ -71,8 +74,18 @@ def shard_name(idx: int) -> str:
     return f"rows_{g}-{g + SHARD}"
 
 
-def sample_path(out: str, idx: int) -> str:
-    return os.path.join(out, shard_name(idx), f"data_{idx}.ckpt")
+def sample_path(out: str, idx: int, storage: str = "ckpt") -> str:
+    return os.path.join(out, shard_name(idx), f"data_{idx}{dump.STORAGE[storage]}")
+
+
+def find_sample(out: str, idx: int) -> str:
+    """The committed file of ``idx`` in whichever storage mode it was written (the ``.ckpt``
+    path when there is none)."""
+    for storage in dump.STORAGE:
+        path = sample_path(out, idx, storage)
+        if os.path.exists(path):
+            return path
+    return sample_path(out, idx)
 
 
 def _now() -> str:
@@ -98,8 +111,9 @@ def rank_file(name: str, rank: int | None) -> str:
 
 
 class Store:
-    def __init__(self, out: str, rank: int | None = None):
+    def __init__(self, out: str, rank: int | None = None, storage: str = "ckpt"):
         self.out = out
+        self.storage = storage  # the mode commits write (dump.STORAGE)
         self.tmp = os.path.join(out, TMP_DIR) if rank is None else os.path.join(out, TMP_DIR, f"rank{rank}")
         self.manifest_path = os.path.join(out, rank_file(MANIFEST, rank))
         self.failed_path = os.path.join(out, rank_file(FAILED, rank))
@@ -132,7 +146,11 @@ class Store:
             if diff:
                 detail = "; ".join(f"{k}: {have.get(k)!r} -> {desc.get(k)!r}" for k in diff)
                 raise ConfigError(f"{out} was written by a different job ({detail}); use a new [job] out")
-            return
+            if have.get("storage", "ckpt") == desc.get("storage", "ckpt"):
+                return
+            # the operator switched the storage mode: the files written so far keep theirs
+            log.info("%s: storage %s -> %s", path, have.get("storage", "ckpt"), desc.get("storage"))
+            desc = {**have, "storage": desc.get("storage")}
         write_atomic(path, json.dumps(desc, indent=1) + "\n")
 
     def prepare(self) -> int:
@@ -183,11 +201,10 @@ class Store:
             if s in skip or not _overlaps(s, lo, hi):
                 continue
             for name in os.listdir(os.path.join(self.out, s)):
-                if name.startswith("data_") and name.endswith(".ckpt"):
-                    try:
-                        found.add(int(name[5:-5]))
-                    except ValueError:
-                        pass
+                if name.startswith("data_"):
+                    m = FILE_RE.match(name)
+                    if m:
+                        found.add(int(m.group(1)))
         return found
 
     def manifest_indices(self) -> set[int]:
@@ -299,8 +316,10 @@ class Store:
         checksum: str,
         adopted: bool = False,
         writer: str = "",
+        storage: str | None = None,
     ) -> str:
-        """Record a complete, fsynced dump in the manifest, then rename it into its shard.
+        """Record a complete, fsynced dump in the manifest, then rename it into its shard, named
+        by ``storage`` (default: this store's mode; adopt names a file by what it holds).
 
         In this order a *.ckpt under the output is always a recorded sample (SpecForge trains on
         every one): a crash between the two leaves a line whose file is missing, and the listing,
@@ -310,10 +329,15 @@ class Store:
         if shard not in self._made:
             os.makedirs(d, exist_ok=True)
             self._made.add(shard)
-        dst = os.path.join(d, f"data_{idx}.ckpt")
+        storage = storage or self.storage
+        dst = sample_path(self.out, idx, storage)
+        for other in dump.STORAGE:  # a sample written again in another mode: one name, never two
+            if other != storage:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(sample_path(self.out, idx, other))
         # No directory fsync per sample: the data was fsynced before the rename, and a rename
         # lost to a power cut only means the sample is planned again (the listing is the truth).
-        self.append_manifest(idx, seq, nbytes, checksum, shard, adopted, writer)
+        self.append_manifest(idx, seq, nbytes, checksum, shard, adopted, writer, storage)
         os.replace(src, dst)
         self._settle(idx)
         return dst
@@ -327,6 +351,7 @@ class Store:
         shard: str,
         adopted: bool = False,
         writer: str = "",
+        storage: str = "ckpt",
     ) -> None:
         rec = {
             "idx": idx,
@@ -340,6 +365,8 @@ class Store:
             rec["adopted"] = True
         if writer:  # the server process that wrote it (one rank of several, say)
             rec["writer"] = writer
+        if storage != "ckpt":  # the file's mode (lines without one are raw .ckpt)
+            rec["storage"] = storage
         _append(self.manifest_path, orjson.dumps(rec))
 
     def record_orphans(self, orphans: list[int]) -> None:
@@ -348,7 +375,7 @@ class Store:
         from .contract.ckpt import CorruptSample
 
         for idx in orphans:
-            path = sample_path(self.out, idx)
+            path = find_sample(self.out, idx)
             try:
                 self.adopt(idx)
             except (CorruptSample, KeyError, OSError) as e:
@@ -361,7 +388,7 @@ class Store:
         sizes = []
         for idx in list(committed)[:20]:
             try:
-                sizes.append(os.path.getsize(sample_path(self.out, idx)))
+                sizes.append(os.path.getsize(find_sample(self.out, idx)))
             except OSError:
                 pass
         return sum(sizes) / len(sizes) if sizes else None
@@ -371,9 +398,12 @@ class Store:
         CorruptSample or OSError when it does not load."""
         from .contract.ckpt import file_checksum, load_sample
 
-        path = sample_path(self.out, idx)
+        path = find_sample(self.out, idx)
         seq = int(load_sample(path)["input_ids"].shape[0])
-        self.append_manifest(idx, seq, os.path.getsize(path), file_checksum(path), shard_name(idx))
+        storage = "ckpt.gz" if path.endswith(".gz") else "ckpt"
+        self.append_manifest(
+            idx, seq, os.path.getsize(path), file_checksum(path), shard_name(idx), storage=storage
+        )
 
     def fail(self, idx: int, reason: str, attempts: int, permanent: bool = True) -> None:
         rec = {

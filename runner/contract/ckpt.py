@@ -1,4 +1,5 @@
-"""One hidden-state sample on disk: the SpecForge `.ckpt` file (a torch.save dict).
+"""One hidden-state sample on disk: the SpecForge `.ckpt` file (a torch.save dict), or the same
+bytes gzipped (`.ckpt.gz`, [job] storage), which SpecForge's reader also loads.
 
 Layout: ``input_ids`` int64 [seq], ``loss_mask`` int64 [seq] (SpecForge builds its masks as
 ``torch.long``), ``hidden_state`` [1, seq, H], ``aux_hidden_state`` [1, seq, 3H], model dtype.
@@ -17,9 +18,11 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import io
 import os
 import sys
 import threading
+import zlib
 
 import torch
 import xxhash
@@ -201,6 +204,42 @@ class _HashingSink:
         pass
 
 
+GZIP_MAGIC = b"\x1f\x8b"
+
+
+def _gzip_codec():
+    """ISA-L's gzip (standard gzip output, ~8x zlib's speed per core), else zlib's."""
+    try:
+        from isal import isal_zlib
+
+        return isal_zlib
+    except ImportError:  # slower, same format
+        return zlib
+
+
+class _GzipSink:
+    """torch.save's bytes gzipped on the way into the hashing sink: the checksum and the byte
+    count are of the file as stored, and nothing is held in memory but one chunk."""
+
+    def __init__(self, inner: _HashingSink):
+        self.inner = inner
+        self.z = _gzip_codec().compressobj(1, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
+
+    def write(self, data) -> int:
+        view = memoryview(data).cast("B")
+        for pos in range(0, len(view), CHUNK_BYTES):
+            out = self.z.compress(view[pos : pos + CHUNK_BYTES])
+            if out:
+                self.inner.write(out)
+        return len(view)
+
+    def flush(self) -> None:
+        pass
+
+    def finish(self) -> None:
+        self.inner.write(self.z.flush())
+
+
 def write_sample(
     path: str | os.PathLike,
     *,
@@ -209,9 +248,11 @@ def write_sample(
     hidden_state: torch.Tensor,
     aux_hidden_state: torch.Tensor,
     dtype: str | None = None,
+    compress: bool = False,
 ) -> tuple[int, str]:
     """Create `path` (truncating a leftover), write the sample, fsync it; ``dtype`` names the
-    float dtype the hidden states are stored in (None: as given).
+    float dtype the hidden states are stored in (None: as given); ``compress``: gzip the bytes
+    (the "ckpt.gz" storage mode).
 
     Returns (bytes written, checksum hex of those exact bytes). The caller renames the file
     into place and fsyncs the directory. On any error the partial file is removed.
@@ -225,8 +266,11 @@ def write_sample(
     fd = os.open(path, flags, 0o644)
     try:
         sink = _HashingSink(fd)
+        target = _GzipSink(sink) if compress else sink
         with _zip_crc_off():
-            torch.save(sample, sink)
+            torch.save(sample, target)
+        if compress:
+            target.finish()
         (os.fdatasync if hasattr(os, "fdatasync") else os.fsync)(fd)
     except BaseException:
         os.close(fd)
@@ -292,6 +336,12 @@ def file_checksum(path: str | os.PathLike) -> str:
     return hasher.hexdigest()
 
 
+def is_gzip(path: str | os.PathLike) -> bool:
+    """By its first bytes, not its name: a dump in the server's temp dir is ``<rid>.dump``."""
+    with open(path, "rb") as f:
+        return f.read(2) == GZIP_MAGIC
+
+
 def load_sample(path: str | os.PathLike, *, mmap: bool = True) -> dict[str, torch.Tensor]:
     """Load and check a sample; mmap (the default) maps the tensors instead of reading them.
 
@@ -301,7 +351,12 @@ def load_sample(path: str | os.PathLike, *, mmap: bool = True) -> dict[str, torc
     """
     os.stat(path)  # a missing file is missing, not corrupt
     try:
-        data = torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
+        if is_gzip(path):  # "ckpt.gz": read whole and decompressed, as SpecForge does
+            with open(path, "rb") as f:
+                raw = _gzip_codec().decompress(f.read(), 16 + zlib.MAX_WBITS)
+            data = torch.load(io.BytesIO(raw), map_location="cpu", weights_only=True)
+        else:
+            data = torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
     except Exception as e:  # torch raises many kinds (RuntimeError, OSError, EOFError, UnpicklingError, ...)
         first_line = (str(e).strip().splitlines() or [type(e).__name__])[0]
         raise CorruptSample(path, f"cannot load ({type(e).__name__}: {first_line[:200]})") from e

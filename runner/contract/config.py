@@ -12,7 +12,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any
 
-from .dump import FILE_DTYPES
+from .dump import FILE_DTYPES, STORAGE
 from .errors import ConfigError
 from .status import STALE_S
 
@@ -37,6 +37,7 @@ class JobConfig:
     aux_layer_ids: list[int] = field(default_factory=list)  # empty: the draft config's, else SpecForge's
     draft_config: str = ""  # SpecForge draft-model config; its eagle_aux_hidden_state_layer_ids win
     dtype: str = "bfloat16"  # the files' float dtype (SpecForge trains on bf16), cast from the model's
+    storage: str = "ckpt"  # "ckpt" (raw torch.save) or "ckpt.gz" (gzip of it; SpecForge reads both)
     concurrency: int = 8  # requests in flight
     request_timeout_s: float = 600.0
     dump_wait_s: float = 300.0  # after an answer, how long the dump's files may take to appear
@@ -240,6 +241,8 @@ def validate(cfg: Config) -> None:
         raise ConfigError("[job] aux_layer_ids must name exactly three layers (EAGLE-3)")
     if j.dtype not in FILE_DTYPES:
         raise ConfigError(f"[job] dtype must be one of {', '.join(FILE_DTYPES)}, got {j.dtype!r}")
+    if j.storage not in STORAGE:
+        raise ConfigError(f"[job] storage must be one of {', '.join(map(repr, STORAGE))}, got {j.storage!r}")
     if s.backend not in ("reference", "sglang"):
         raise ConfigError(f"[server] backend must be 'reference' or 'sglang', got {s.backend!r}")
     if not (0 < s.port < 65536):

@@ -31,6 +31,10 @@ DUMP_DIR_ENV = "HSX_DUMP_DIR"
 DUMP_LAYERS_ENV = "HSX_AUX_LAYER_IDS"  # comma-separated layer ids, same convention as SpecForge
 DUMP_DTYPE_ENV = "HSX_DUMP_DTYPE"  # the files' float dtype ([job] dtype); unset: the model's own
 FILE_DTYPES = ("bfloat16", "float16", "float32")
+# [job] storage -> the committed file's suffix. "ckpt.gz" is standard gzip of the same torch.save
+# bytes, which SpecForge's reader discovers and loads as it does ".ckpt" (decompressing in memory).
+STORAGE = {"ckpt": ".ckpt", "ckpt.gz": ".ckpt.gz"}
+DUMP_STORAGE_ENV = "HSX_DUMP_STORAGE"  # the server writes its dumps in this mode
 CUSTOM_KEY = "hsx_dump"
 MASK_KEY = "hsx_loss_mask"
 CHECKSUM_ALGO = "xxh3_64"
@@ -47,6 +51,14 @@ def file_dtype() -> str | None:
     name = os.environ.get(DUMP_DTYPE_ENV) or None
     if name is not None and name not in FILE_DTYPES:
         raise DumpError(f"{DUMP_DTYPE_ENV}={name!r}: want one of {', '.join(FILE_DTYPES)}")
+    return name
+
+
+def file_storage() -> str:
+    """The storage mode the server's process was told to write, from the environment."""
+    name = os.environ.get(DUMP_STORAGE_ENV) or "ckpt"
+    if name not in STORAGE:
+        raise DumpError(f"{DUMP_STORAGE_ENV}={name!r}: want one of {', '.join(STORAGE)}")
     return name
 
 

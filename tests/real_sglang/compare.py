@@ -24,7 +24,7 @@ def compare(out: str, ref: str) -> dict:
     import torch.nn.functional as F
 
     from runner.contract.ckpt import load_sample
-    from runner.store import sample_path
+    from runner.store import find_sample
 
     a_info, b_info = _info(out), _info(ref)
     assert a_info["aux_layer_ids"] == b_info["aux_layer_ids"], (
@@ -35,8 +35,8 @@ def compare(out: str, ref: str) -> dict:
     max_abs = MAX_ABS[a_info["dtype"]]
     worst = {"cosine": 1.0, "max_abs": 0.0, "samples": 0}
     for i in range(a_info["total"]):
-        a = load_sample(sample_path(out, i), mmap=False)
-        b = load_sample(sample_path(ref, i), mmap=False)
+        a = load_sample(find_sample(out, i), mmap=False)
+        b = load_sample(find_sample(ref, i), mmap=False)
         assert torch.equal(a["input_ids"], b["input_ids"]), f"sample {i}: input_ids differ"
         assert torch.equal(a["loss_mask"], b["loss_mask"]), f"sample {i}: loss_mask differs"
         assert a["hidden_state"].shape == b["hidden_state"].shape == (1, len(a["input_ids"]), h), i

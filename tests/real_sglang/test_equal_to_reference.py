@@ -66,21 +66,33 @@ def assert_one_writer(conf: str, tp: int) -> None:
 
 
 @pytest.mark.parametrize(
-    "arch,tp,ids,extra",
+    "arch,tp,ids,extra,storage",
     [  # Llama with the default ids at TP 2: the kill -9 test (test_tp_faults.py)
-        ("llama", 2, [0, 2, 5], ["--chunked-prefill-size", "64"]),  # chunked: pieces joined in the hook
-        ("deepseek_v3", 2, [2, 3, 5], []),  # smallest id not 1: DeepSeek's own rule would shift none
-        # the same DeepSeek-V3 inside the wrapper, which passes the capture through to it
-        ("kimi_k25", 1, [], []),
-        ("kimi_k25", 2, [2, 3, 5], []),
+        (
+            "llama",
+            2,
+            [0, 2, 5],
+            ["--chunked-prefill-size", "64"],
+            "ckpt",
+        ),  # chunked: pieces joined in the hook
+        ("deepseek_v3", 2, [2, 3, 5], [], "ckpt"),  # smallest id not 1: DeepSeek's own rule would shift none
+        # the same DeepSeek-V3 inside the wrapper, which passes the capture through to it; gzipped
+        # by the patch's writer threads (the reference backend's files stay raw)
+        ("kimi_k25", 1, [], [], "ckpt.gz"),
+        ("kimi_k25", 2, [2, 3, 5], [], "ckpt"),
     ],
 )
 def test_dumps_equal_the_reference_backend(
-    tmp_path, demo_assets, models, sglang_python, arch, tp, ids, extra
+    tmp_path, demo_assets, models, sglang_python, arch, tp, ids, extra, storage
 ):
     sg, ref = jobs(
         tmp_path, demo_assets, models[arch], arch, sglang_python, extra=extra, tp=tp, job__aux_layer_ids=ids
     )
+    if storage != "ckpt":
+        with open(sg) as f:
+            text = f.read()
+        with open(sg, "w") as f:
+            f.write(text.replace("[job]\n", f'[job]\nstorage = "{storage}"\n', 1))
     runner("run", "--config", sg, check=True, timeout=600)
     runner("run", "--config", ref, check=True, timeout=600)
     assert verify(sg)[0] == 0 and done_count(sg) == SAMPLES
@@ -91,5 +103,7 @@ def test_dumps_equal_the_reference_backend(
     assert re.search(r"Prefill batch, #new-seq: [2-9]", log), "no prefill batch held more than one request"
     assert f"{ARCH_CLASS[arch]} captures the outputs of layers {info['aux_layer_ids']}" in log
     assert_one_writer(sg, tp)
+    suffix = ".ckpt.gz" if storage == "ckpt.gz" else ".ckpt"
+    assert all(n.endswith(suffix) for n in os.listdir(os.path.join(out_dir(sg), "rows_0-2000")))
     worst = compare(out_dir(sg), out_dir(ref))
     print(f"\n{arch} TP {tp} ids {info['aux_layer_ids']} {extra}: {worst}")

@@ -58,14 +58,14 @@ def recorded(out: str) -> int:
 
 def tensors(conf: str) -> dict[int, dict]:
     from runner.contract.ckpt import load_sample
-    from runner.store import sample_path
+    from runner.store import find_sample
 
     out = out_dir(conf)
     with open(os.path.join(out, "dataset.json")) as f:
         total = json.load(f)["total"]
     res = {}
     for i in range(total):
-        p = sample_path(out, i)
+        p = find_sample(out, i)
         if os.path.exists(p):
             res[i] = load_sample(p, mmap=False)
     return res
@@ -128,14 +128,14 @@ def kill_group(pid: int, sig=signal.SIGKILL) -> None:
 def unrecorded_ckpts(out: str) -> list[str]:
     """Files SpecForge would train on (every *.ckpt / *.ckpt.gz under out, hidden folders too)
     that are not a committed sample with its manifest line."""
-    from runner.store import sample_path
+    from runner.store import find_sample
 
     try:
         with open(os.path.join(out, "manifest.jsonl")) as f:
             lines = [json.loads(line) for line in f if line.strip()]
     except FileNotFoundError:
         lines = []
-    ok = {os.path.realpath(sample_path(out, rec["idx"])) for rec in lines}
+    ok = {os.path.realpath(find_sample(out, rec["idx"])) for rec in lines}
     found = [
         os.path.join(d, n)
         for d, _dirs, names in os.walk(out)

@@ -243,7 +243,9 @@ def test_adopt_across_filesystems_copies_records_then_removes_the_source(
         save(str(foreign / f"data_{i}.pt"), truth[i])
     conf = job(samples=N)
     out = out_dir(conf)
-    monkeypatch.setattr(adopt_mod._Adopter, "_commit_rename", lambda self, idx, p, seq: False)  # EXDEV
+    monkeypatch.setattr(
+        adopt_mod._Adopter, "_commit_rename", lambda self, idx, p, seq, storage: False
+    )  # EXDEV
     rep = adopt_mod.adopt(load(conf), str(foreign))
     assert rep["adopted"] == 2 and rep["bad"] == {} and os.listdir(foreign) == []
     assert os.listdir(os.path.join(out, ".tmp")) == [] and unrecorded_ckpts(out) == []
@@ -284,3 +286,33 @@ def test_adopt_in_the_background_posts_its_report_through_the_status_record(refe
     text = background_result(StatusRecord.from_dict(status(conf)))
     assert text.startswith(f"adopt finished: adopt {foreign}: 3 adopted · 0 bad"), text
     assert status(conf)["adopted"] == 3 and unrecorded_ckpts(out) == []
+
+
+@pytest.mark.slow
+def test_adopt_specforge_compressed_layout_keeps_each_files_encoding(reference, job, tmp_path):
+    """SpecForge's ``--compress`` writes ``data_{idx}.ckpt.gz`` (gzip of the torch.save bytes):
+    adopted under that name; a file named .gz that is a plain save is named by what it holds."""
+    import gzip
+    import io
+
+    import torch
+
+    _, truth = reference
+    foreign = tmp_path / "compressed" / "rows_0-2000"
+    foreign.mkdir(parents=True)
+    for i in range(6):
+        buf = io.BytesIO()
+        torch.save({k: truth[i][k] for k in truth[i]}, buf)
+        (foreign / f"data_{i}.ckpt.gz").write_bytes(gzip.compress(buf.getvalue()))
+    save(str(foreign / "data_6.ckpt.gz"), truth[6])  # not gzip at all, whatever its name says
+    conf = job(samples=N)
+    out = out_dir(conf)
+    code, rep = adopt(conf, tmp_path / "compressed")
+    assert code == 0 and rep["adopted"] == 7 and rep["bad"] == {}, rep
+    names = sorted(os.listdir(os.path.join(out, "rows_0-2000")))
+    assert names == [f"data_{i}.ckpt.gz" for i in range(6)] + ["data_6.ckpt"]
+    assert unrecorded_ckpts(out) == []
+    runner("run", "--config", conf, check=True)
+    assert_same_tensors(tensors(conf), truth)
+    code, v = verify(conf)
+    assert code == 0 and v["complete"]

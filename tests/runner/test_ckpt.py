@@ -281,3 +281,37 @@ def test_all_finite_on_the_bits_agrees_with_isfinite(dtype):
         y = x.clone()
         y[2, 49, 7] = bad
         assert not all_finite(y) and not bool(torch.isfinite(y).all()), bad
+
+
+def test_ckpt_gz_is_standard_gzip_of_the_same_bytes_and_loads_like_specforge(tmp_path):
+    """[job] storage = "ckpt.gz": what SpecForge's reader does with it (gzip.open, then
+    torch.load of the bytes) gives the same tensors; the checksum is of the file as stored."""
+    import gzip
+    import io
+
+    sample = make()
+    raw, gz = tmp_path / "data_0.ckpt", tmp_path / "data_0.ckpt.gz"
+    write_sample(raw, **sample)
+    nbytes, checksum = write_sample(gz, **sample, compress=True)
+    assert nbytes == gz.stat().st_size < raw.stat().st_size
+    assert checksum == file_checksum(gz) != file_checksum(raw)
+    with gzip.open(gz, "rb") as f:  # SpecForge's OfflineEagle3Dataset._open_file
+        data = f.read()
+    assert data == raw.read_bytes()  # the same torch.save bytes, only gzipped
+    as_specforge = torch.load(io.BytesIO(data), weights_only=True)
+    for name in (gz, tmp_path / "named-otherwise.dump"):  # detected by content, not by name
+        if name != gz:
+            shutil.copy(gz, name)
+        loaded = load_sample(name)
+        assert all(
+            torch.equal(loaded[k], sample[k]) and torch.equal(as_specforge[k], sample[k]) for k in sample
+        )
+    assert ckpt.is_gzip(gz) and not ckpt.is_gzip(raw)
+
+
+def test_a_torn_ckpt_gz_is_corrupt_not_a_crash(tmp_path):
+    gz = tmp_path / "data_0.ckpt.gz"
+    write_sample(gz, **make(), compress=True)
+    os.truncate(gz, gz.stat().st_size // 2)
+    with pytest.raises(CorruptSample, match="cannot load"):
+        load_sample(gz)
