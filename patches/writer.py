@@ -40,7 +40,10 @@ def write_sample_files(dump_dir: str, sample: Sample, writer: str = "") -> dict:
     t = sample.tensors()
     dtype = dump.file_dtype() or str(t["hidden_state"].dtype).removeprefix("torch.")
     compress = dump.file_storage() == "ckpt.gz"  # gzip on this writer thread, never the scheduler's
-    nbytes, checksum = write_sample(dump.data_path(dump_dir, sample.rid), **t, dtype=dtype, compress=compress)
+    nbytes, checksum = write_sample(
+        dump.data_path(dump_dir, sample.rid), **t, dtype=dtype, compress=compress,
+        mantissa_bits=dump.file_mantissa_bits(),
+    )  # fmt: skip
     meta = {
         "seq": len(sample.input_ids),
         "bytes": nbytes,

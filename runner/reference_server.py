@@ -128,6 +128,7 @@ def make_app(model: Model, dump_dir: str) -> web.Application:
 
     file_dtype = dump.file_dtype() or model.dtype
     compress = dump.file_storage() == "ckpt.gz"
+    bits = dump.file_mantissa_bits()
 
     def write(rid: str, ids: list[int], mask: list[int], final, aux) -> dict:
         nbytes, checksum = write_sample(
@@ -138,6 +139,7 @@ def make_app(model: Model, dump_dir: str) -> web.Application:
             aux_hidden_state=aux,
             dtype=file_dtype,
             compress=compress,
+            mantissa_bits=bits,
         )
         meta = {
             "seq": len(ids),

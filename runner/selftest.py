@@ -35,7 +35,13 @@ async def self_test(server, ds: Dataset, remaining: list[int], dump_dir: str, jo
                 if r.status != 200:
                     raise JobFailed(f"self-test failed: server answered {r.status}: {(await r.text())[:300]}")
         meta = await dump.await_dump(dump_dir, rid, job.dump_wait_s, server.alive)
-        problem = check_tensors(load_sample(dump.data_path(dump_dir, rid)), hidden, job.dtype, ids)
+        problem = check_tensors(
+            load_sample(dump.data_path(dump_dir, rid)),
+            hidden,
+            job.dtype,
+            ids,
+            mantissa_bits=job.mantissa_bits,
+        )
         if not problem and meta["seq"] != len(ids):
             problem = f"the sidecar says {meta['seq']} rows for {len(ids)} tokens"
         if problem:

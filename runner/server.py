@@ -144,6 +144,7 @@ def server_env(cfg: Config, dump_dir: str, aux_ids: list[int]) -> dict[str, str]
     env[dump.DUMP_LAYERS_ENV] = ",".join(map(str, aux_ids))
     env[dump.DUMP_DTYPE_ENV] = cfg.job.dtype
     env[dump.DUMP_STORAGE_ENV] = cfg.job.storage
+    env[dump.DUMP_MANTISSA_ENV] = str(cfg.job.mantissa_bits)
     # From a source checkout, a server on another interpreter (the SGLang venv) imports hsx's
     # own packages from it; an installed hsx lives in the server's environment already.
     root = checkout_root()

@@ -43,7 +43,9 @@ TMP_DIR = ".tmp"
 DESCRIPTION = "dataset.json"  # what the output holds; the pinned keys refuse another job
 FORMAT = "hsx-specforge-v1"
 # Keys that must not change between runs writing into the same output.
-PINNED = ("model", "dataset", "total", "max_length", "hidden_size", "dtype", "aux_layer_ids")
+PINNED = ("model", "dataset", "total", "max_length", "hidden_size", "dtype", "aux_layer_ids", "mantissa_bits")
+# What a pinned key meant before it was written down (dataset.json of an older hsx).
+PINNED_DEFAULTS = {"mantissa_bits": dump.BF16_MANTISSA_BITS}
 COMPLETE_DIR = ".complete"  # one empty marker per shard whose every sample is settled
 
 
@@ -66,6 +68,7 @@ def describe(cfg: Config, info: dict, aux: list[int], aux_source: str, total: in
         "checksum": dump.CHECKSUM_ALGO,
         "shard_size": SHARD,
         "storage": cfg.job.storage,  # the mode files are written in now (not pinned: may change)
+        "mantissa_bits": cfg.job.mantissa_bits,  # 7: exact bf16; fewer: rounded (lossy), pinned
     }
 
 
@@ -142,9 +145,10 @@ class Store:
                 raise ConfigError(
                     f"{path} is unreadable ({e}); move it away only if the output is disposable"
                 ) from None
-            diff = [k for k in PINNED if have.get(k) != desc.get(k)]
+            had = {k: have.get(k, PINNED_DEFAULTS.get(k)) for k in PINNED}
+            diff = [k for k in PINNED if had[k] != desc.get(k, PINNED_DEFAULTS.get(k))]
             if diff:
-                detail = "; ".join(f"{k}: {have.get(k)!r} -> {desc.get(k)!r}" for k in diff)
+                detail = "; ".join(f"{k}: {had[k]!r} -> {desc.get(k)!r}" for k in diff)
                 raise ConfigError(f"{out} was written by a different job ({detail}); use a new [job] out")
             if have.get("storage", "ckpt") == desc.get("storage", "ckpt"):
                 return

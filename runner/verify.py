@@ -71,7 +71,8 @@ def check_contents(
     if entry is not None and seq != entry.get("seq"):
         return f"seq {seq} != manifest {entry.get('seq')}"
     finite = entry is None or not quick
-    return check_tensors(t, desc["hidden_size"], desc.get("dtype"), want_ids, finite)
+    bits = desc.get("mantissa_bits", 7)
+    return check_tensors(t, desc["hidden_size"], desc.get("dtype"), want_ids, finite, bits)
 
 
 WORKERS = 4  # files read and checked at once: reads, checksums and loads overlap

@@ -27,8 +27,9 @@ import zlib
 import torch
 import xxhash
 
-from .dump import CHECKSUM_ALGO
+from .dump import BF16_MANTISSA_BITS, CHECKSUM_ALGO
 from .errors import HsxError
+from .precision import round_mantissa
 
 KEYS = ("input_ids", "loss_mask", "hidden_state", "aux_hidden_state")
 AUX_LAYERS = 3
@@ -249,10 +250,12 @@ def write_sample(
     aux_hidden_state: torch.Tensor,
     dtype: str | None = None,
     compress: bool = False,
+    mantissa_bits: int = 7,
 ) -> tuple[int, str]:
     """Create `path` (truncating a leftover), write the sample, fsync it; ``dtype`` names the
     float dtype the hidden states are stored in (None: as given); ``compress``: gzip the bytes
-    (the "ckpt.gz" storage mode).
+    (the "ckpt.gz" storage mode); ``mantissa_bits`` < 7: bf16 hidden states rounded to nearest
+    even to that many mantissa bits first (lossy, still bf16: SpecForge reads it as is).
 
     Returns (bytes written, checksum hex of those exact bytes). The caller renames the file
     into place and fsyncs the directory. On any error the partial file is removed.
@@ -260,6 +263,10 @@ def write_sample(
     if dtype is not None:  # SpecForge casts its head to bf16 and never casts a batch
         hidden_state, aux_hidden_state = (
             t.to(getattr(torch, dtype)) for t in (hidden_state, aux_hidden_state)
+        )
+    if mantissa_bits < BF16_MANTISSA_BITS:
+        hidden_state, aux_hidden_state = (
+            round_mantissa(t, mantissa_bits) for t in (hidden_state, aux_hidden_state)
         )
     sample = _sample_dict(input_ids, loss_mask, hidden_state, aux_hidden_state)
     flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_CLOEXEC", 0)
@@ -299,10 +306,16 @@ def all_finite(t: torch.Tensor) -> bool:
 
 
 def check_tensors(
-    t: dict, hidden: int, dtype: str | None, want_ids: list[int] | None = None, finite: bool = True
+    t: dict,
+    hidden: int,
+    dtype: str | None,
+    want_ids: list[int] | None = None,
+    finite: bool = True,
+    mantissa_bits: int = BF16_MANTISSA_BITS,
 ) -> str | None:
     """The one sample checker (verify, adopt, the self-test): what is wrong with a loaded
-    sample for this job, or None. ``dtype`` is the job's file dtype ("bfloat16"); None skips it."""
+    sample for this job, or None. ``dtype`` is the job's file dtype ("bfloat16"); None skips it.
+    ``mantissa_bits`` < 7: bf16 values must carry no more mantissa bits than that."""
     missing = [k for k in KEYS if k not in t]
     if missing:
         return f"missing keys {sorted(missing)}"
@@ -322,6 +335,11 @@ def check_tensors(
         return "input_ids differ from the dataset's tokens"
     if finite and not (all_finite(hs) and all_finite(aux)):
         return "non-finite values"
+    if mantissa_bits < BF16_MANTISSA_BITS and finite:
+        low = (1 << (BF16_MANTISSA_BITS - mantissa_bits)) - 1
+        for name, x in (("hidden_state", hs), ("aux_hidden_state", aux)):
+            if x.dtype == torch.bfloat16 and bool((x.contiguous().view(torch.int16) & low).any()):
+                return f"{name} holds more than {mantissa_bits} mantissa bits ([job] mantissa_bits)"
     return None
 
 

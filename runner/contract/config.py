@@ -12,7 +12,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any
 
-from .dump import FILE_DTYPES, STORAGE
+from .dump import BF16_MANTISSA_BITS, FILE_DTYPES, STORAGE
 from .errors import ConfigError
 from .status import STALE_S
 
@@ -38,6 +38,7 @@ class JobConfig:
     draft_config: str = ""  # SpecForge draft-model config; its eagle_aux_hidden_state_layer_ids win
     dtype: str = "bfloat16"  # the files' float dtype (SpecForge trains on bf16), cast from the model's
     storage: str = "ckpt"  # "ckpt" (raw torch.save) or "ckpt.gz" (gzip of it; SpecForge reads both)
+    mantissa_bits: int = 7  # bf16 files: 7 exact; fewer rounds to nearest even (lossy, still bf16)
     concurrency: int = 8  # requests in flight
     request_timeout_s: float = 600.0
     dump_wait_s: float = 300.0  # after an answer, how long the dump's files may take to appear
@@ -241,6 +242,12 @@ def validate(cfg: Config) -> None:
         raise ConfigError("[job] aux_layer_ids must name exactly three layers (EAGLE-3)")
     if j.dtype not in FILE_DTYPES:
         raise ConfigError(f"[job] dtype must be one of {', '.join(FILE_DTYPES)}, got {j.dtype!r}")
+    if not 0 <= j.mantissa_bits <= BF16_MANTISSA_BITS:
+        raise ConfigError(
+            f"[job] mantissa_bits must be 0..{BF16_MANTISSA_BITS} (7: exact bf16), got {j.mantissa_bits}"
+        )
+    if j.mantissa_bits != BF16_MANTISSA_BITS and j.dtype != "bfloat16":
+        raise ConfigError(f"[job] mantissa_bits applies to bfloat16 files only ([job] dtype is {j.dtype})")
     if j.storage not in STORAGE:
         raise ConfigError(f"[job] storage must be one of {', '.join(map(repr, STORAGE))}, got {j.storage!r}")
     if s.backend not in ("reference", "sglang"):

@@ -35,6 +35,9 @@ FILE_DTYPES = ("bfloat16", "float16", "float32")
 # bytes, which SpecForge's reader discovers and loads as it does ".ckpt" (decompressing in memory).
 STORAGE = {"ckpt": ".ckpt", "ckpt.gz": ".ckpt.gz"}
 DUMP_STORAGE_ENV = "HSX_DUMP_STORAGE"  # the server writes its dumps in this mode
+# [job] mantissa_bits: bf16 hidden states rounded to this many mantissa bits (7: exact, unrounded)
+DUMP_MANTISSA_ENV = "HSX_DUMP_MANTISSA_BITS"
+BF16_MANTISSA_BITS = 7
 CUSTOM_KEY = "hsx_dump"
 MASK_KEY = "hsx_loss_mask"
 CHECKSUM_ALGO = "xxh3_64"
@@ -60,6 +63,14 @@ def file_storage() -> str:
     if name not in STORAGE:
         raise DumpError(f"{DUMP_STORAGE_ENV}={name!r}: want one of {', '.join(STORAGE)}")
     return name
+
+
+def file_mantissa_bits() -> int:
+    """The mantissa bits the server's process was told to keep, from the environment."""
+    text = os.environ.get(DUMP_MANTISSA_ENV) or str(BF16_MANTISSA_BITS)
+    if not text.isdigit() or not 0 <= int(text) <= BF16_MANTISSA_BITS:
+        raise DumpError(f"{DUMP_MANTISSA_ENV}={text!r}: want 0..{BF16_MANTISSA_BITS}")
+    return int(text)
 
 
 def check_rid(rid: object) -> str:

@@ -14,7 +14,8 @@ from __future__ import annotations
 import math
 import sys
 
-BF16_MANTISSA_BITS = 7
+from .dump import BF16_MANTISSA_BITS
+
 _EXP_ALL_ONES = 0x7F80  # magnitude bits at or above this: inf or nan
 _MAX_FINITE = 0x7F7F  # the largest finite bf16 magnitude, 3.39e38
 _SIGN = -0x8000  # the sign bit of an int16

@@ -315,3 +315,18 @@ def test_a_torn_ckpt_gz_is_corrupt_not_a_crash(tmp_path):
     os.truncate(gz, gz.stat().st_size // 2)
     with pytest.raises(CorruptSample, match="cannot load"):
         load_sample(gz)
+
+
+def test_fewer_mantissa_bits_are_written_rounded_and_checked(tmp_path):
+    from runner.contract.precision import round_mantissa
+
+    sample = make()
+    path = tmp_path / "data_0.ckpt"
+    write_sample(path, **sample, mantissa_bits=3)
+    loaded = load_sample(path)
+    for k in ("hidden_state", "aux_hidden_state"):
+        assert torch.equal(loaded[k], round_mantissa(sample[k], 3)) and not torch.equal(loaded[k], sample[k])
+    assert torch.equal(loaded["input_ids"], sample["input_ids"])
+    assert ckpt.check_tensors(loaded, H, "bfloat16", mantissa_bits=3) is None
+    assert ckpt.check_tensors(loaded, H, "bfloat16", mantissa_bits=2).startswith("hidden_state holds more")
+    assert ckpt.check_tensors(sample, H, "bfloat16", mantissa_bits=3).startswith("hidden_state holds more")

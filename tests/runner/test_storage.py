@@ -115,3 +115,49 @@ def test_switching_the_mode_mid_job_keeps_one_name_per_sample(job, raw_truth):
     store.commit(idx, tmp, int(raw_truth[idx]["input_ids"].shape[0]), nbytes, checksum)
     assert discovered(out)[idx] == [sample_path(out, idx, "ckpt.gz")]
     assert verify(conf)[0] == 0
+
+
+@pytest.mark.slow
+def test_fewer_mantissa_bits_round_the_states_and_pin_the_output(job, raw_truth):
+    """[job] mantissa_bits = 4 (with ckpt.gz): every hidden state is the exact bf16 value rounded
+    to nearest even to 4 mantissa bits; verify checks it; a run asking for other bits is refused."""
+    import torch
+
+    from runner.contract.ckpt import check_tensors
+    from runner.contract.precision import relative_error, round_mantissa
+
+    truth, _ = raw_truth
+    n = 12
+    conf = job(samples=n, job__storage="ckpt.gz", job__mantissa_bits=4)
+    runner("run", "--config", conf, check=True)
+    out = out_dir(conf)
+    with open(os.path.join(out, "dataset.json")) as f:
+        assert json.load(f)["mantissa_bits"] == 4
+    got = tensors(conf)
+    for i in range(n):
+        for k in ("hidden_state", "aux_hidden_state"):
+            assert torch.equal(got[i][k], round_mantissa(truth[i][k], 4)), (i, k)
+            assert 0.003 < relative_error(truth[i][k], got[i][k]) < 0.03
+        assert check_tensors(truth[i], 64, "bfloat16", mantissa_bits=4).startswith("hidden_state holds more")
+    code, rep = verify(conf)
+    assert code == 0 and rep["complete"], rep
+    with open(conf) as f:
+        text = f.read()
+    with open(conf, "w") as f:
+        f.write(text.replace("mantissa_bits = 4", "mantissa_bits = 7"))
+    p = runner("run", "--config", conf)
+    assert p.returncode == 1 and "mantissa_bits: 4 -> 7" in p.stderr, p.stderr[-500:]
+
+
+def test_mantissa_bits_are_checked_in_the_config(tmp_path):
+    from runner.contract.config import from_dict
+    from runner.contract.errors import ConfigError
+
+    base = {"job": {"model": "m", "dataset": "d", "out": "o"}}
+    for job, says in (
+        ({"mantissa_bits": 8}, "mantissa_bits must be 0..7"),
+        ({"mantissa_bits": 4, "dtype": "float32"}, "bfloat16 files only"),
+        ({"storage": "zip"}, "storage must be one of 'ckpt', 'ckpt.gz'"),
+    ):
+        with pytest.raises(ConfigError, match=says):
+            from_dict({"job": {**base["job"], **job}}, base_dir=str(tmp_path))
