@@ -388,13 +388,16 @@ class Store:
         log.info("adopted %d committed files that had no manifest line", len(orphans))
 
     def mean_bytes(self, committed: set[int]) -> float | None:
-        """The mean file size over a few committed samples (the disk projection's start)."""
+        """The mean file size over a few committed samples in this store's storage mode (the
+        disk projection's start: files of the other mode say little about the ones to come)."""
         sizes = []
-        for idx in list(committed)[:20]:
+        for idx in list(committed)[:40]:
             try:
-                sizes.append(os.path.getsize(find_sample(self.out, idx)))
+                sizes.append(os.path.getsize(sample_path(self.out, idx, self.storage)))
             except OSError:
                 pass
+            if len(sizes) == 20:
+                break
         return sum(sizes) / len(sizes) if sizes else None
 
     def adopt(self, idx: int) -> None:
