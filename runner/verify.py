@@ -13,7 +13,7 @@ from collections import defaultdict
 from . import layers
 from .contract.config import Config
 from .dataset import RowError, open_dataset
-from .store import FILE_RE, SHARD_RE, Store, shard_name
+from .store import FILE_RE, PINNED_DEFAULTS, SHARD_RE, Store, shard_name
 
 QUARANTINE = ".quarantine"
 QUARANTINE_SUFFIX = ".bad"
@@ -71,7 +71,7 @@ def check_contents(
     if entry is not None and seq != entry.get("seq"):
         return f"seq {seq} != manifest {entry.get('seq')}"
     finite = entry is None or not quick
-    bits = desc.get("mantissa_bits", 7)
+    bits = desc.get("mantissa_bits", PINNED_DEFAULTS["mantissa_bits"])
     return check_tensors(t, desc["hidden_size"], desc.get("dtype"), want_ids, finite, bits)
 
 

@@ -11,7 +11,7 @@ import signal
 from runner import shm
 from tests.conftest import runner
 from tests.real_sglang.compare import compare
-from tests.real_sglang.test_equal_to_reference import jobs
+from tests.real_sglang.test_equal_to_reference import jobs, writers
 from tests.runner.helpers import (
     done_count,
     kill_group,
@@ -62,16 +62,7 @@ def test_a_dead_non_writing_rank_is_named_cleaned_up_and_restarted(
     assert f"TP1 scheduler (pid {tp1}) died, killed by SIGKILL" in st["server"]["last_death"], st["server"]
     assert set(os.listdir(shm.SHM_DIR)) - before == set(), "a server's shared memory outlived it"
     assert verify(sg)[0] == 0 and done_count(sg) >= samples
-    assert_one_writer_after_restart(sg)
+    assert {w.split(" pid ")[0] for w in writers(sg)} == {"TP0"}  # both servers' TP0; TP1 never
+    assert os.listdir(os.path.join(out_dir(sg), ".tmp")) == []
     runner("run", "--config", ref, check=True, timeout=600)
     compare(out_dir(sg), out_dir(ref))
-
-
-def assert_one_writer_after_restart(conf: str) -> None:
-    """Both servers' TP0 wrote; TP1 never did."""
-    import json
-
-    with open(os.path.join(out_dir(conf), "manifest.jsonl")) as f:
-        who = {json.loads(line)["writer"].split(" pid ")[0] for line in f if line.strip()}
-    assert who == {"TP0"}, who
-    assert os.listdir(os.path.join(out_dir(conf), ".tmp")) == []
