@@ -168,7 +168,8 @@ def compare_samples(ref: dict, out: dict, names: list[str], cosine: float, final
 
 
 def _load(dump_dir: str, rid: str) -> dict:
-    from runner.contract.ckpt import file_checksum, load_sample
+    from runner.contract.ckpt import load_sample
+    from runner.contract.sink import file_checksum
 
     meta = dump.read_sidecar(dump_dir, rid)
     path = dump.data_path(dump_dir, rid)

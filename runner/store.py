@@ -403,7 +403,8 @@ class Store:
     def adopt(self, idx: int) -> None:
         """Record a file committed just before a crash that lost its manifest line; raises
         CorruptSample or OSError when it does not load."""
-        from .contract.ckpt import file_checksum, load_sample
+        from .contract.ckpt import load_sample
+        from .contract.sink import file_checksum
 
         path = find_sample(self.out, idx)
         seq = int(load_sample(path)["input_ids"].shape[0])

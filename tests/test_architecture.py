@@ -19,7 +19,10 @@ OURS = ("runner", "bot", "remote", "patches", "deploy")
 CONTRACT = "runner.contract"
 # The one module of the contract that needs torch: the sample file both writers write (the
 # SGLang patch and the reference backend) and verify, adopt and the self-test read.
-TORCH_CONTRACT = {"runner.contract.ckpt": {"torch", "xxhash", "isal"}}  # GPU-box deps of the sample file
+TORCH_CONTRACT = {  # GPU-box deps of the sample file and of its bytes
+    "runner.contract.ckpt": {"torch"},
+    "runner.contract.sink": {"xxhash", "isal"},
+}
 # bot reaches runner's machinery for `hsx demo` only (it runs a runner here), always lazily.
 BOT_DEMO = {"runner.demo_assets", "runner.sglang_cpu"}
 STDLIB = sys.stdlib_module_names | {"__future__", "tomli"}  # tomli: tomllib before Python 3.11

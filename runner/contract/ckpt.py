@@ -17,26 +17,20 @@ Why ``write_sample`` is fast (measured with ``python -m bench.write_path``):
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import io
 import os
-import sys
 import threading
 import zlib
 
 import torch
-import xxhash
 
-from .dump import BF16_MANTISSA_BITS, CHECKSUM_ALGO
+from .dump import BF16_MANTISSA_BITS
 from .errors import HsxError
 from .precision import round_mantissa
+from .sink import GzipSink, HashingSink, gzip_codec, is_gzip
 
 KEYS = ("input_ids", "loss_mask", "hidden_state", "aux_hidden_state")
 AUX_LAYERS = 3
-CHUNK_BYTES = 4 << 20  # write/hash/writeback unit; 4 MiB measured best (16/64 MiB start writeback later)
-_READ_CHUNK = 8 << 20
-_HASHERS = {"xxh3_64": xxhash.xxh3_64}
-_new_hasher = _HASHERS[CHECKSUM_ALGO]
 
 
 class BadSample(HsxError, ValueError):
@@ -151,96 +145,6 @@ def _zip_crc_off():
                 cfg.compute_crc32 = _crc_saved
 
 
-# --- the file sink torch.save writes into ----------------------------------------------------
-
-_SYNC_FILE_RANGE_WRITE = 2
-
-
-def _load_sync_file_range():
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        fn = ctypes.CDLL(None, use_errno=True).sync_file_range
-    except (OSError, AttributeError):
-        return None
-    fn.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint]
-    fn.restype = ctypes.c_int
-    return fn
-
-
-_sync_file_range = _load_sync_file_range()
-
-
-class _HashingSink:
-    """File-like target for torch.save: writes to fd in chunks, hashes each chunk, and starts
-    writeback behind itself. Hashing in a second thread instead measured no faster."""
-
-    def __init__(self, fd: int):
-        self.fd = fd
-        self.hasher = _new_hasher()
-        self.written = 0
-        self._flushed_to = 0
-
-    def write(self, data) -> int:
-        view = memoryview(data).cast("B")
-        total = len(view)
-        pos = 0
-        while pos < total:
-            part = view[pos : pos + CHUNK_BYTES]
-            self.hasher.update(part)
-            done = 0
-            while done < len(part):  # os.write may write less than asked
-                done += os.write(self.fd, part[done:])
-            pos += done
-            self.written += done
-            if _sync_file_range is not None and self.written - self._flushed_to >= CHUNK_BYTES:
-                # only a hint to start writeback now; durability comes from the fsync at the end
-                _sync_file_range(
-                    self.fd, self._flushed_to, self.written - self._flushed_to, _SYNC_FILE_RANGE_WRITE
-                )
-                self._flushed_to = self.written
-        return total
-
-    def flush(self) -> None:
-        pass
-
-
-GZIP_MAGIC = b"\x1f\x8b"
-
-
-def _gzip_codec():
-    """ISA-L's gzip (standard gzip output, ~8x zlib's speed per core), else zlib's."""
-    try:
-        from isal import isal_zlib
-
-        return isal_zlib
-    except ImportError:  # slower, same format
-        return zlib
-
-
-class _GzipSink:
-    """torch.save's bytes gzipped on the way into the hashing sink: the checksum and the byte
-    count are of the file as stored, and nothing is held in memory but one chunk."""
-
-    def __init__(self, inner: _HashingSink):
-        self.inner = inner
-        self.z = _gzip_codec().compressobj(1, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
-
-    def write(self, data) -> int:
-        view = memoryview(data).cast("B")
-        for pos in range(0, len(view), CHUNK_BYTES):
-            out = self.z.compress(view[pos : pos + CHUNK_BYTES])
-            if out:
-                self.inner.write(out)
-        return len(view)
-
-    def flush(self) -> None:
-        pass
-
-    def finish(self) -> None:
-        self.inner.write(self.z.flush())
-
-
 def write_sample(
     path: str | os.PathLike,
     *,
@@ -272,8 +176,8 @@ def write_sample(
     flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_CLOEXEC", 0)
     fd = os.open(path, flags, 0o644)
     try:
-        sink = _HashingSink(fd)
-        target = _GzipSink(sink) if compress else sink
+        sink = HashingSink(fd)
+        target = GzipSink(sink) if compress else sink
         with _zip_crc_off():
             torch.save(sample, target)
         if compress:
@@ -343,23 +247,6 @@ def check_tensors(
     return None
 
 
-def file_checksum(path: str | os.PathLike) -> str:
-    """The write_sample checksum, recomputed by streaming the file."""
-    hasher = _new_hasher()
-    buf = bytearray(_READ_CHUNK)
-    view = memoryview(buf)
-    with open(path, "rb", buffering=0) as f:
-        while n := f.readinto(buf):
-            hasher.update(view[:n])
-    return hasher.hexdigest()
-
-
-def is_gzip(path: str | os.PathLike) -> bool:
-    """By its first bytes, not its name: a dump in the server's temp dir is ``<rid>.dump``."""
-    with open(path, "rb") as f:
-        return f.read(2) == GZIP_MAGIC
-
-
 def load_sample(path: str | os.PathLike, *, mmap: bool = True) -> dict[str, torch.Tensor]:
     """Load and check a sample; mmap (the default) maps the tensors instead of reading them.
 
@@ -371,7 +258,7 @@ def load_sample(path: str | os.PathLike, *, mmap: bool = True) -> dict[str, torc
     try:
         if is_gzip(path):  # "ckpt.gz": read whole and decompressed, as SpecForge does
             with open(path, "rb") as f:
-                raw = _gzip_codec().decompress(f.read(), 16 + zlib.MAX_WBITS)
+                raw = gzip_codec().decompress(f.read(), 16 + zlib.MAX_WBITS)
             data = torch.load(io.BytesIO(raw), map_location="cpu", weights_only=True)
         else:
             data = torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)

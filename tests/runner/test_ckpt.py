@@ -6,9 +6,10 @@ import pytest
 import torch
 import xxhash
 
-from runner.contract import ckpt
-from runner.contract.ckpt import BadSample, CorruptSample, file_checksum, load_sample, write_sample
+from runner.contract import ckpt, sink
+from runner.contract.ckpt import BadSample, CorruptSample, load_sample, write_sample
 from runner.contract.errors import HsxError
+from runner.contract.sink import file_checksum
 
 SEQ, H = 37, 16
 
@@ -104,16 +105,16 @@ def test_checksum_is_of_the_bytes_written_and_changes_with_them(tmp_path):
 
 
 def test_large_sample_spans_many_chunks(tmp_path, monkeypatch):
-    monkeypatch.setattr(ckpt, "CHUNK_BYTES", 4096)  # many chunks and writeback hints on a small file
+    monkeypatch.setattr(sink, "CHUNK_BYTES", 4096)  # many chunks and writeback hints on a small file
     hints = []
-    real = ckpt._sync_file_range
+    real = sink._sync_file_range
     if real is not None:
 
         def counting(fd, offset, length, flags):
             hints.append((offset, length))
             return real(fd, offset, length, flags)
 
-        monkeypatch.setattr(ckpt, "_sync_file_range", counting)
+        monkeypatch.setattr(sink, "_sync_file_range", counting)
     sample = make(seq=600, hidden=64)
     nbytes, checksum = write_sample(tmp_path / "big.ckpt", **sample)
     assert nbytes > 50 * 4096
