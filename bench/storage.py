@@ -43,19 +43,18 @@ from __future__ import annotations
 
 import argparse
 import gzip
-import importlib.util
 import io
 import json
 import os
 import shutil
 import statistics
-import sys
 import tempfile
 import time
 from dataclasses import dataclass
 
 import torch
 
+from bench.specforge import load_specforge
 from runner.contract import ckpt
 from runner.contract.precision import relative_error, round_mantissa
 
@@ -283,37 +282,6 @@ def table(title: str, res: dict) -> list[str]:
 
 
 # --- SpecForge's own reader ------------------------------------------------------------------
-
-
-def load_specforge(checkout: str):
-    """specforge.data.preprocessing imported from the checkout ``checkout`` (never a copy).
-
-    Only the ``specforge`` package is taken from there: the checkout's root is not put on
-    sys.path, where its top-level ``datasets/`` folder would shadow the ``datasets`` library."""
-    root = os.path.abspath(checkout)
-    pkg = os.path.join(root, "specforge")
-    src = os.path.join(pkg, "data", "preprocessing.py")
-    if not os.path.isfile(src):
-        raise ImportError(f"{root} is not a SpecForge checkout (no specforge/data/preprocessing.py)")
-    have = sys.modules.get("specforge")
-    if have is None:
-        spec = importlib.util.spec_from_file_location(
-            "specforge", os.path.join(pkg, "__init__.py"), submodule_search_locations=[pkg]
-        )
-        have = importlib.util.module_from_spec(spec)
-        sys.modules["specforge"] = have
-        try:
-            spec.loader.exec_module(have)
-        except BaseException:
-            del sys.modules["specforge"]
-            raise
-    if os.path.realpath(os.path.dirname(have.__file__)) != os.path.realpath(pkg):
-        raise ImportError(f"specforge is already imported from {have.__file__}, not from {root}")
-    mod = importlib.import_module("specforge.data.preprocessing")
-    for name in ("list_local_files", "OfflineEagle3Dataset"):
-        if not hasattr(mod, name):
-            raise ImportError(f"{src} has no {name}")
-    return mod
 
 
 def write_dirs(root: str, samples: list[dict], comp: dict) -> tuple[str, str]:

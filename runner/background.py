@@ -1,4 +1,4 @@
-"""Long verbs (verify) in the background on the box: an SSH call or a Slack response URL
+"""Long verbs (verify, adopt, compact) in the background on the box: an SSH call or a Slack response URL
 cannot wait hours for a multi-terabyte output, so the verb runs detached, niced, and keeps
 ``OUT/background.json`` true (progress, rate, ETA, then the result) for status and the watcher."""
 
@@ -110,7 +110,8 @@ class Progress:
         }  # fmt: skip
         self._write()
 
-    def __call__(self, done: int, total: int, nbytes: int) -> None:
+    def __call__(self, done: int, total: int, nbytes: int, **extra) -> None:
+        """``extra``: the verb's own figures (compact: bytes freed so far), kept in the record."""
         now = time.monotonic()
         if now - self._last < timing.current().background_write_s and done < total:
             return
@@ -119,7 +120,7 @@ class Progress:
         files_per_s = done / span
         self.rec.update(
             done=done, total=total, bytes=nbytes, rate_bytes_s=nbytes / span, files_per_s=files_per_s,
-            eta_s=(total - done) / files_per_s if files_per_s > 0 else None,
+            eta_s=(total - done) / files_per_s if files_per_s > 0 else None, **extra,
         )  # fmt: skip
         self._write()
 

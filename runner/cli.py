@@ -122,6 +122,32 @@ def cmd_adopt(args, cfg: Config) -> int:
     return _answer(args, Reply({"ok": True, **report, "message": text.splitlines()[0]}, text))
 
 
+def cmd_compact(args, cfg: Config) -> int:
+    """Exit 0 when every sample is in the job's mode afterwards, 1 when some were left as they
+    were (the report says why), 3 when refused (nothing changed), 2 for a config error."""
+    from . import background
+    from .compact import CompactRefused, compact
+    from .contract.render import render_compact
+    from .contract.replies import CompactReport
+
+    try:
+        if args.background:
+            return _detach(args, cfg, "compact", [])
+        with background.recording(cfg.job.out, "compact", [], args.record, plain=(CompactRefused,)) as prog:
+            report = compact(cfg, progress=prog)
+            if prog:
+                prog.finish(report)
+    except CompactRefused as e:
+        if args.json:
+            print(json.dumps({"ok": False, "refused": True, "reason": str(e), "message": str(e)}))
+        else:
+            print(f"hsx-runner compact: refused: {e}", file=sys.stderr)
+        return REFUSED
+    text = render_compact(CompactReport.from_dict(report))
+    payload = {"ok": True, **report, "message": text.splitlines()[0]}
+    return _answer(args, Reply(payload, text, OK if report["complete"] else NOT_OK))
+
+
 def cmd_preflight(args, cfg: Config) -> int:
     from .preflight import preflight
 
@@ -167,6 +193,9 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--background", action="store_true", help="run detached and niced; status shows progress")
     s.add_argument("--record", action="store_true", help=argparse.SUPPRESS)  # the detached run itself
     s.add_argument("dir", help="the directory with the files (the job's own out, or another)")
+    s = verb("compact", cmd_compact, "re-encode the output in place to [job] storage (and mantissa_bits)")
+    s.add_argument("--background", action="store_true", help="run detached and niced; status shows progress")
+    s.add_argument("--record", action="store_true", help=argparse.SUPPRESS)  # the detached run itself
     s = verb("preflight", cmd_preflight, "check GPUs, disk, paths, patch")
     s.add_argument("--free-gpus", action="store_true", help="stop and disable units that hold GPUs")
     return p

@@ -10,7 +10,7 @@ import os
 import signal
 import sys
 
-from . import layers, lengths, ranks
+from . import compact, layers, lengths, ranks
 from .contract.config import Config, require_job
 from .contract.errors import ConfigError, JobFailed, ServerError
 from .contract.status import Phase
@@ -97,6 +97,7 @@ class Job:
             "config", "read that code, then set [job] trust_remote_code = true", layers.check_remote_code, job
         )
         removed = self.store.prepare()
+        compact.finish_unless_running(job.out)  # a killed compact's sample back in place first
         info = _step("model", f"check [job] model: {job.model}/config.json must be readable",
                      layers.model_info, job.model)  # fmt: skip
         ds = _step("dataset", f"check [job] dataset: {job.dataset}", open_dataset, job, info["vocab_size"])

@@ -149,7 +149,10 @@ class Store:
             diff = [k for k in PINNED if had[k] != desc.get(k, PINNED_DEFAULTS.get(k))]
             if diff:
                 detail = "; ".join(f"{k}: {had[k]!r} -> {desc.get(k)!r}" for k in diff)
-                raise ConfigError(f"{out} was written by a different job ({detail}); use a new [job] out")
+                hint = "use a new [job] out"
+                if diff == ["mantissa_bits"] and desc.get("mantissa_bits", 7) < had["mantissa_bits"]:
+                    hint += ", or round the samples there first (stop the job, hsx-runner compact)"
+                raise ConfigError(f"{out} was written by a different job ({detail}); {hint}")
             if have.get("storage", "ckpt") == desc.get("storage", "ckpt"):
                 return
             # the operator switched the storage mode: the files written so far keep theirs
@@ -356,6 +359,7 @@ class Store:
         adopted: bool = False,
         writer: str = "",
         storage: str = "ckpt",
+        mantissa_bits: int | None = None,
     ) -> None:
         rec = {
             "idx": idx,
@@ -371,6 +375,8 @@ class Store:
             rec["writer"] = writer
         if storage != "ckpt":  # the file's mode (lines without one are raw .ckpt)
             rec["storage"] = storage
+        if mantissa_bits is not None:  # rounded by compact (extraction's follow dataset.json)
+            rec["mantissa_bits"] = mantissa_bits
         _append(self.manifest_path, orjson.dumps(rec))
 
     def record_orphans(self, orphans: list[int]) -> None:

@@ -27,7 +27,7 @@ def file_size(p: str) -> int:
         return 0
 
 
-def _scan(out: str) -> dict[int, list[str]]:
+def scan(out: str) -> dict[int, list[str]]:
     """idx -> every path holding it (more than one, or the wrong shard, is a defect)."""
     found: dict[int, list[str]] = defaultdict(list)
     if not os.path.isdir(out):
@@ -90,7 +90,7 @@ def verify(cfg: Config, repair: bool = False, quick: bool = False, progress=None
     total = len(ds)
     manifest = store.manifest()
     failures = store.failures()
-    found = _scan(out)
+    found = scan(out)
     ok, missing, failed, unrecorded = 0, [], [], []
     corrupt: dict[int, str] = {}
     nbytes = 0

@@ -28,10 +28,12 @@ PY=${PYTHON:-python3}
 .venv/bin/pip install -q -e '.[runner,bot,dev]'
 [ -n "$(ls .cache/sglang/sglang-0.5.23-*.whl 2>/dev/null)" ] ||
   .venv/bin/pip download -q --no-deps sglang==0.5.23 -d .cache/sglang
+[ -n "$(ls .cache/specforge/specforge-0.2.0-*.whl 2>/dev/null)" ] ||   # its offline reader reads our outputs
+  .venv/bin/pip download -q --no-deps specforge==0.2.0 -d .cache/specforge
 
 .venv/bin/python -m runner.sglang_cpu .cache >/dev/null   # several minutes the first time
 
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
-export HSX_REQUIRE_SSHD=1 HSX_REQUIRE_SGLANG_WHEEL=1 HSX_REQUIRE_SLURM=1 HSX_REQUIRE_SGLANG_CPU=1
+export HSX_REQUIRE_SSHD=1 HSX_REQUIRE_SGLANG_WHEEL=1 HSX_REQUIRE_SLURM=1 HSX_REQUIRE_SGLANG_CPU=1 HSX_REQUIRE_SPECFORGE=1
 .venv/bin/python -m pytest -q -p no:cacheprovider "$@"

@@ -24,7 +24,9 @@ RUNNER = os.path.join(BIN, "hsx-runner")
 os.environ[timing.ENV] = "fast"  # short polls and backoffs, here and in every process a test starts
 
 
-SLOW_FIXTURES = frozenset({"pair", "shared_pair", "gpu_box", "hsx_wheel", "slurm", "sglang_python"})
+SLOW_FIXTURES = frozenset(
+    {"pair", "shared_pair", "gpu_box", "hsx_wheel", "slurm", "sglang_python", "specforge"}
+)
 
 
 def pytest_collection_modifyitems(items):
@@ -37,6 +39,22 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def specforge(tmp_path_factory):
+    """SpecForge's own ``specforge.data.preprocessing`` (discovery and offline loader), from the
+    pinned wheel scripts/test.sh fetches; CI sets HSX_REQUIRE_SPECFORGE=1 to fail, not skip."""
+    from bench import specforge as sf
+    from tests.sshd import skip_or_fail
+
+    whl = sf.wheel(os.path.join(ROOT, ".cache"))
+    if whl is None:
+        skip_or_fail(f"no SpecForge {sf.VERSION} wheel under .cache/{sf.CACHE}", "HSX_REQUIRE_SPECFORGE")
+    try:
+        return sf.load_specforge(sf.unpack(whl, str(tmp_path_factory.mktemp("specforge"))))
+    except ImportError as e:
+        skip_or_fail(f"SpecForge's reader does not import here ({e})", "HSX_REQUIRE_SPECFORGE")
 
 
 @pytest.fixture(scope="session")

@@ -10,7 +10,7 @@ from __future__ import annotations
 import datetime as dt
 
 from .ranks import NAMED, QUIET
-from .replies import AdoptReport, PreflightReport, VerifyReport
+from .replies import AdoptReport, CompactReport, PreflightReport, VerifyReport
 from .status import STALE_S, Phase, StatusRecord, age_s, heartbeat_age, is_stale, parse_iso
 
 MAX_ERROR_CHARS = 400
@@ -98,6 +98,8 @@ def background_line(rec: StatusRecord) -> str:
     )
     if bg.get("rate_bytes_s"):
         line += f", {human_bytes(bg['rate_bytes_s'])}/s"
+    if isinstance(bg.get("freed"), int) and bg["freed"] > 0:  # compact: the room made so far
+        line += f", {human_bytes(bg['freed'])} freed"
     if bg.get("eta_s") is not None and total:
         line += f", ETA {human_duration(bg['eta_s'])}"
     return line
@@ -109,11 +111,12 @@ def background_result(rec: StatusRecord) -> str:
     state, verb = bg.get("state"), bg.get("verb", "background job")
     if state == "done" and isinstance(bg.get("result"), dict):
         result = bg["result"]
-        text = (
-            render_adopt(AdoptReport.from_dict(result))
-            if verb == "adopt"
-            else render_verify(VerifyReport.from_dict(result))
-        )
+        if verb == "adopt":
+            text = render_adopt(AdoptReport.from_dict(result))
+        elif verb == "compact":
+            text = render_compact(CompactReport.from_dict(result))
+        else:
+            text = render_verify(VerifyReport.from_dict(result))
         return f"{verb} finished: " + text
     if state in ("failed", "crashed"):
         return f":x: {verb} {state}: {bg.get('error') or 'its process is gone'} (`/extract logs --crash`)"
@@ -332,6 +335,22 @@ def render_adopt(rep: AdoptReport) -> str:
     if rep.loss_mask_differs:
         lines.append(f"adopted with a loss_mask unlike this job's: {indices_text(rep.loss_mask_differs)}")
     lines.append("`/extract resume` extracts the rest; the rate counts only extracted samples")
+    return "\n".join(lines)
+
+
+def render_compact(rep: CompactReport) -> str:
+    freed = f"{human_bytes(rep.freed)} freed" if rep.freed >= 0 else f"{human_bytes(-rep.freed)} more used"
+    lines = [
+        f"compact to {rep.storage}: {rep.recoded:,} samples re-encoded, {freed} "
+        f"({human_bytes(rep.bytes_before)} -> {human_bytes(rep.bytes_after)})"
+        + (f" · {rep.already:,} already {rep.storage}" if rep.already else "")
+    ]
+    if rep.pinned_bits is not None:
+        lines.append(f"every sample holds {rep.pinned_bits} mantissa bits now; dataset.json says so")
+    for i, why in list(rep.skipped.items())[:10]:
+        lines.append(f"left as it was, {i}: {why[:200]}")
+    if len(rep.skipped) > 10:
+        lines.append(f"… {len(rep.skipped) - 10:,} more left as they were (`hsx compact --json` lists them)")
     return "\n".join(lines)
 
 

@@ -28,6 +28,7 @@ ANSWER_CODES = {
     "stop": (OK, REFUSED),
     "verify": (OK, NOT_OK, REFUSED),  # not every sample is sound, reply lists them; a background one refused
     "adopt": (OK, REFUSED),  # refused (bad directory, a runner holds the job), reply says why
+    "compact": (OK, NOT_OK, REFUSED),  # some samples left as they were; refused: nothing changed
     "logs": (OK,),
     "events": (OK,),
     "preflight": (OK, NOT_OK),  # some check failed, reply lists them
@@ -139,6 +140,37 @@ class AdoptReport:
             missing=missing if isinstance(missing, int) and not isinstance(missing, bool) else 0,
             already=_count(d.get("already")),
             loss_mask_differs=_ints(d.get("loss_mask_differs")),
+        )
+
+
+@dataclass
+class CompactReport:
+    """``hsx-runner compact --json``: what was re-encoded, what it freed, what stayed and why."""
+
+    storage: str
+    mantissa_bits: int | None
+    recoded: int
+    already: int
+    skipped: dict[str, str]
+    bytes_before: int
+    bytes_after: int
+    freed: int
+    pinned_bits: int | None  # the output's mantissa bits, rewritten once every sample was rounded
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> CompactReport:
+        skipped = d.get("skipped") if isinstance(d.get("skipped"), dict) else {}
+        bits, pinned = d.get("mantissa_bits"), d.get("pinned_bits")
+        return cls(
+            storage=str(d.get("storage", "")),
+            mantissa_bits=bits if isinstance(bits, int) and not isinstance(bits, bool) else None,
+            recoded=_count(d.get("recoded")),
+            already=_count(d.get("already")),
+            skipped={str(k): str(v) for k, v in skipped.items()},
+            bytes_before=_count(d.get("bytes_before")),
+            bytes_after=_count(d.get("bytes_after")),
+            freed=_count(d.get("freed")),
+            pinned_bits=pinned if isinstance(pinned, int) and not isinstance(pinned, bool) else None,
         )
 
 

@@ -143,3 +143,29 @@ def unrecorded_ckpts(out: str) -> list[str]:
         if n.endswith((".ckpt", ".ckpt.gz"))
     ]
     return sorted(os.path.relpath(p, out) for p in found if os.path.realpath(p) not in ok)
+
+
+def specforge_items(sf, out: str) -> dict[int, dict]:
+    """Every sample as SpecForge's own discovery and offline loader see ``out`` now (``sf`` is
+    specforge.data.preprocessing), by index: each index at most once, each file loaded by
+    SpecForge's code (which swallows a load error and hands back item 0 instead: the caller
+    compares the items with what was written, so a substitute shows)."""
+    from runner.store import FILE_RE
+
+    paths = sf.list_local_files(out)
+    idx = [int(FILE_RE.match(os.path.basename(p)).group(1)) for p in paths]
+    assert len(idx) == len(set(idx)), f"SpecForge lists a sample twice: {sorted(paths)}"
+    ds = sf.OfflineEagle3Dataset(paths, max_len=1 << 20)
+    return {i: ds[n] for n, i in enumerate(idx)}
+
+
+def assert_items_equal(items: dict[int, dict], truth: dict[int, dict]) -> None:
+    """SpecForge's items (target = hidden_state, hidden_state = aux) equal the samples written."""
+    import torch
+
+    for i, item in items.items():
+        t = truth[i]
+        assert torch.equal(item["input_ids"][0], t["input_ids"]), i
+        assert torch.equal(item["loss_mask"][0, :-1], t["loss_mask"][:-1]), i  # it zeroes the last
+        assert torch.equal(item["target"], t["hidden_state"]), i
+        assert torch.equal(item["hidden_state"], t["aux_hidden_state"]), i
