@@ -11,7 +11,7 @@ import datetime as dt
 
 from .ranks import NAMED, QUIET
 from .replies import AdoptReport, PreflightReport, VerifyReport
-from .status import STALE_S, Phase, StatusRecord, age_s, heartbeat_age, is_stale, parse_iso
+from .status import NOT_STARTED, STALE_S, Phase, StatusRecord, age_s, heartbeat_age, is_stale, parse_iso
 
 MAX_ERROR_CHARS = 400
 
@@ -239,6 +239,9 @@ def _phase_lines(rec: StatusRecord, now: dt.datetime) -> list[str]:
             else "`/extract resume` continues where it stopped"
         )
         return [head, progress_line(rec), disk_line(rec), todo]
+    if p is Phase.STOPPED and rec.reason == NOT_STARTED:
+        return [f"Not started: {rec.total:,} samples to extract" if rec.total else "Not started",
+                "`/extract start` begins the job"]  # fmt: skip
     if p is Phase.STOPPED:
         if rec.reason and rec.reason.startswith("adopted "):  # hsx-runner adopt, before any run
             why = f"— {rec.reason}"
