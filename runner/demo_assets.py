@@ -186,7 +186,7 @@ def relocate(workdir: str) -> str | None:
         if rel.startswith("..") or not have.endswith(os.sep + rel):
             raise SystemExit(
                 f"hsx demo: {file} names {have} as the {what}, not {want}; use another --workdir, "
-                f"or remove {os.path.dirname(file)} to build it again"
+                f"or remove {os.path.dirname(file)} to start over"
             )
         came_from.add(have[: -len(rel) - 1])
     if not came_from:
