@@ -32,7 +32,7 @@ class AuditLog:
             "user": user,
             "action": action,
             "result": result,
-            "detail": detail[:500],
+            "detail": detail[:3000],  # a reply's length at most (Slack's block limit)
         }
         line = json.dumps(entry, ensure_ascii=False) + "\n"
         with _lock:

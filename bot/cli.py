@@ -140,6 +140,9 @@ def cmd_demo(args) -> int:
     what = "a tiny model" if args.target == "demo" else f"a tiny {args.target}-shaped model"
     print(f"hsx demo: building {what}, tokenizer and {args.samples} conversations in {workdir} ...")
     conf = demo_assets.build(workdir, args.samples, args.seed, server, args.target)
+    came_from = demo_assets.relocate(workdir)
+    if came_from:
+        print(f"hsx demo: {workdir} was copied or moved from {came_from}: its files now name {workdir}")
     if load(conf).job.trust_remote_code:
         print("hsx demo: trust_remote_code = true: the tokenizer is hsx's own code in model/")
     cfg = load(conf)

@@ -310,8 +310,9 @@ class Handlers:
         if gpus.ok or not gpus.units:
             what = "no other process holds a GPU" if gpus.ok else gpus.detail
             return Reply(text=f"free-gpus: nothing to stop ({what})", ephemeral=True)
+        held = render.gpus_text(gpus.holders, []) or gpus.detail
         return Reply(
-            text=f"Stop and disable {', '.join(gpus.units)}? It holds GPUs: {gpus.detail}",
+            text=f"Stop and disable {', '.join(gpus.units)}? GPUs held: {held}",
             ephemeral=True,
             confirm="free-gpus",
         )
@@ -356,9 +357,12 @@ def background_text(verb: str, answer: Answer) -> str:
 
 
 def free_gpus_reply(report: dict) -> dict:
-    """preflight --free-gpus as an action reply: ok when the GPUs are free afterwards."""
+    """preflight --free-gpus as an action reply: ok when the GPUs are free afterwards; the
+    message names who held them and what stopping each unit did (summarised, never cut)."""
     gpus = PreflightReport.from_dict(report).check("gpus")
-    return {"ok": bool(gpus and gpus.ok), "message": (gpus.detail if gpus else "no gpus check")[:400]}
+    if not gpus:
+        return {"ok": False, "message": "no gpus check"}
+    return {"ok": gpus.ok, "message": render.gpus_text(gpus.holders, gpus.results) or gpus.detail}
 
 
 def _action_text(cmd: Command, answer: Answer) -> str:

@@ -244,7 +244,10 @@ def decide(prev: WatchState, obs: Observation, lim: Limits) -> tuple[list[Action
         reached = int(100 * rec.done / rec.total) // lim.milestone_pct * lim.milestone_pct
         reached = min(reached, 100 if rec.done >= rec.total else 99)
         if reached > st.milestone and reached > 0 and reached < 100:
-            later.append(Action("milestone", f"{reached}% reached\n{text}", key=f"milestone:{job}:{reached}"))
+            if not rec.phase.is_failed():  # a failed record's counts are in its alert, not a milestone
+                later.append(
+                    Action("milestone", f"{reached}% reached\n{text}", key=f"milestone:{job}:{reached}")
+                )
             st.milestone = reached
     if rec.phase is Phase.DONE and st.milestone < 100:
         later.append(Action("done", f":white_check_mark: {text}", key=f"done:{job}"))

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 from importlib import resources
 
 CHAT_TEMPLATE = (
@@ -144,9 +145,8 @@ rate_window_s = 30.0
 port = {_free_port()}
 
 [remote]
-transport = "local"
+transport = "local"  # the job is this file: the directory can be copied or moved
 runner = "{_runner_path()}"
-runner_config = "{os.path.join(os.path.abspath(workdir), "hsx.toml")}"
 
 [slack]
 operators = ["console"]
@@ -156,6 +156,52 @@ audit_log = "audit.jsonl"
 interval_s = 2.0
 state_file = "watcher.json"
 """
+
+
+def relocate(workdir: str) -> str | None:
+    """A demo copied or moved here still names the directory it came from: the paths its
+    output pins (out/dataset.json) and an older hsx's [remote] runner_config. The copy holds the
+    same files, so they are rewritten to name this one; a path that is not this demo's own file
+    at the same place is refused. Returns the directory it came from, None if it did not move."""
+    from .contract.atomic import write_atomic
+    from .contract.config import load
+
+    workdir = os.path.abspath(workdir)
+    conf = os.path.join(workdir, "hsx.toml")
+    cfg = load(conf)
+    pinned = os.path.join(workdir, "out", "dataset.json")
+    desc = {}
+    if os.path.exists(pinned):
+        with open(pinned) as f:
+            desc = json.load(f)
+    named = [(conf, "[remote] runner_config", cfg.remote.runner_config, conf)]
+    named += [
+        (pinned, key, desc.get(key), getattr(cfg.job, key)) for key in ("model", "tokenizer", "dataset")
+    ]
+    came_from = set()
+    for file, what, have, want in named:
+        if not have or have == want:
+            continue
+        rel = os.path.relpath(want, workdir)
+        if rel.startswith("..") or not have.endswith(os.sep + rel):
+            raise SystemExit(
+                f"hsx demo: {file} names {have} as the {what}, not {want}; use another --workdir, "
+                f"or remove {os.path.dirname(file)} to start over"
+            )
+        came_from.add(have[: -len(rel) - 1])
+    if not came_from:
+        return None
+    if len(came_from) > 1:
+        raise SystemExit(
+            f"hsx demo: {workdir}'s files name several directories ({', '.join(sorted(came_from))})"
+        )
+    with open(conf) as f:
+        text = f.read()
+    write_atomic(conf, re.sub(r"(?m)^runner_config = .*\n", "", text))
+    if desc:
+        moved = {k: getattr(cfg.job, k) for k in ("model", "tokenizer", "dataset")}
+        write_atomic(pinned, json.dumps({**desc, **moved}, indent=1) + "\n")
+    return came_from.pop()
 
 
 def _runner_path() -> str:

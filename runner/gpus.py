@@ -33,7 +33,8 @@ STUB_ENV = "HSX_NVML_STUB"  # a JSON file standing in for NVML (tests; there is 
 
 class _Stub:
     """pynvml's few calls over a JSON description: {"gpus": [{"used_mib", "total_mib",
-    "procs": [{"pid", "used_mib"}]}]}."""
+    "procs": [{"pid", "used_mib", "comm", "cgroup"}]}]}; comm and cgroup, when given, stand
+    for /proc/PID of a process on the box described (a unit such as vllm.service)."""
 
     NVMLError = RuntimeError
 
@@ -64,9 +65,10 @@ class _Stub:
         from types import SimpleNamespace
 
         return [
-            SimpleNamespace(pid=p["pid"], usedGpuMemory=p.get("used_mib", 0) * 2**20)
+            SimpleNamespace(pid=p["pid"], usedGpuMemory=p.get("used_mib", 0) * 2**20,
+                            comm=p.get("comm"), cgroup=p.get("cgroup"))
             for p in h.get("procs", [])
-        ]
+        ]  # fmt: skip
 
     def nvmlDeviceGetGraphicsRunningProcesses(self, h):
         return []
@@ -99,9 +101,9 @@ def survey() -> tuple[list[dict], str | None]:
             out.append({
                 "gpu": i, "used_mib": int(mem.used / 2**20), "total_mib": int(mem.total / 2**20),
                 "procs": [{
-                    "pid": p.pid, "name": _proc(p.pid, "comm").strip() or "?",
+                    "pid": p.pid, "name": (getattr(p, "comm", None) or _proc(p.pid, "comm")).strip() or "?",
                     "used_mib": int(p.usedGpuMemory / 2**20) if getattr(p, "usedGpuMemory", None) else None,
-                    "unit": unit_of(_proc(p.pid, "cgroup")),
+                    "unit": unit_of(getattr(p, "cgroup", None) or _proc(p.pid, "cgroup")),
                 } for p in procs],
             })  # fmt: skip
     except Exception as e:  # a driver error mid-survey: report it rather than half a picture
@@ -114,8 +116,41 @@ def survey() -> tuple[list[dict], str | None]:
     return out, None
 
 
+def holders(devices: list[dict], own_pid: int | None, held_mib: int) -> list[dict]:
+    """Who holds GPUs, one entry per systemd unit (else per process), then one for the GPUs
+    whose memory no visible process explains: {unit, pid, name, gpus, mib[, total_mib]}."""
+    by: dict = {}
+    for d in devices:
+        for p in d["procs"]:
+            if p["pid"] != own_pid:
+                h = by.setdefault(p["unit"] or p["pid"], {"unit": p["unit"], "pid": None if p["unit"] else p["pid"],
+                                                          "name": p["name"], "on": {}})  # fmt: skip
+                h["on"].setdefault(d["gpu"], []).append(p["used_mib"])
+    used = {d["gpu"]: d["used_mib"] for d in devices}
+    out = []
+    for h in sorted(by.values(), key=lambda h: (h["unit"] is None, h["unit"] or "", h["pid"] or 0)):
+        on = h.pop("on")
+        # NVML may not say a process's memory: its GPU's whole use stands in
+        mib = sum(
+            sum(m or 0 for m in ms) if any(m is not None for m in ms) else used[g] for g, ms in on.items()
+        )
+        out.append({**h, "gpus": sorted(on), "mib": mib})
+    shown = {g for h in out for g in h["gpus"]}
+    hidden = [d for d in devices if d["gpu"] not in shown and d["used_mib"] >= held_mib]
+    if hidden:
+        out.append({"unit": None, "pid": None, "name": "processes NVML does not show",
+                    "gpus": [d["gpu"] for d in hidden], "mib": sum(d["used_mib"] for d in hidden),
+                    "total_mib": sum(d["total_mib"] for d in hidden)})  # fmt: skip
+    return out
+
+
+def _why(p: subprocess.CompletedProcess) -> str:
+    lines = [x for x in (p.stderr or p.stdout).splitlines() if x.strip()]
+    return lines[-1].strip()[-300:] if lines else f"systemctl exited {p.returncode}"
+
+
 def stop_units(units: list[str]) -> list[dict]:
-    """systemctl stop + disable, one unit at a time; each result reported."""
+    """systemctl stop + disable, one unit at a time; each result reported: {unit, ok, detail}."""
     results = []
     for u in units:
         if not re.fullmatch(r"[A-Za-z0-9@._:-]+\.service", u):
@@ -123,7 +158,11 @@ def stop_units(units: list[str]) -> list[dict]:
             continue
         stop = subprocess.run(["systemctl", "stop", u], capture_output=True, text=True)
         disable = subprocess.run(["systemctl", "disable", u], capture_output=True, text=True)
-        ok = stop.returncode == 0 and disable.returncode == 0
-        detail = "stopped and disabled" if ok else (stop.stderr or disable.stderr).strip()[-300:]
-        results.append({"unit": u, "ok": ok, "detail": detail})
+        if stop.returncode:
+            detail = f"not stopped: {_why(stop)}"
+        elif disable.returncode:
+            detail = f"stopped, not disabled (it starts again at boot): {_why(disable)}"
+        else:
+            detail = "stopped and disabled"
+        results.append({"unit": u, "ok": not stop.returncode and not disable.returncode, "detail": detail})
     return results

@@ -10,6 +10,7 @@ import sys
 from . import gpus, layers, lock
 from .contract.config import Config
 from .contract.errors import ConfigError
+from .contract.render import gpus_text
 from .disk import fmt, worst_case_bytes
 
 
@@ -26,24 +27,21 @@ def gpus_check(needs_gpu: bool, own_pid: int | None, free_gpus: bool) -> dict:
     devices, err = gpus.survey()
     if err:
         return _check("gpus", not needs_gpu, err, "install the NVIDIA driver" if needs_gpu else "")
-    foreign = [dict(p, gpu=d["gpu"]) for d in devices for p in d["procs"] if p["pid"] != own_pid]
-    shown = {p["gpu"] for p in foreign}
-    hidden = [d for d in devices if d["gpu"] not in shown and d["used_mib"] >= HELD_MIB]
-    units = sorted({p["unit"] for p in foreign if p["unit"]})
-    parts = [f"GPU {p['gpu']}: pid {p['pid']} {p['name']} ({p['used_mib']} MiB){' in ' + p['unit'] if p['unit'] else ''}" for p in foreign]  # fmt: skip
-    parts += [f"GPU {d['gpu']}: {d['used_mib']:,} of {d['total_mib']:,} MiB in use by processes NVML does not show" for d in hidden]  # fmt: skip
-    stopped = gpus.stop_units(units) if (free_gpus and units) else []
-    parts += [f"{r['unit']}: {r['detail']}" for r in stopped]
-    ok = not hidden and (not foreign or (bool(stopped) and all(r["ok"] for r in stopped)
-                                         and len(units) == len({p["unit"] for p in foreign})))  # fmt: skip
+    found = gpus.holders(devices, own_pid, HELD_MIB)
+    units = sorted({h["unit"] for h in found if h["unit"]})
+    results = gpus.stop_units(units) if (free_gpus and units) else []
+    stopped = {r["unit"] for r in results if r["ok"]}
+    ok = all(h["unit"] in stopped for h in found)
     if units:
         fix = (
             f"/extract free-gpus (or hsx-runner preflight --free-gpus) stops and disables {', '.join(units)}"
         )
     else:
         fix = "stop those processes (another container or job may hold the GPUs)"
-    check = _check("gpus", ok, "; ".join(parts) or f"{len(devices)} GPUs, none held", "" if ok else fix)
-    return {**check, "units": units}  # what /extract free-gpus offers to stop
+    detail = gpus_text(found, results) or f"{len(devices)} GPUs, none held"
+    check = _check("gpus", ok, detail, "" if ok else fix)
+    # what /extract free-gpus offers to stop, and what it did
+    return {**check, "units": units, "holders": found, "results": results}
 
 
 def _device(s) -> str:

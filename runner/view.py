@@ -8,10 +8,8 @@ from __future__ import annotations
 import os
 
 from . import background, lock
-from .contract.status import STATUS, Phase, StatusRecord, age_s, read_record
+from .contract.status import NOT_STARTED, STATUS, Phase, StatusRecord, age_s, read_record
 from .store import Store
-
-NOT_STARTED = "not started yet"
 
 
 def current(out: str) -> StatusRecord:

@@ -79,7 +79,7 @@ class RemoteConfig:
     identity_file: str = ""
     known_hosts: str = "~/.ssh/known_hosts"
     runner: str = "hsx-runner"
-    runner_config: str = ""  # the job's config on the GPU box
+    runner_config: str = ""  # the job's config on the GPU box (local transport: this file, unless set)
     connect_timeout_s: float = 10.0
     command_timeout_s: float = 60.0
 
@@ -225,7 +225,10 @@ def load(path: str | None = None) -> Config:
         raise ConfigError(f"{path}: not valid TOML ({e})") from None
     except OSError as e:
         raise ConfigError(f"{path}: cannot read ({e})") from None
-    return from_dict(data, base_dir=os.path.dirname(os.path.abspath(path)), source=os.path.abspath(path))
+    cfg = from_dict(data, base_dir=os.path.dirname(os.path.abspath(path)), source=os.path.abspath(path))
+    if cfg.remote.transport == "local" and not cfg.remote.runner_config:
+        cfg.remote.runner_config = cfg.path  # the GPU box is this machine: the job is this file
+    return cfg
 
 
 def validate(cfg: Config) -> None:

@@ -11,7 +11,7 @@ import datetime as dt
 
 from .ranks import NAMED, QUIET
 from .replies import AdoptReport, CompactReport, PreflightReport, VerifyReport
-from .status import STALE_S, Phase, StatusRecord, age_s, heartbeat_age, is_stale, parse_iso
+from .status import NOT_STARTED, STALE_S, Phase, StatusRecord, age_s, heartbeat_age, is_stale, parse_iso
 
 MAX_ERROR_CHARS = 400
 
@@ -242,6 +242,9 @@ def _phase_lines(rec: StatusRecord, now: dt.datetime) -> list[str]:
             else "`/extract resume` continues where it stopped"
         )
         return [head, progress_line(rec), disk_line(rec), todo]
+    if p is Phase.STOPPED and rec.reason == NOT_STARTED:
+        return [f"Not started: {rec.total:,} samples to extract" if rec.total else "Not started",
+                "`/extract start` begins the job"]  # fmt: skip
     if p is Phase.STOPPED:
         if rec.reason and rec.reason.startswith("adopted "):  # hsx-runner adopt, before any run
             why = f"— {rec.reason}"
@@ -352,6 +355,49 @@ def render_compact(rep: CompactReport) -> str:
     if len(rep.skipped) > 10:
         lines.append(f"… {len(rep.skipped) - 10:,} more left as they were (`hsx compact --json` lists them)")
     return "\n".join(lines)
+
+
+HOLDERS_SHOWN = 8  # the rest are counted in one phrase, so a reply stays within Slack's limits
+
+
+def gpu_list(gpus: list[int]) -> str:
+    """0-5, 7"""
+    runs: list[list[int]] = []
+    for g in sorted(gpus):
+        if runs and g == runs[-1][-1] + 1:
+            runs[-1].append(g)
+        else:
+            runs.append([g])
+    return ", ".join(f"{r[0]}-{r[-1]}" if len(r) > 1 else str(r[0]) for r in runs)
+
+
+def _holder_text(h: dict) -> str:
+    gpus, mib = list(h.get("gpus") or []), int(h.get("mib") or 0)
+    which = f"{len(gpus)} GPU{'s' if len(gpus) != 1 else ''} ({gpu_list(gpus)}), {mib:,} MiB"
+    if h.get("unit"):
+        return f"{h['unit']} holds {which}"
+    if h.get("pid") is not None:
+        return f"pid {h['pid']} {h.get('name', '?')} holds {which}"
+    return (
+        f"GPU{'s' if len(gpus) != 1 else ''} {gpu_list(gpus)}: {mib:,} of {int(h.get('total_mib') or 0):,} "
+        "MiB in use by processes NVML does not show"
+    )
+
+
+def gpus_text(holders: list[dict], results: list[dict]) -> str:
+    """Who holds the GPUs, per unit (or process), then what stopping each unit did: one phrase
+    per holder and one per outcome, however many GPUs."""
+    parts = [_holder_text(h) for h in holders[:HOLDERS_SHOWN]]
+    rest = holders[HOLDERS_SHOWN:]
+    if rest:
+        gpus = {g for h in rest for g in h.get("gpus") or []}
+        mib = sum(int(h.get("mib") or 0) for h in rest)
+        parts.append(f"{len(rest)} more holders on {len(gpus)} GPUs ({gpu_list(list(gpus))}), {mib:,} MiB")
+    outcomes: dict[str, list[str]] = {}  # units that ended alike are named together
+    for r in results:
+        outcomes.setdefault(str(r.get("detail", "")), []).append(str(r.get("unit", "?")))
+    parts += [f"{', '.join(units)}: {what}" for what, units in outcomes.items()]
+    return "; ".join(parts)
 
 
 def render_preflight(rep: PreflightReport) -> str:

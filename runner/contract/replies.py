@@ -143,6 +143,10 @@ class AdoptReport:
         )
 
 
+def _dicts(x: Any) -> list[dict]:
+    return [d for d in x if isinstance(d, dict)] if isinstance(x, list) else []
+
+
 @dataclass
 class CompactReport:
     """``hsx-runner compact --json``: what was re-encoded, what it freed, what stayed and why."""
@@ -181,6 +185,10 @@ class Check:
     detail: str = ""
     fix: str = ""
     units: list[str] = field(default_factory=list)  # gpus: the systemd units that hold GPUs
+    # gpus: who holds them, per unit or process {unit, pid, name, gpus, mib}, and what
+    # stopping each unit did {unit, ok, detail}
+    holders: list[dict] = field(default_factory=list)
+    results: list[dict] = field(default_factory=list)
 
 
 @dataclass
@@ -199,6 +207,8 @@ class PreflightReport:
                 detail=str(c.get("detail", "")),
                 fix=str(c.get("fix") or ""),
                 units=[str(u) for u in c["units"]] if isinstance(c.get("units"), list) else [],
+                holders=_dicts(c.get("holders")),
+                results=_dicts(c.get("results")),
             )
             for c in (d.get("checks") if isinstance(d.get("checks"), list) else [])
             if isinstance(c, dict)

@@ -21,6 +21,7 @@ SCHEMA = 1
 STATUS = "status.json"  # in the job's output directory
 EVENTS = "events.jsonl"
 STALE_S = 120.0  # an active runner whose heartbeat is older than this may be hung or gone
+NOT_STARTED = "not started yet"  # the reason of the stopped record of a job that never ran
 
 
 class Phase(str, enum.Enum):

@@ -169,3 +169,34 @@ def assert_items_equal(items: dict[int, dict], truth: dict[int, dict]) -> None:
         assert torch.equal(item["loss_mask"][0, :-1], t["loss_mask"][:-1]), i  # it zeroes the last
         assert torch.equal(item["target"], t["hidden_state"]), i
         assert torch.equal(item["hidden_state"], t["aux_hidden_state"]), i
+
+
+def held_box(tmp_path, monkeypatch, holders: dict[str, int], refuse: dict[str, str] | None = None) -> str:
+    """A GPU box for hsx-runner processes started from here: NVML (the stub) shows one 70 GB
+    process per GPU, in the systemd units given ({unit: GPUs}), and `systemctl` on PATH stops
+    and disables any unit but those in ``refuse`` ({unit: stderr}). Returns the file where
+    each systemctl call is recorded."""
+    from runner import gpus
+
+    units = [u for u, n in holders.items() for _ in range(n)]
+    devices = [
+        {"used_mib": 70_000, "total_mib": 81_559, "procs": [{"pid": 9000 + i, "used_mib": 70_000, "comm": "python3",
+                                                              "cgroup": f"0::/system.slice/{u}\n"}]}
+        for i, u in enumerate(units)
+    ]  # fmt: skip
+    (tmp_path / "nvml.json").write_text(json.dumps({"gpus": devices}))
+    monkeypatch.setenv(gpus.STUB_ENV, str(tmp_path / "nvml.json"))
+    calls = tmp_path / "systemctl.calls"
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    script = bin_dir / "systemctl"
+    script.write_text(
+        "#!/bin/sh\n"
+        f'echo "$@" >> {calls}\n'
+        + "".join(
+            f'if [ "$2" = "{u}" ]; then echo "{why}" >&2; exit 1; fi\n' for u, why in (refuse or {}).items()
+        )
+    )
+    script.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    return str(calls)

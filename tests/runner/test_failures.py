@@ -13,7 +13,7 @@ from bot import watcher
 from runner.contract import render
 from runner.contract.status import StatusRecord
 from tests.conftest import runner
-from tests.runner.helpers import done_count, out_dir, status
+from tests.runner.helpers import done_count, held_box, out_dir, status
 
 
 def _start(conf: str, *extra) -> tuple[int, dict]:
@@ -119,12 +119,51 @@ def test_held_gpus_refuse_the_start_even_when_nvml_shows_no_process(job, tmp_pat
     code, rep = _start(conf)
     assert code == 3 and "preflight refused the start: gpus:" in rep["reason"], rep
     assert "GPU 1: 70,000 of 81,559 MiB in use by processes NVML does not show" in rep["reason"]
-    assert f"GPU 2: pid {os.getpid()}" in rep["reason"] and "GPU 0" not in rep["reason"]
+    assert f"pid {os.getpid()} " in rep["reason"] and "holds 1 GPU (2), 9,000 MiB" in rep["reason"]
+    assert "GPU 0" not in rep["reason"] and "(0)" not in rep["reason"]
     monkeypatch.setenv(gpus.STUB_ENV, _nvml_stub(tmp_path, [{"used_mib": 3}, {"used_mib": 500}]))
     checks = {
         c["name"]: c for c in json.loads(runner("preflight", "--json", "--config", conf).stdout)["checks"]
     }
     assert checks["gpus"]["ok"] and checks["gpus"]["detail"] == "2 GPUs, none held", checks["gpus"]
+
+
+def test_free_gpus_on_eight_gpus_says_per_unit_who_held_them_and_what_stopping_did(
+    job, tmp_path, monkeypatch
+):
+    """The seeds' box: eight GPUs held by two units. preflight summarises per unit, and after
+    --free-gpus names each unit's outcome, a refusal with systemctl's own words."""
+    calls = held_box(tmp_path, monkeypatch, {"vllm.service": 6, "old-sglang.service": 2},
+                     refuse={"old-sglang.service": "Failed to stop old-sglang.service: Access denied"})  # fmt: skip
+    conf = job(samples=3, server__device="cuda")
+    (asked,) = [c for c in json.loads(runner("preflight", "--json", "--config", conf).stdout)["checks"]
+                if c["name"] == "gpus"]  # fmt: skip
+    assert asked["detail"] == ("old-sglang.service holds 2 GPUs (6-7), 140,000 MiB; "
+                               "vllm.service holds 6 GPUs (0-5), 420,000 MiB"), asked  # fmt: skip
+    assert asked["units"] == ["old-sglang.service", "vllm.service"] and not os.path.exists(calls)
+    p = runner("preflight", "--free-gpus", "--json", "--config", conf)
+    (done,) = [c for c in json.loads(p.stdout)["checks"] if c["name"] == "gpus"]
+    assert [(r["unit"], r["ok"]) for r in done["results"]] == [
+        ("old-sglang.service", False),
+        ("vllm.service", True),
+    ]
+    assert not done["ok"] and done["detail"].endswith(
+        "; old-sglang.service: not stopped: Failed to stop old-sglang.service: Access denied"
+        "; vllm.service: stopped and disabled"), done["detail"]  # fmt: skip
+    assert open(calls).read().split("\n")[:3] == ["stop old-sglang.service", "disable old-sglang.service",
+                                                   "stop vllm.service"]  # fmt: skip
+
+
+def test_many_holders_are_summarised_within_slack_limits():
+    """64 processes outside any unit: the text counts the rest instead of listing them."""
+    holders = [
+        {"unit": None, "pid": 100 + i, "name": "python3", "gpus": [i % 8], "mib": 1000} for i in range(64)
+    ]
+    results = [{"unit": f"u{i}.service", "ok": True, "detail": "stopped and disabled"} for i in range(8)]
+    text = render.gpus_text(holders, results)
+    assert len(text) < 1000 and "56 more holders on 8 GPUs (0-7), 56,000 MiB" in text, text
+    assert text.endswith("u0.service, u1.service, u2.service, u3.service, u4.service, u5.service, u6.service, "
+                         "u7.service: stopped and disabled")  # fmt: skip
 
 
 def test_real_nvml_on_a_machine_without_a_gpu_fails_cleanly(monkeypatch):
