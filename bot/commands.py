@@ -15,7 +15,15 @@ from dataclasses import dataclass, field
 from remote.errors import RemoteError
 from runner.contract import render
 from runner.contract.config import Config
-from runner.contract.replies import MAX_LOG_LINES, AdoptReport, Answer, Check, PreflightReport, VerifyReport
+from runner.contract.replies import (
+    MAX_LOG_LINES,
+    AdoptReport,
+    Answer,
+    Check,
+    CompactReport,
+    PreflightReport,
+    VerifyReport,
+)
 
 from . import summary
 from .audit import AuditLog, mention
@@ -42,7 +50,9 @@ class Command:
     confirmed: bool = False  # stop, free-gpus
     force: bool = False  # start, resume: past preflight's gates
     detail: bool = False  # status: throughput and latency too
-    wait: bool = False  # verify, adopt: in the foreground (a terminal); chat runs them in the background
+    wait: bool = (
+        False  # verify, adopt, compact: in the foreground (a terminal); chat runs them in the background
+    )
     path: str = ""  # adopt: the directory, as typed
     problem: str = ""  # why the input was not understood; the reply is help
 
@@ -326,6 +336,9 @@ class Handlers:
     def _adopt(self, cmd: Command, user: str) -> Reply:
         return self._act(cmd, user, lambda: self.box.adopt(cmd.path, background=not cmd.wait))
 
+    def _compact(self, cmd: Command, user: str) -> Reply:
+        return self._act(cmd, user, lambda: self.box.compact(background=not cmd.wait))
+
     def _verify(self, cmd: Command, user: str) -> Reply:
         call = lambda: self.box.verify(repair=cmd.repair, quick=cmd.quick, background=not cmd.wait)  # noqa: E731
         if cmd.mutating:
@@ -366,8 +379,10 @@ def free_gpus_reply(report: dict) -> dict:
 
 
 def _action_text(cmd: Command, answer: Answer) -> str:
-    if cmd.verb in ("verify", "adopt") and answer.background:
+    if cmd.verb in ("verify", "adopt", "compact") and answer.background:
         return background_text(cmd.verb, answer)
+    if cmd.verb == "compact" and answer.ok:
+        return render.render_compact(CompactReport.from_dict(answer.raw))
     if cmd.verb == "verify":
         return render.render_verify(VerifyReport.from_dict(answer.raw))
     if cmd.verb == "adopt" and answer.ok:

@@ -120,6 +120,13 @@ VERBS = (
         report=True,
     ),
     Verb(
+        "compact",
+        "re-encode the finished samples in place to the job's [job] storage (and fewer mantissa_bits "
+        "when it asks): room made on the disk without extracting again; beside a running job too",
+        operator=True,
+        report=True,
+    ),
+    Verb(
         "logs",
         "last N lines of each log, or of the one named "
         f"(default {DEFAULT_LOG_LINES}, at most {MAX_LOG_LINES})",

@@ -81,6 +81,12 @@ class GpuBox:
         return self._call("adopt", *(["--background"] if background else []), path,
                           timeout_s=max(self.timeout_s, 3600.0))  # fmt: skip
 
+    def compact(self, background: bool = False) -> dict[str, Any]:
+        """Re-encode the output in place to the job's storage; with ``background``, the answer to
+        starting it detached (status shows its progress and the space freed)."""
+        return self._call("compact", *(["--background"] if background else []),
+                          timeout_s=max(self.timeout_s, 3600.0))  # fmt: skip
+
     def logs(self, n: int = 20, which: str = "runner") -> list[str]:
         """The last ``n`` lines of the runner's log, the server's, the crash output, or of all."""
         if not isinstance(n, int) or isinstance(n, bool) or not 1 <= n <= MAX_LOG_LINES:

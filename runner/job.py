@@ -218,6 +218,7 @@ class Job:
             cfg.job.min_free_bytes,
             cfg.job.concurrency,
             worst_case_bytes(cfg.job.max_length, hidden),
+            cfg.job.storage,
         )
         asyncio.get_running_loop().add_signal_handler(signal.SIGUSR1, self.extractor.wake)
         if self._stop_requested:

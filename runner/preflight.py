@@ -11,7 +11,7 @@ from . import gpus, layers, lock
 from .contract.config import Config
 from .contract.errors import ConfigError
 from .contract.render import gpus_text
-from .disk import fmt, worst_case_bytes
+from .disk import TYPICAL_RATIO, fmt, worst_case_bytes
 
 
 def _check(name: str, ok: bool, detail: str, fix: str = "") -> dict:
@@ -65,16 +65,6 @@ def _line_count(path: str) -> int:
 
 # Checks that refuse a start (hsx-runner start/resume) unless --force; the others inform.
 GATES = ("dataset", "model", "remote code", "disk", "gpus", "sglang patch")
-
-
-# Stored bytes over raw, per storage mode and mantissa bits: bench.storage on synthetic bf16
-# states with massive-activation channels (2026-12-01). Estimates only, until the job has
-# measured its own; rounding alone leaves a raw file's size as it is.
-TYPICAL_RATIO = {("ckpt", b): 1.0 for b in range(8)} | {
-    ("ckpt.gz", 7): 0.81,
-    ("ckpt.gz", 4): 0.62,
-    ("ckpt.gz", 3): 0.55,
-}
 
 
 def projected_need(out: str, rows: int, worst: int, storage: str = "ckpt", bits: int = 7) -> tuple[int, str]:

@@ -342,6 +342,8 @@ def render_adopt(rep: AdoptReport) -> str:
 
 
 def render_compact(rep: CompactReport) -> str:
+    if not rep.recoded and not rep.skipped:
+        return f"compact: nothing to do, all {rep.already:,} samples are {rep.storage} already"
     freed = f"{human_bytes(rep.freed)} freed" if rep.freed >= 0 else f"{human_bytes(-rep.freed)} more used"
     lines = [
         f"compact to {rep.storage}: {rep.recoded:,} samples re-encoded, {freed} "

@@ -144,6 +144,37 @@ def test_adopt_runs_in_the_background_its_report_is_rendered_and_a_refusal_is_au
     assert "`adopt /data/old` → refused" in reply.audit
 
 
+def test_compact_is_for_operators_runs_in_the_background_and_says_what_it_freed(fake, cfg):
+    from runner.contract.render import background_line, background_result
+    from runner.contract.status import StatusRecord
+
+    h = make_handlers(cfg, fake.box())
+    reply = h.ask("/extract compact", "U0STRANGER")
+    assert reply.error and "only operators may `compact`" in reply.text and fake.calls() == []
+    assert parse("compact now").verb == "help"  # it takes no arguments: what it does is the job's config
+    fake.reply("compact", {"ok": True, "started": True, "background": True, "pid": 78, "verb": "compact"})
+    reply = h.ask("/extract compact", "U0OPERATOR")
+    assert reply.text.startswith("compact running in the background on the GPU box (pid 78)"), reply.text
+    assert "`compact` → ok" in reply.audit
+    assert fake.calls()[-1] == ["compact", "--json", "--config", fake.config, "--background"]
+    running = StatusRecord(background={"verb": "compact", "state": "running", "done": 1200, "total": 37312,
+                                       "rate_bytes_s": 3.1e8, "eta_s": 5400, "freed": 28_500_000_000})  # fmt: skip
+    assert background_line(running) == "compact: 1,200 / 37,312 files, 310.0 MB/s, 28.5 GB freed, ETA 1h30m"
+    report = {"ok": True, "storage": "ckpt.gz", "mantissa_bits": 7, "recoded": 1200, "already": 300,
+              "skipped": {"17": "checksum differs from the manifest (hsx-runner verify --repair re-extracts it)"},
+              "bytes_before": 150_000_000_000, "bytes_after": 121_500_000_000, "freed": 28_500_000_000}  # fmt: skip
+    done = StatusRecord(background={"verb": "compact", "state": "done", "started_at": "t", "result": report})
+    assert background_result(done) == (
+        "compact finished: compact to ckpt.gz: 1,200 samples re-encoded, 28.5 GB freed "
+        "(150.0 GB -> 121.5 GB) · 300 already ckpt.gz\n"
+        "left as it was, 17: checksum differs from the manifest (hsx-runner verify --repair re-extracts it)"
+    )
+    fake.reply("compact", {"ok": False, "refused": True, "reason": "another compact runs (pid 9)"}, code=3)
+    reply = h.ask("compact", "U0OPERATOR")
+    assert reply.error and reply.text == "`compact` refused: another compact runs (pid 9)"
+    assert "`compact` → refused" in reply.audit
+
+
 def test_summary_counts_adopted_samples_apart():
     from runner.contract.render import render_text
     from runner.contract.status import Phase, StatusRecord

@@ -85,6 +85,25 @@ def test_full_disk_pauses_alerts_once_then_resume_finishes(gpu_box, demo_assets,
         assert _status(out)["phase"] == "paused" and _done(out) == done_at_pause
         assert len(ops.posts("C0ALERTS", ALERT)) == 1, ops.posts("C0ALERTS", ALERT)
 
+        # the pause names what compacting would free; an operator compacts from chat, beside the
+        # paused runner, in the background: the watcher posts what it freed
+        assert "raw samples would free ~" in paused.reason, paused.reason
+        box_conf = ops.cfg.remote.runner_config  # the job's config as deployed to the box
+        with open(box_conf) as f:
+            text = f.read()
+        with open(box_conf, "w") as f:
+            f.write(text.replace("[job]\n", '[job]\nstorage = "ckpt.gz"\n', 1))
+        n = len(rec.named("response"))
+        bot.command("compact")
+        (started,) = rec.wait_for("response", n + 1, timeout=60)[n:]
+        assert started["text"].startswith("compact running in the background"), started["text"]
+        (compacted,) = wait_for(
+            lambda: ops.posts("C0ALERTS", "compact finished"), timeout=120, what="compact's result"
+        )
+        assert f"compact to ckpt.gz: {done_at_pause:,} samples re-encoded" in compacted["text"], compacted
+        assert "freed" in compacted["text"] and [e["action"] for e in bot.audit()][-1] == "compact"
+        assert _status(out)["phase"] == "paused"
+
         os.unlink(ballast)
         n = len(rec.named("response"))
         bot.command("resume")

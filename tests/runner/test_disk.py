@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 
@@ -49,6 +50,20 @@ def test_pauses_before_the_disk_is_full_and_resumes_when_space_returns(job, smal
         assert rep["corrupt"] == []  # nothing partial under a final name
         with open(os.path.join(out, "events.jsonl")) as f:
             assert sum(json.loads(x)["event"] == "disk_low" for x in f) == 1
+        # the pause says what compacting would free; the operator compacts beside the paused runner
+        # (counted as it paused: the requests then in flight committed after)
+        said = re.search(r"compacting the (\d+) raw samples would free ~[0-9.]+ KB", st["reason"])
+        assert said and 0 < int(said.group(1)) <= st["done"], st["reason"]
+        with open(conf) as f:
+            text = f.read()
+        with open(conf, "w") as f:
+            f.write(text.replace("[job]\n", '[job]\nstorage = "ckpt.gz"\n', 1))
+        free = shutil.disk_usage(out).free
+        r = runner("compact", "--json", "--config", conf)
+        rep = json.loads(r.stdout)
+        assert r.returncode == 0 and rep["recoded"] == st["done"] and rep["freed"] > 0, rep
+        assert shutil.disk_usage(out).free - free >= rep["freed"] * 0.9  # the room is really there
+        assert p.poll() is None and status(conf)["phase"] == "paused"
         subprocess.run(["mount", "-o", "remount,size=64M", out], check=True)
         r = runner("resume", "--json", "--config", conf)
         assert r.returncode == 0 and json.loads(r.stdout)["woken"]
@@ -84,3 +99,21 @@ def test_the_guard_pauses_below_the_reserve_once_and_resumes_above_it(tmp_path):
         kinds = [json.loads(x)["event"] for x in f]
     assert kinds.count("disk_low") == 1 and kinds.count("disk_ok") == 1  # one alert per pause
     assert (fmt(999), fmt(1500), fmt(2.5e12)) == ("999 B", "1.5 KB", "2.5 TB")
+
+
+def test_the_compact_hint_counts_the_raw_samples_at_the_typical_ratio(tmp_path):
+    from runner.disk import TYPICAL_RATIO, compact_hint, fmt
+    from runner.store import Store
+
+    out = str(tmp_path)
+    assert compact_hint(out, "ckpt") == ""  # nothing written yet
+    store = Store(out)
+    for idx in range(3):
+        store.append_manifest(idx, 10, 1_000_000, "c", "rows_0-2000")
+    store.append_manifest(3, 10, 800_000, "c", "rows_0-2000", storage="ckpt.gz")
+    store.append_manifest(0, 10, 800_000, "c", "rows_0-2000", storage="ckpt.gz")  # compacted since
+    gain = fmt(2_000_000 * (1 - TYPICAL_RATIO[("ckpt.gz", 7)]))
+    assert compact_hint(out, "ckpt") == (
+        f'; compacting the 2 raw samples would free ~{gain} ([job] storage = "ckpt.gz", then /extract compact)'
+    )
+    assert compact_hint(out, "ckpt.gz").endswith("(/extract compact)")

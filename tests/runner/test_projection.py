@@ -4,7 +4,8 @@ and what ckpt.gz or 4 mantissa bits would need instead."""
 
 from __future__ import annotations
 
-from runner.preflight import TYPICAL_RATIO, projected_need
+from runner.disk import TYPICAL_RATIO
+from runner.preflight import projected_need
 from runner.store import Store, shard_name
 
 
