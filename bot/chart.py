@@ -90,7 +90,7 @@ class _Reader:
             self.end_flat()
             lt, ld = self.last or (t, 0)
             down = f"down {human_duration((t - lt).total_seconds())}"
-            if self.phase not in ENDED:  # the runner never said it stopped: it died
+            if self.phase not in ENDED and self.phase is not None:  # it never said it stopped: it died
                 s.marks.append(Mark("crash", lt, ld, until=t, note=down))
             elif s.marks and s.marks[-1].kind in ("stop", "failed") and s.marks[-1].until is None:
                 s.marks[-1].until = t  # stopped (or failed) until this run began
@@ -172,17 +172,15 @@ def story(events: list[dict], rec: StatusRecord | None = None, stall_s: float = 
                 for a, b in zip(run, run[1:], strict=False)
                 if b[0] > a[0] and b[1] >= a[1]
             ]
-    pts = s.points
-    s.done = pts[-1][1] if pts else 0
+    s.done = s.points[-1][1] if s.points else 0
     s.phase = r.phase
     s.rate = s.rates[-1][-1][1] if s.rates and s.rates[-1] else None
     if rec is not None:
         _apply_record(s, rec)
-    if s.phase == "extracting" and s.rate and s.total and pts:
-        left = max(0, s.total - s.done)
-        t0 = pts[-1][0]
-        eta = rec.eta_s if rec is not None and rec.eta_s is not None else left / s.rate
-        s.finish = t0 + dt.timedelta(seconds=eta)
+    if s.phase == "extracting" and s.rate and s.total and s.points:
+        # the record's ETA where there is one (it may count tokens), else the current rate's
+        eta = rec.eta_s if rec is not None and rec.eta_s is not None else max(0, s.total - s.done) / s.rate
+        s.finish = s.points[-1][0] + dt.timedelta(seconds=eta)
     return s
 
 

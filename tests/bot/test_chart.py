@@ -107,6 +107,14 @@ def test_old_events_without_counts_or_rate_still_chart():
     assert chart.render_png(s).startswith(b"\x89PNG")
 
 
+def test_points_older_than_the_events_kept_are_no_crash():
+    """The watcher's points reach further back than the runner's events tail: a runner's
+    start after them is a resume, not the end of a run that died."""
+    ev = [{"t": at(60 * i), "done": 10 * i, "rate": 0.16} for i in range(5)] + run_events(600, 40, 3, 10, 100)
+    s = chart.story(ev)
+    assert kinds(s) == ["resume"] and len(s.runs) == 2
+
+
 def test_a_short_job_has_a_span_to_the_second_and_the_record_names_it():
     ev = [
         {"t": "2030-01-01T06:33:05Z", "event": "phase", "phase": "extracting", "done": 0, "total": 40},
@@ -116,6 +124,17 @@ def test_a_short_job_has_a_span_to_the_second_and_the_record_names_it():
     s = chart.story(ev, rec)
     assert "06:33:05 to 06:33:50 UTC (45s)" in chart.caption(s) and kinds(s) == ["done"]
     assert chart.title(s) == "demo: 40 / 40 done (100.0%) — done" and s.finish is None
+
+
+def test_a_running_job_is_projected_from_the_record_now():
+    ev = run_events(0, 0, 5, 10, 100)
+    rec = StatusRecord(job="j", phase=Phase.EXTRACTING, total=100, done=55, rate=0.2, eta_s=900.0,
+                       heartbeat_at=at(400))  # fmt: skip
+    s = chart.story(ev, rec)
+    assert s.points[-1] == (T0 + dt.timedelta(seconds=400), 55) and s.rate == 0.2
+    assert s.finish == T0 + dt.timedelta(
+        seconds=1300
+    ) and "projected finish Jan 01 06:54 UTC" in chart.caption(s)
 
 
 def test_a_crash_the_events_cannot_show_comes_from_the_record():
