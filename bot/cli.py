@@ -146,6 +146,7 @@ def cmd_demo(args) -> int:
     if load(conf).job.trust_remote_code:
         print("hsx demo: trust_remote_code = true: the tokenizer is hsx's own code in model/")
     cfg = load(conf)
+    _pace(args, cfg)
     box = _box(cfg)
     started = box.start()
     if started.get("started"):
@@ -169,6 +170,23 @@ def cmd_demo(args) -> int:
         r = cfg.remote.runner  # absolute: a venv's bin is often not on PATH
         print(f"inspect: {r} status --config {conf} --json; {r} verify --config {conf} --json")
         box.close()
+
+
+DEMO_PACE_S = 1.0  # with the console: 500 samples in about 2 minutes at the demo's 4 in flight
+
+
+def _pace(args, cfg: Config) -> None:
+    """With the console the demo is paced to be watched; --headless runs at full speed. The
+    reference server this process starts (or a console resume restarts) reads it."""
+    from runner.demo_assets import PACE_ENV
+
+    pace = args.pace if args.pace is not None else (0.0 if args.headless else DEMO_PACE_S)
+    os.environ[PACE_ENV] = str(pace)
+    if pace and cfg.server.backend == "reference":
+        rate = cfg.job.concurrency / pace
+        print(
+            f"hsx demo: paced to ~{rate:g} samples/s (--pace {pace:g}: seconds per request); --pace 0 is full speed"
+        )
 
 
 # What each target runs as on SGLang's CPU engine (runner/sglang_cpu.py ATTENTION).
@@ -271,6 +289,10 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--seed", type=int, default=0)
     s.add_argument("--headless", action="store_true", help="no console; end with the job")
     s.add_argument(
+        "--pace", type=float, default=None, metavar="SECONDS",
+        help=f"each request takes at least this long (default {DEMO_PACE_S:g} with the console, 0 headless)",
+    )  # fmt: skip
+    s.add_argument(
         "--backend", choices=("reference", "sglang"), default="reference",
         help="sglang: the real patched SGLang on this CPU (builds its venv on first use)",
     )  # fmt: skip
@@ -290,6 +312,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     if getattr(args, "samples", 1) < 1:
         print("hsx: --samples must be at least 1", file=sys.stderr)
+        return 2
+    if (getattr(args, "pace", None) or 0) < 0:
+        print("hsx: --pace must be 0 (full speed) or more seconds", file=sys.stderr)
         return 2
     # Ctrl-C works even when the shell that started us ignored SIGINT (a background job
     # of a non-interactive shell inherits that, and Python then never raises KeyboardInterrupt).

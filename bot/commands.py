@@ -280,10 +280,14 @@ class Handlers:
             events = self.history() if self.history else []
         except RemoteError as e:
             return Reply(text=summary.render_error(e), ephemeral=True, error=True)
-        points = chart.points_from_events(events)
-        if len(points) < 2:
+        try:
+            rec = self.box.status()  # the name, the count now, and a crash events cannot show
+        except RemoteError:
+            rec = None  # the history alone still draws
+        story = chart.story(events, rec, stall_s=self.cfg.watcher.stall_after_s)
+        if len(story.points) < 2:
             return Reply(text="chart: not enough history yet (need two progress points)", ephemeral=True)
-        return Reply(text=chart.caption(points), image=chart.render_png(points))
+        return Reply(text=chart.caption(story), image=chart.render_png(story))
 
     # --- mutating (already authorized) -------------------------------------------------
 

@@ -1,8 +1,8 @@
 """Where `chart` gets its progress points.
 
 Ops-side history: the watcher appends one ``{"t", "done", "rate"}`` line per poll to a local
-JSONL file. When the GPU box is this machine, the runner's own ``<out>/events.jsonl`` is read
-as well. A box whose client offers ``events()`` is asked directly.
+JSONL file. A box whose client offers ``events()`` is asked for the runner's events; else, when
+the GPU box is this machine, its ``<out>/events.jsonl`` is read.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ import json
 import os
 
 from runner.contract.config import Config
+from runner.contract.replies import MAX_N
 from runner.contract.status import StatusRecord, now_iso
 
 MAX_LINES = 20000
@@ -51,8 +52,8 @@ def _read_jsonl(path: str) -> list[dict]:
 def events(cfg: Config, box=None) -> list[dict]:
     got = []
     if box is not None and callable(getattr(box, "events", None)):
-        got += box.events()
-    if cfg.remote.transport == "local" and cfg.job.out:
+        got += box.events(MAX_N)  # a progress point a minute: ~3.5 days of them
+    elif cfg.remote.transport == "local" and cfg.job.out:  # the same file, not read twice
         got += _read_jsonl(os.path.join(cfg.job.out, "events.jsonl"))
     got += _read_jsonl(history_path(cfg))
     return got

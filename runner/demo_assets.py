@@ -16,6 +16,9 @@ CHAT_TEMPLATE = (
 )
 SPECIALS = ["<unk>", "<pad>", "<s>", "<|end|>", "<|system|>", "<|user|>", "<|assistant|>"]
 VOCAB_SIZE = 600
+# `hsx demo` sets it for the reference server it starts: each answer comes no sooner than this
+# many seconds after its request, a slower model the status record's rate and ETA measure as any
+PACE_ENV = "HSX_DEMO_PACE_S"
 
 
 def _words(rng: random.Random, n: int) -> list[str]:

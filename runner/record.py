@@ -105,7 +105,8 @@ class Recorder:
             self.record.phase = phase
             self.record.reason = reason
             self.record.phase_since = now_iso()
-            self.event("phase", phase=phase.value, reason=reason)
+            r = self.record  # the counts make each phase change a point on the chart
+            self.event("phase", phase=phase.value, reason=reason, done=r.done, total=r.total)
         self.write()
 
     def event(self, kind: str, **fields) -> None:
@@ -192,10 +193,11 @@ class Recorder:
         self._disk()
         self.record.heartbeat_at = now_iso()
         write_record(self.path, self.record)
-        every = timing.current().progress_event_s
+        every = min(timing.current().progress_event_s, self.window_s / 2)  # a short job: more points
         if self.record.phase == Phase.EXTRACTING and now - self._last_progress_event >= every:
             self._last_progress_event = now
-            self.event("progress", done=self.record.done, rate=self.record.rate)
+            r = self.record  # total and eta_s came later: readers take events without them
+            self.event("progress", done=r.done, total=r.total, rate=r.rate, eta_s=r.eta_s)
 
     def final_disk(self) -> Disk:
         self._disk()

@@ -15,11 +15,13 @@ import json
 import logging
 import os
 import sys
+import time
 
 from aiohttp import web
 
 from . import layers
 from .contract import dump
+from .demo_assets import PACE_ENV
 
 log = logging.getLogger("hsx.reference")
 READY_LINE = "The server is fired up and ready to roll!"  # same line SGLang prints
@@ -118,7 +120,7 @@ def _bad(msg: str, status: int = 400) -> web.Response:
     return web.json_response({"error": {"message": msg}}, status=status)
 
 
-def make_app(model: Model, dump_dir: str) -> web.Application:
+def make_app(model: Model, dump_dir: str, pace_s: float = 0.0) -> web.Application:
     import torch
 
     from .contract.ckpt import write_sample
@@ -174,12 +176,15 @@ def make_app(model: Model, dump_dir: str) -> web.Application:
         except dump.DumpError as e:
             return _bad(str(e))
         loop = asyncio.get_running_loop()
+        began = time.monotonic()
         final, aux, next_id = await loop.run_in_executor(fwd_pool, model.forward, ids)
         meta = {"id": rid, "prompt_tokens": len(ids), "cached_tokens": 0, "finish_reason": {"type": "length"}}
         if want_dump:
             meta["hsx_dump"] = await loop.run_in_executor(
                 io_pool, write, rid, ids, mask, final[0:1], aux[0:1]
             )
+        if pace_s:
+            await asyncio.sleep(max(0.0, pace_s - (time.monotonic() - began)))
         return web.json_response({"output_ids": [next_id], "meta_info": meta})
 
     async def health(_request: web.Request) -> web.Response:
@@ -221,6 +226,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--dtype", default="bfloat16")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--trust-remote-code", action="store_true")
+    p.add_argument("--pace-s", type=float, default=float(os.environ.get(PACE_ENV) or 0.0))
     a = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, stream=sys.stdout, format="[%(asctime)s] %(message)s")
     if not a.dump_dir:
@@ -228,7 +234,9 @@ def main(argv: list[str] | None = None) -> None:
     os.makedirs(a.dump_dir, exist_ok=True)
     aux = [int(x) for x in a.aux_layer_ids.split(",") if x.strip()]
     model = Model(a.model, a.device, a.dtype, a.threads, aux, a.trust_remote_code)
-    app = make_app(model, a.dump_dir)
+    if a.pace_s:
+        log.info("paced: an answer no sooner than %gs after its request", a.pace_s)
+    app = make_app(model, a.dump_dir, max(0.0, a.pace_s))
 
     async def on_startup(_app):
         log.info(READY_LINE)

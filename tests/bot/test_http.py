@@ -170,7 +170,11 @@ def test_chart_uploads_a_png(bot):
     (upload,) = bot.rec.wait_for("upload")
     (done,) = bot.rec.wait_for("files.completeUploadExternal")
     assert upload["_head"].startswith(b"\x89PNG") and upload["_bytes"] > 1000
-    assert done["channel_id"] == "C0PROGRESS" and "100 → 4,300" in done["initial_comment"]
+    assert done["channel_id"] == "C0PROGRESS"
+    # the history's points, then the record now: its job, its count, its percent
+    cap = done["initial_comment"]
+    assert cap.startswith("eagle3: 25,581 / 37,312 done (68.6%) — extracting")
+    assert "samples done 100 → 25,581, Jan 01 10:00:00 to 11:42:50 UTC" in cap
 
 
 def test_missing_secrets_are_a_clear_startup_error(cfg, fake):

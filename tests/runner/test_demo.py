@@ -10,13 +10,15 @@ import subprocess
 
 import pytest
 
-from tests.conftest import BIN
+from runner.contract.status import parse_iso
+from tests.conftest import BIN, runner
 from tests.runner.helpers import assert_same_tensors, done_count, status, tensors, verify, wait_for
 
 pytestmark = pytest.mark.slow  # `hsx demo` runs real runner processes (torch)
 
 HSX = os.path.join(BIN, "hsx")
 INTERRUPTED = 600
+PACED_MAX = 6.0  # samples/s: the console's pace (4 in flight, 1 s each) allows 4, bursts a little more
 
 
 def demo(workdir, *args, inp: str | None = None, timeout=300) -> subprocess.CompletedProcess:
@@ -26,11 +28,22 @@ def demo(workdir, *args, inp: str | None = None, timeout=300) -> subprocess.Comp
     )  # fmt: skip
 
 
+def run_rate(conf: str) -> float:
+    """Samples per second from the last run's extracting to its done (the record's own rate
+    is gone once the job is over); the events' clock is to the second."""
+    events = json.loads(runner("events", "--json", "--config", conf, check=True).stdout)["events"]
+    phases = {e["phase"]: e for e in events if e["event"] == "phase"}  # the last run's win
+    a, b = phases["extracting"], phases["done"]
+    span = (parse_iso(b["t"]) - parse_iso(a["t"])).total_seconds()
+    return (b["done"] - a["done"]) / max(span, 1.0)
+
+
 def test_headless_demo_runs_the_whole_loop_and_reruns_resume(tmp_path):
     p = demo(tmp_path / "d", "--headless")
     assert p.returncode == 0, p.stderr
-    assert "Done: 40 / 40 written" in p.stdout
+    assert "Done: 40 / 40 written" in p.stdout and "paced" not in p.stdout
     conf = str(tmp_path / "d" / "hsx.toml")
+    assert run_rate(conf) > PACED_MAX  # full speed: no pace unless asked
     code, rep = verify(conf)
     assert code == 0 and rep["ok"] == 40
     p = demo(tmp_path / "d", "--headless")
@@ -48,10 +61,34 @@ def test_same_seed_gives_identical_data_and_tensors(tmp_path):
     assert_same_tensors(tensors(str(tmp_path / "a/hsx.toml")), tensors(str(tmp_path / "b/hsx.toml")))
 
 
+def test_the_console_demo_is_paced_to_be_watched(tmp_path):
+    """Followed verbatim, the demo runs long enough to ask "progress?" and see a rate and an
+    ETA: its pace is the server's, so the status record measures it like any slowness."""
+    work = tmp_path / "p"
+    proc = subprocess.Popen(
+        [HSX, "demo", "--workdir", str(work), "--samples", "120"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    conf = str(work / "hsx.toml")
+    try:
+        wait_for(lambda: os.path.exists(conf) and done_count(conf) >= 40, timeout=180, what="40 samples")
+        st = status(conf)
+        assert st["phase"] == "extracting" and 1.0 <= st["rate"] <= PACED_MAX, st["rate"]
+        out, err = proc.communicate("progress?\n", timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err
+    assert "paced to ~4 samples/s" in out and "--pace 0 is full speed" in out
+    assert "samples/s" in out and "ETA ~" in out  # asked while it ran
+    assert "stopping the job; run the same command again to resume" in out
+    assert status(conf)["phase"] == "stopped"
+
+
 def test_console_answers_progress_and_verbs(tmp_path):
     work = tmp_path / "c"
     proc = subprocess.Popen(
-        [HSX, "demo", "--workdir", str(work), "--samples", "40"],
+        [HSX, "demo", "--workdir", str(work), "--samples", "40", "--pace", "0"],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     conf = str(work / "hsx.toml")
