@@ -67,14 +67,14 @@ def assert_one_writer(conf: str, tp: int) -> None:
 
 @pytest.mark.parametrize(
     "arch,tp,ids,extra,storage",
-    [  # Llama with the default ids at TP 2: the kill -9 test (test_tp_faults.py)
-        (
+    [  # Llama with the default ids at TP 2, raw: the kill -9 test (test_tp_faults.py)
+        (  # chunked: pieces joined in the hook; rounded to 4 mantissa bits and gzipped by the patch
             "llama",
             2,
             [0, 2, 5],
             ["--chunked-prefill-size", "64"],
-            "ckpt",
-        ),  # chunked: pieces joined in the hook
+            "ckpt.gz:4",
+        ),
         ("deepseek_v3", 2, [2, 3, 5], [], "ckpt"),  # smallest id not 1: DeepSeek's own rule would shift none
         # the same DeepSeek-V3 inside the wrapper, which passes the capture through to it; gzipped
         # by the patch's writer threads (the reference backend's files stay raw)
@@ -88,22 +88,25 @@ def test_dumps_equal_the_reference_backend(
     sg, ref = jobs(
         tmp_path, demo_assets, models[arch], arch, sglang_python, extra=extra, tp=tp, job__aux_layer_ids=ids
     )
+    storage, _, bits = storage.partition(":")  # "ckpt.gz:4": that storage and 4 mantissa bits
     if storage != "ckpt":
         with open(sg) as f:
             text = f.read()
+        keys = f'storage = "{storage}"\n' + (f"mantissa_bits = {bits}\n" if bits else "")
         with open(sg, "w") as f:
-            f.write(text.replace("[job]\n", f'[job]\nstorage = "{storage}"\n', 1))
+            f.write(text.replace("[job]\n", "[job]\n" + keys, 1))
     runner("run", "--config", sg, check=True, timeout=600)
     runner("run", "--config", ref, check=True, timeout=600)
     assert verify(sg)[0] == 0 and done_count(sg) == SAMPLES
     with open(os.path.join(out_dir(sg), "dataset.json")) as f:
         info = json.load(f)
     assert info["aux_layer_ids"] == (ids or [1, 3, 4])  # 8 layers: [1, N//2-1, N-4]
+    assert info["mantissa_bits"] == int(bits or 7)  # and verify found no value with more bits
     log = server_log(sg)
     assert re.search(r"Prefill batch, #new-seq: [2-9]", log), "no prefill batch held more than one request"
     assert f"{ARCH_CLASS[arch]} captures the outputs of layers {info['aux_layer_ids']}" in log
     assert_one_writer(sg, tp)
     suffix = ".ckpt.gz" if storage == "ckpt.gz" else ".ckpt"
     assert all(n.endswith(suffix) for n in os.listdir(os.path.join(out_dir(sg), "rows_0-2000")))
-    worst = compare(out_dir(sg), out_dir(ref))
+    worst = compare(out_dir(sg), out_dir(ref), int(bits) if bits else None)
     print(f"\n{arch} TP {tp} ids {info['aux_layer_ids']} {extra}: {worst}")
