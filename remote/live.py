@@ -136,4 +136,6 @@ class LiveStatus:
 
 
 def _iso(t: dt.datetime | None) -> str | None:
-    return t.astimezone(dt.timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z") if t else None
+    if t is None:
+        return None
+    return t.astimezone(dt.timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
