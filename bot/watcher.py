@@ -282,8 +282,8 @@ class Watcher:
             raise ValueError("[slack] alert_channel (or channels) is needed for the watcher")
 
     def observe(self) -> Observation:
-        now = self.clock()
         r = self.live.read()  # within the answer bound: a hung box does not hold up the ticks
+        now = self.clock()  # after the wait, so an alert that came due during it is not a poll late
         if r.fresh:
             return Observation(now, record=r.record)
         return Observation(now, error=r.error, since=r.failing_since)
