@@ -16,7 +16,7 @@ from runner.contract.errors import ConfigError
 from . import listeners
 from .runtime import Runtime
 from .seen import SeenIds
-from .wiring import make_handlers, open_box
+from .wiring import make_handlers, open_box, state_path
 
 log = logging.getLogger("hsx.bot")
 GROUP_CACHE_S = 300.0
@@ -27,13 +27,6 @@ def require_env(env: Mapping[str, str], name: str, why: str) -> str:
     if not value:
         raise ConfigError(f"{name} is not set in the environment ({why}); secrets never go in hsx.toml")
     return value
-
-
-def state_path(cfg: Config, suffix: str) -> str:
-    base = cfg.watcher.state_file or os.path.join(
-        os.path.dirname(os.path.abspath(cfg.path or ".")), "hsx-watch.json"
-    )
-    return os.path.splitext(base)[0] + suffix
 
 
 def _cached_members(fetch):
@@ -105,7 +98,7 @@ def run_bot(cfg: Config, http_port: int | None = None, env: Mapping[str, str] = 
         None if http_port else require_env(env, "SLACK_APP_TOKEN", "Socket Mode needs the xapp- token")
     )
     app, rt = build_app(cfg, env=env, http=http_port is not None)
-    scheduler = start_watcher(rt.handlers.box, cfg, app.client)
+    scheduler = start_watcher(rt.handlers.box, cfg, app.client, live=rt.handlers.live)
     try:
         if http_port is not None:
             from .http import make_http_server

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from remote.errors import RemoteError
+from remote.live import LiveStatus
 from runner.contract import render
 from runner.contract.config import Config
 from runner.contract.replies import (
@@ -195,8 +196,10 @@ class Handlers:
         audit: AuditLog,
         history: Callable[[], list[dict]] | None = None,
         in_group: Callable[[str], bool] | None = None,
+        live: LiveStatus | None = None,
     ):
         self.box = box
+        self.live = live if live is not None else LiveStatus(box)  # status within a bound
         self.cfg = cfg
         self.audit = audit
         self.history = history
@@ -243,16 +246,16 @@ class Handlers:
     # --- read-only -------------------------------------------------------------------
 
     def _status(self, cmd: Command, user: str) -> Reply:
-        try:
-            rec = self.box.status()
-        except RemoteError as e:
+        reading = self.live.read()
+        stale = self.cfg.watcher.heartbeat_stale_s
+        if not reading.fresh:  # no answer in time: the last record seen, and what is wrong
             return Reply(
-                text=summary.render_error(e),
-                blocks=summary.render_error_blocks(e),
+                text=summary.render_reading(reading, stale_s=stale),
+                blocks=summary.render_reading_blocks(reading, stale_s=stale),
                 ephemeral=True,
                 error=True,
             )
-        stale = self.cfg.watcher.heartbeat_stale_s
+        rec = reading.record
         text = render.render_text(rec, stale_s=stale)
         if cmd.detail:
             text += "\n" + render.render_detail(rec)

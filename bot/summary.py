@@ -11,9 +11,11 @@ from remote.errors import (
     CommandFailed,
     CommandTimeout,
     HostKeyMismatch,
+    NoAnswer,
     RemoteError,
     Unreachable,
 )
+from remote.live import Reading
 from runner.contract.render import MAX_ERROR_CHARS, clock, human_duration, now_utc, percent, render_text
 from runner.contract.status import STALE_S, Phase, StatusRecord, heartbeat_age
 
@@ -69,21 +71,7 @@ def render_error(
 ) -> str:
     """What to say when the GPU box could not be asked: which hop, and what happens next."""
     now = now_utc(now)
-    if isinstance(err, Unreachable):
-        head = f"GPU box unreachable — hop: {err.hop}: {err.detail}"
-    elif isinstance(err, AuthFailed):
-        head = f"GPU box refused our key — hop: {err.hop}: {err.detail}"
-    elif isinstance(err, HostKeyMismatch):
-        head = f"Host key refused — hop: {err.hop} ({err.host}), fingerprint {err.fingerprint}; not trusted automatically"
-    elif isinstance(err, CommandTimeout):
-        head = f"The GPU box did not answer within {err.timeout_s:g}s"
-    elif isinstance(err, CommandFailed):
-        head = f"hsx-runner failed on the GPU box (exit {err.code}): {err.stderr_tail[-MAX_ERROR_CHARS:] or 'no output'}"
-    elif isinstance(err, BadReply):
-        head = f"The GPU box answered something unreadable: {str(err)[:MAX_ERROR_CHARS]}"
-    else:
-        head = f"Cannot reach the GPU box: {str(err)[:MAX_ERROR_CHARS]}"
-    lines = [head]
+    lines = [error_head(err)]
     tail = []
     if unreachable_since is not None:
         tail.append(
@@ -99,5 +87,50 @@ def render_error(
     return "\n".join(lines)
 
 
+def error_head(err: RemoteError) -> str:
+    """One line: what went wrong reaching the box, and at which hop."""
+    if isinstance(err, Unreachable):
+        return f"GPU box unreachable — hop: {err.hop}: {err.detail}"
+    if isinstance(err, AuthFailed):
+        return f"GPU box refused our key — hop: {err.hop}: {err.detail}"
+    if isinstance(err, HostKeyMismatch):
+        return f"Host key refused — hop: {err.hop} ({err.host}), fingerprint {err.fingerprint}; not trusted automatically"
+    if isinstance(err, CommandTimeout):
+        return f"The GPU box did not answer within {err.timeout_s:g}s"
+    if isinstance(err, CommandFailed):
+        return f"hsx-runner failed on the GPU box (exit {err.code}): {err.stderr_tail[-MAX_ERROR_CHARS:] or 'no output'}"
+    if isinstance(err, BadReply):
+        return f"The GPU box answered something unreadable: {str(err)[:MAX_ERROR_CHARS]}"
+    if isinstance(err, NoAnswer):
+        return f"No reply from the GPU box within {err.waited_s:g}s (a connection or a command still waits on it)"
+    return f"Cannot reach the GPU box: {str(err)[:MAX_ERROR_CHARS]}"
+
+
 def render_error_blocks(err: RemoteError, **kw) -> list[dict]:
     return [_section(":warning: " + render_error(err, **kw))]
+
+
+def render_reading(r: Reading, now: dt.datetime | None = None, stale_s: float = STALE_S) -> str:
+    """A status answer without a fresh record: what is wrong and since when, then the last
+    record seen, in the contract's words as of when it was read, and how old it is."""
+    now = now_utc(now)
+    err = r.error
+    if err is None or err.transient:  # the box may come back by itself: say so and keep trying
+        head = "GPU box not answering"
+        if r.failing_since is not None:
+            age = (now - r.failing_since).total_seconds()
+            head += f" since {clock(r.failing_since, now)} ({human_duration(age)})"
+        lines = [head + " — retrying"] + ([error_head(err)] if err is not None else [])
+    else:  # a cause to fix first: a key, a host key, the runner itself
+        lines = [render_error(err)]
+    if r.record is None or r.seen_at is None:
+        lines.append("no status seen from this box yet")
+    else:
+        age = (now - r.seen_at).total_seconds()
+        lines.append(f"last seen {clock(r.seen_at, now)} ({human_duration(age)} ago):")
+        lines.append(render_text(r.record, r.seen_at, stale_s))
+    return "\n".join(lines)
+
+
+def render_reading_blocks(r: Reading, now: dt.datetime | None = None, stale_s: float = STALE_S) -> list[dict]:
+    return [_section(":warning: " + render_reading(r, now, stale_s))]

@@ -15,6 +15,7 @@ import time
 from dataclasses import asdict, dataclass, field
 
 from remote.errors import RemoteError
+from remote.live import LiveStatus
 from runner.contract import render, status
 from runner.contract.atomic import write_atomic
 from runner.contract.config import Config
@@ -67,6 +68,7 @@ class Observation:
     now: dt.datetime
     record: StatusRecord | None = None
     error: RemoteError | None = None
+    since: dt.datetime | None = None  # when the box stopped answering, when known
 
 
 @dataclass
@@ -97,8 +99,8 @@ class Limits:
         )  # fmt: skip
 
 
-def _iso(t: dt.datetime) -> str:
-    return t.astimezone(dt.timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
+def _iso(t: dt.datetime, timespec: str = "seconds") -> str:
+    return t.astimezone(dt.timezone.utc).isoformat(timespec=timespec).replace("+00:00", "Z")
 
 
 def _conditions(
@@ -176,8 +178,8 @@ def decide(prev: WatchState, obs: Observation, lim: Limits) -> tuple[list[Action
     st = WatchState(**asdict(prev))
     actions: list[Action] = []
     if obs.record is None:
-        since = status.parse_iso(st.unreachable_since) or obs.now
-        st.unreachable_since = _iso(since)
+        since = status.parse_iso(st.unreachable_since) or min(obs.since or obs.now, obs.now)
+        st.unreachable_since = _iso(since, "milliseconds")  # the alert's clock: not a second early
         key = f"unreachable:{st.unreachable_since}"
         if (obs.now - since).total_seconds() >= lim.unreachable_alert_s and key not in st.active:
             text = (
@@ -193,7 +195,9 @@ def decide(prev: WatchState, obs: Observation, lim: Limits) -> tuple[list[Action
     if st.unreachable_since:
         was = [k for k in st.active if k.startswith("unreachable:")]
         if was:
-            actions.append(Action("recovered", "GPU box reachable again", key=was[0]))
+            since = status.parse_iso(st.unreachable_since)
+            after = f" after {render.human_duration((now - since).total_seconds())}" if since else ""
+            actions.append(Action("recovered", f"GPU box reachable again{after}", key=was[0]))
         st.unreachable_since = None
     text = render.render_text(rec, now, lim.heartbeat_stale_s)
 
@@ -268,23 +272,24 @@ def decide(prev: WatchState, obs: Observation, lim: Limits) -> tuple[list[Action
 class Watcher:
     """Observe → decide → deliver to Slack → save. One tick per scheduler interval."""
 
-    def __init__(self, box, cfg: Config, client, clock=None):
+    def __init__(self, box, cfg: Config, client, clock=None, live: LiveStatus | None = None):
         self.box, self.cfg, self.client = box, cfg, client
         self.lim = Limits.from_config(cfg)
         self.path = cfg.watcher.state_file or os.path.join(
             os.path.dirname(os.path.abspath(cfg.path or ".")), "hsx-watch.json"
         )
         self.clock = clock or (lambda: dt.datetime.now(dt.timezone.utc))
+        self.live = live if live is not None else LiveStatus(box, clock=self.clock)
         self.channel = cfg.slack.alert_channel or (cfg.slack.channels[0] if cfg.slack.channels else "")
         if not self.channel:
             raise ValueError("[slack] alert_channel (or channels) is needed for the watcher")
 
     def observe(self) -> Observation:
-        now = self.clock()
-        try:
-            return Observation(now, record=self.box.status())
-        except RemoteError as e:
-            return Observation(now, error=e)
+        r = self.live.read()  # within the answer bound: a hung box does not hold up the ticks
+        now = self.clock()  # after the wait, so an alert that came due during it is not a poll late
+        if r.fresh:
+            return Observation(now, record=r.record)
+        return Observation(now, error=r.error, since=r.failing_since)
 
     def tick(self) -> list[Action]:
         t0 = time.monotonic()
@@ -335,7 +340,7 @@ class Watcher:
             self.client.chat_postMessage(channel=self.channel, text=a.text, blocks=blocks)
 
 
-def start_watcher(box, cfg: Config, client):
+def start_watcher(box, cfg: Config, client, live: LiveStatus | None = None):
     """An APScheduler background job that ticks every [watcher] interval_s."""
     from apscheduler.schedulers.background import BackgroundScheduler
 
@@ -344,7 +349,7 @@ def start_watcher(box, cfg: Config, client):
         log.warning("no [slack] alert_channel or channels: the watcher is off")
         scheduler.start()
         return scheduler
-    watcher = Watcher(box, cfg, client)
+    watcher = Watcher(box, cfg, client, live=live)
     scheduler.add_job(
         watcher.tick,
         "interval",

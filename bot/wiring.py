@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 
+from remote.live import LiveStatus
 from runner.contract.config import Config
 
 from . import history
@@ -27,6 +28,14 @@ def open_box(cfg: Config):
     return GpuBox(LocalTransport(), cfg.remote.runner, cfg.remote.runner_config, cfg.remote.command_timeout_s)
 
 
+def state_path(cfg: Config, suffix: str) -> str:
+    """A file beside the watcher's state: the base name with suffix."""
+    base = cfg.watcher.state_file or os.path.join(
+        os.path.dirname(os.path.abspath(cfg.path or ".")), "hsx-watch.json"
+    )
+    return os.path.splitext(base)[0] + suffix
+
+
 def audit_path(cfg: Config) -> str:
     if cfg.slack.audit_log:
         return cfg.slack.audit_log
@@ -36,5 +45,6 @@ def audit_path(cfg: Config) -> str:
 def make_handlers(cfg: Config, box=None, in_group=None) -> Handlers:
     box = box if box is not None else open_box(cfg)
     return Handlers(
-        box, cfg, AuditLog(audit_path(cfg)), history=lambda: history.events(cfg, box), in_group=in_group
-    )
+        box, cfg, AuditLog(audit_path(cfg)), history=lambda: history.events(cfg, box), in_group=in_group,
+        live=LiveStatus(box, state_path(cfg, ".last.json")),
+    )  # fmt: skip

@@ -21,6 +21,17 @@ class Unreachable(RemoteError):
         super().__init__(f"unreachable ({hop}): {detail}")
 
 
+class NoAnswer(RemoteError):
+    """Nothing came back within a status answer's bound and no attempt has failed yet: a
+    connect or a command still waits on the box."""
+
+    transient = True
+
+    def __init__(self, waited_s: float):
+        self.waited_s = waited_s
+        super().__init__(f"no reply within {waited_s:g}s: a connection or a command still waits on the box")
+
+
 class AuthFailed(RemoteError):
     def __init__(self, hop: str, detail: str):
         self.hop, self.detail = hop, detail

@@ -8,7 +8,9 @@ The waits come from ``runner.contract.timing`` (``HSX_TIMING=fast`` shrinks them
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -33,6 +35,7 @@ T = TypeVar("T")
 
 ATTEMPTS = 5
 TOTAL_S = 60.0  # no attempt starts after this much time
+_local = threading.local()
 
 
 @dataclass(frozen=True)
@@ -52,6 +55,17 @@ class RetryRecord:
 
     def to_dict(self) -> dict:
         return dict(self.__dict__)
+
+
+@contextlib.contextmanager
+def reporting(hook: Callable[[BaseException], None]):
+    """Hand each failed attempt's error to hook as well, for calls this thread makes in the block
+    (remote.live says what is wrong while a read still retries)."""
+    _local.hook = hook
+    try:
+        yield
+    finally:
+        _local.hook = None
 
 
 def is_transient(e: BaseException) -> bool:
@@ -87,6 +101,9 @@ def call(
         log.warning("remote retry: %s", rec)
         if on_retry is not None:
             on_retry(rec)
+        hook = getattr(_local, "hook", None)
+        if hook is not None and err is not None:
+            hook(err)
 
     retrying = Retrying(
         stop=stop_after_attempt(attempts) | stop_before_delay(total_s),

@@ -4,17 +4,16 @@ direct-tcpip channel on it, one to the GPU box; every command is a new channel o
 - Host keys are pinned for both hops against one known_hosts file; unknown or changed keys
   are refused with the fingerprint and how to trust it, never added.
 - Keys come from the identity file, then the SSH agent.
-- A dropped hop is noticed on the next call, which reconnects; failures name the hop and are
-  retried by ``remote.retry`` only when transient.
+- A hop that stops answering is noticed within a keepalive interval (``remote.keepalive``) and
+  the connection dropped; the next call reconnects. Failures name the hop and are retried by
+  ``remote.retry`` only when transient. ``close`` ends a connect under way, too.
 - argv is quoted with ``shlex.join`` and run with ``exec``, not a login shell; sshd still runs
   the account's shell with ``-c``, so the command is one simple command the shell execs.
 """
 
 from __future__ import annotations
 
-import base64
 import contextlib
-import hashlib
 import math
 import os
 import re
@@ -22,6 +21,7 @@ import shlex
 import socket
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -29,8 +29,9 @@ import paramiko
 
 from runner.contract import timing
 
-from . import retry
-from .errors import AuthFailed, CommandTimeout, HostKeyMismatch, RemoteError, Unreachable
+from . import retry, trust
+from .errors import CommandTimeout, RemoteError, Unreachable
+from .keepalive import Keepalive, Probe
 from .transport import Result
 
 MAX_COMMAND_BYTES = 100_000  # the shell gets the command as one argument (Linux: 128 KiB at most)
@@ -63,35 +64,6 @@ def parse_jump(spec: str, default_user: str) -> Endpoint:
     return Endpoint(m["user"] or default_user, m["host"].strip("[]"), port)
 
 
-def fingerprint(key: paramiko.PKey) -> str:
-    """OpenSSH's SHA256 fingerprint, as ``ssh-keygen -l`` prints it."""
-    digest = hashlib.sha256(key.asbytes()).digest()
-    return "SHA256:" + base64.b64encode(digest).decode().rstrip("=")
-
-
-class _Probe:
-    """Asks a transport for a reply (a global request) without waiting forever on a hung hop."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-
-    def answers(self, t: paramiko.Transport | None, timeout_s: float) -> bool:
-        if t is None or not t.is_active():
-            return False
-        done = threading.Event()
-
-        def ask() -> None:
-            with self._lock:  # paramiko tracks one global request at a time
-                try:
-                    t.global_request("keepalive@openssh.com", wait=True)
-                except Exception:  # noqa: BLE001 - any failure means no answer
-                    return
-            done.set()
-
-        threading.Thread(target=ask, name="hsx-ssh-probe", daemon=True).start()
-        return done.wait(timeout_s) and t.is_active()
-
-
 class SSHTransport:
     """Runs argv on the GPU box through the jump host. Safe to share between threads."""
 
@@ -104,7 +76,7 @@ class SSHTransport:
         known_hosts: str = "~/.ssh/known_hosts",
         jump: str | None = None,
         connect_timeout_s: float = 10.0,
-        keepalive_s: float = 15.0,
+        keepalive_s: float | None = None,  # None: the timing profile's
         on_retry: Callable[[retry.RetryRecord], None] | None = None,
         attempts: int = retry.ATTEMPTS,
         retry_total_s: float = retry.TOTAL_S,
@@ -113,6 +85,7 @@ class SSHTransport:
             raise ValueError("ssh: host is required")
         if not 0 < port < 65536:
             raise ValueError(f"ssh: port out of range: {port}")
+        keepalive_s = timing.current().keepalive_s if keepalive_s is None else keepalive_s
         if connect_timeout_s <= 0 or keepalive_s <= 0:
             raise ValueError("ssh: connect_timeout_s and keepalive_s must be positive")
         self.target = Endpoint(user, host, port)
@@ -127,14 +100,23 @@ class SSHTransport:
         self._lock = threading.Lock()
         self._jump_t: paramiko.Transport | None = None
         self._target_t: paramiko.Transport | None = None
-        self._probe = _Probe()
+        self._probe = Probe()
+        self._keepalives: weakref.WeakKeyDictionary[paramiko.Transport, Keepalive] = (
+            weakref.WeakKeyDictionary()
+        )
+        # close() ends what is under way: calls begun before it stop retrying (the epoch moved
+        # on), and a connect in progress has its sockets closed (a hung handshake ends at once).
+        self._epoch = 0
+        self._opening: list = []
+        self._opening_lock = threading.Lock()
 
     # -- public ------------------------------------------------------------------------------
 
     def run(self, argv: list[str], timeout_s: float) -> Result:
         command = self.command(argv, timeout_s)
+        epoch = self._epoch
         return retry.call(
-            lambda: self._run_once(argv, command, timeout_s),
+            lambda: self._run_once(argv, command, timeout_s, epoch),
             on_retry=self.on_retry,
             attempts=self.attempts,
             total_s=self.retry_total_s,
@@ -145,15 +127,17 @@ class SSHTransport:
         temp file beside it, then a rename, so a reader sees the old file or the new one."""
         if not isinstance(data, bytes) or not isinstance(path, str) or not path.startswith("/"):
             raise ValueError("ssh upload: data must be bytes and path an absolute path")
+        epoch = self._epoch
         retry.call(
-            lambda: self._upload_once(data, path, mode, timeout_s),
+            lambda: self._upload_once(data, path, mode, timeout_s, epoch),
             on_retry=self.on_retry,
             attempts=self.attempts,
             total_s=self.retry_total_s,
         )
 
-    def _upload_once(self, data: bytes, path: str, mode: int, timeout_s: float) -> None:
-        t = self._connection()
+    def _upload_once(self, data: bytes, path: str, mode: int, timeout_s: float, epoch: int) -> None:
+        t = self._connection(epoch)
+        self._kick(t)
         try:
             sftp = paramiko.SFTPClient.from_transport(t)
         except (paramiko.SSHException, EOFError, OSError) as e:
@@ -179,6 +163,12 @@ class SSHTransport:
             sftp.close()
 
     def close(self) -> None:
+        with self._opening_lock:
+            self._epoch += 1
+            opening, self._opening = self._opening, []
+        for x in opening:
+            with contextlib.suppress(Exception):
+                x.close()
         with self._lock:
             self._close_locked()
 
@@ -204,14 +194,15 @@ class SSHTransport:
 
     # -- one attempt -------------------------------------------------------------------------
 
-    def _run_once(self, argv: list[str], command: str, timeout_s: float) -> Result:
-        t = self._connection()
+    def _run_once(self, argv: list[str], command: str, timeout_s: float, epoch: int) -> Result:
+        t = self._connection(epoch)
+        self._kick(t)
         try:
             chan = t.open_session(timeout=self.connect_timeout_s)
         except (paramiko.SSHException, EOFError, OSError):
             # The connection died since its last use: reconnect now, so an error names its hop.
             self._drop(t)
-            t = self._connection()
+            t = self._connection(epoch)
             try:
                 chan = t.open_session(timeout=self.connect_timeout_s)
             except (paramiko.SSHException, EOFError, OSError) as e:
@@ -284,22 +275,53 @@ class SSHTransport:
 
     def _lost(self, t: paramiko.Transport, detail: str) -> Unreachable:
         """Drop a connection that failed while in use; name the hop that went away."""
-        jump_t = self._jump_t if t is self._target_t else None
-        hop = "jump" if self.jump and not self._probe.answers(jump_t, timing.current().probe_s) else "target"
+        ka = self._keepalives.get(t)
+        if ka is not None and ka.cause is not None:  # the keepalive found it gone and knows which hop
+            hop, detail = ka.cause
+        else:
+            jump_t = ka.jump if ka is not None else None
+            hop = (
+                "jump"
+                if self.jump and not self._probe.answers(jump_t, timing.current().probe_s)
+                else "target"
+            )
         self._drop(t)
         where = self.jump if hop == "jump" else self.target
         return Unreachable(hop, f"{where.host}:{where.port}: {detail}")
 
     # -- connection --------------------------------------------------------------------------
 
-    def _connection(self) -> paramiko.Transport:
+    def _connection(self, epoch: int) -> paramiko.Transport:
         with self._lock:
+            if epoch != self._epoch:
+                raise RemoteError("ssh: the connection was closed")  # not transient: no more retries
             t = self._target_t
             if t is not None and t.is_active() and (self._jump_t is None or self._jump_t.is_active()):
                 return t
             self._close_locked()
-            self._connect_locked()
-            return self._target_t
+            try:
+                self._connect_locked()
+            finally:
+                with self._opening_lock:
+                    self._opening = []
+            if epoch != self._epoch:  # closed while connecting
+                self._close_locked()
+                raise RemoteError("ssh: the connection was closed")
+            t = self._target_t
+            clock = timing.current()
+            self._keepalives[t] = Keepalive(self._probe, t, self._jump_t, self.keepalive_s, clock.probe_s)
+            return t
+
+    def _kick(self, t: paramiko.Transport) -> None:
+        ka = self._keepalives.get(t)
+        if ka is not None:
+            ka.kick()
+
+    def _opened(self, x):
+        """Note a socket or transport of the connect under way, for close() to end."""
+        with self._opening_lock:
+            self._opening.append(x)
+        return x
 
     def _drop(self, t: paramiko.Transport) -> None:
         with self._lock:
@@ -316,7 +338,7 @@ class SSHTransport:
         self._target_t = self._jump_t = None
 
     def _connect_locked(self) -> None:
-        keys = self._keys()
+        keys = trust.load_keys(self.identity_file)
         if self.jump is None:
             self._target_t = self._handshake("target", self.target, self._tcp(self.target, "target"), keys)
             return
@@ -331,7 +353,7 @@ class SSHTransport:
 
     def _tcp(self, ep: Endpoint, hop: str) -> socket.socket:
         try:
-            sock = socket.create_connection((ep.host, ep.port), timeout=self.connect_timeout_s)
+            sock = self._opened(socket.create_connection((ep.host, ep.port), timeout=self.connect_timeout_s))
         except OSError as e:
             raise Unreachable(hop, f"{ep.host}:{ep.port}: {e.strerror or e}") from None
         # Small request/reply packets: do not let Nagle hold them for the peer's delayed ACK.
@@ -363,13 +385,13 @@ class SSHTransport:
             ) from None
 
     def _handshake(self, hop: str, ep: Endpoint, sock, keys: list[paramiko.PKey]) -> paramiko.Transport:
-        t = paramiko.Transport(sock)
+        t = self._opened(paramiko.Transport(sock))
         t.banner_timeout = t.handshake_timeout = t.auth_timeout = self.connect_timeout_s
         try:
-            pinned = self._pinned(hop, ep)
+            pinned = trust.pinned(self.known_hosts, hop, ep)
             if pinned:  # negotiate the key type we hold, so a second key type is not "changed"
                 opts = t.get_security_options()
-                first = [k for k in opts.key_types if _base_type(k) in pinned]
+                first = [k for k in opts.key_types if trust.base_type(k) in pinned]
                 opts.key_types = first + [k for k in opts.key_types if k not in first]
             try:
                 t.start_client(timeout=self.connect_timeout_s)
@@ -378,89 +400,9 @@ class SSHTransport:
                 raise Unreachable(
                     hop, f"{ep.host}:{ep.port}: SSH handshake failed: {e or type(e).__name__}"
                 ) from None
-            self._check_host_key(hop, ep, key, pinned)
-            self._auth(hop, ep, t, keys)
+            trust.check_host_key(self.known_hosts, hop, ep, key, pinned)
+            trust.authenticate(hop, ep, t, keys)
         except BaseException:
             t.close()
             raise
-        t.set_keepalive(max(1, int(self.keepalive_s)))
         return t
-
-    def _pinned(self, hop: str, ep: Endpoint) -> dict[str, paramiko.PKey]:
-        hk = paramiko.HostKeys()
-        try:
-            hk.load(self.known_hosts)
-        except FileNotFoundError:
-            return {}
-        except (OSError, paramiko.SSHException) as e:
-            raise HostKeyMismatch(
-                hop, ep.known_hosts_name, "-", f"cannot read {self.known_hosts}: {e}"
-            ) from None
-        entry = hk.lookup(ep.known_hosts_name)
-        return dict(entry.items()) if entry else {}
-
-    def _check_host_key(
-        self, hop: str, ep: Endpoint, key: paramiko.PKey, pinned: dict[str, paramiko.PKey]
-    ) -> None:
-        name, kh = ep.known_hosts_name, self.known_hosts
-        line = f"{name} {key.get_name()} {key.get_base64()}"
-        old = pinned.get(key.get_name())
-        if old is not None and old.asbytes() == key.asbytes():
-            return
-        if old is None:
-            detail = (
-                f"{key.get_name()} key not in {kh}; if this is the right host (confirm the fingerprint "
-                f"with whoever runs it), trust it by adding this line to {kh}: {line}"
-            )
-        else:
-            detail = (
-                f"{key.get_name()} key CHANGED (pinned: {fingerprint(old)}); this may be an attack. "
-                f"If the host was really re-keyed, confirm the new fingerprint with whoever runs it, then "
-                f"run `ssh-keygen -R '{name}' -f {kh}` and add this line to {kh}: {line}"
-            )
-        raise HostKeyMismatch(hop, name, fingerprint(key), detail)
-
-    def _keys(self) -> list[paramiko.PKey]:
-        keys: list[paramiko.PKey] = []
-        if self.identity_file:
-            try:
-                keys.append(paramiko.PKey.from_path(self.identity_file))
-            except FileNotFoundError:
-                raise AuthFailed("client", f"identity file {self.identity_file} not found") from None
-            except paramiko.PasswordRequiredException:
-                raise AuthFailed(
-                    "client",
-                    f"identity file {self.identity_file} is passphrase-protected; load it into ssh-agent",
-                ) from None
-            except (paramiko.SSHException, OSError, ValueError) as e:
-                raise AuthFailed("client", f"cannot load identity file {self.identity_file}: {e}") from None
-        if os.environ.get("SSH_AUTH_SOCK"):
-            try:
-                keys += list(paramiko.Agent().get_keys())
-            except (paramiko.SSHException, OSError):
-                pass  # no agent after all: the identity file may still do
-        if not keys:
-            raise AuthFailed("client", "no identity_file configured and no keys in an SSH agent")
-        return keys
-
-    def _auth(self, hop: str, ep: Endpoint, t: paramiko.Transport, keys: list[paramiko.PKey]) -> None:
-        for key in keys:
-            try:
-                t.auth_publickey(ep.user, key)
-            except paramiko.BadAuthenticationType as e:
-                raise AuthFailed(hop, f"{ep.user}@{ep.host}: server allows only {e.allowed_types}") from None
-            except paramiko.AuthenticationException:
-                continue
-            except (paramiko.SSHException, EOFError, OSError) as e:
-                raise Unreachable(
-                    hop, f"{ep.host}:{ep.port}: lost during auth: {e or type(e).__name__}"
-                ) from None
-            if t.is_authenticated():
-                return
-        tried = ", ".join(f"{k.get_name()} {fingerprint(k)}" for k in keys)
-        raise AuthFailed(hop, f"{ep.user}@{ep.host}:{ep.port} refused every key ({tried})")
-
-
-def _base_type(key_type: str) -> str:
-    """Negotiated host-key algorithm -> the key type known_hosts stores."""
-    return "ssh-rsa" if key_type.startswith("rsa-sha2-") else key_type.replace("-cert-v01@openssh.com", "")

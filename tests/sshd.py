@@ -293,6 +293,15 @@ class TwoHop:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, sig)
 
+    def pause_sessions(self, hop: Hop) -> list[int]:
+        """SIGSTOP every session under the daemon but not its listener: the connections held
+        now hang without closing, while a new connection still gets through. Returns the pids."""
+        pids = _children(hop.proc.pid)
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGSTOP)
+        return pids
+
     def restart(self, hop: Hop) -> None:
         self.kill(hop)
         self.start(hop)

@@ -28,9 +28,11 @@ class Timing:
     rate_sample_s: float = 60.0
     # runner/background.py: a detached verb rewrites its progress record at most this often
     background_write_s: float = 1.0
-    # remote/ssh.py: a hop that does not answer a probe within probe_s is gone; the remote
-    # `timeout -k` kills kill_grace_s after TERM; ACK nudges (see SSHTransport._collect)
-    probe_s: float = 3.0
+    # remote/keepalive.py: a held connection is probed every keepalive_s (and as each command
+    # starts); a hop that does not answer a probe within probe_s is gone. remote/ssh.py: the
+    # remote `timeout -k` kills kill_grace_s after TERM; ACK nudges (see SSHTransport._collect)
+    keepalive_s: float = 5.0
+    probe_s: float = 2.0
     kill_grace_s: int = 2
     nudge_s: float = 0.5
     nudge_every_s: float = 0.02
@@ -38,6 +40,9 @@ class Timing:
     retry_first_wait_s: float = 0.5
     retry_max_wait_s: float = 8.0
     retry_jitter_s: float = 0.5
+    # remote/live.py: a status question ("progress?", `hsx status`, a watcher poll) waits this
+    # long for the box, then answers with the last record seen while the read goes on
+    status_answer_s: float = 4.0
     # bot/cli.py: `hsx demo --headless` re-reads the status this often
     headless_poll_s: float = 2.0
     # runner/engines, runner/background: how often a start looks for its child's lock and
@@ -48,11 +53,11 @@ class Timing:
 
 
 PRODUCTION = Timing()
-# The nudges are a latency fix, not a wait: the same in both.
+# The nudges are a latency fix, not a wait, and the status answer is a promise: the same in both.
 FAST = Timing(
     server_poll_s=0.05, monitor_s=0.05, backoff_initial_s=0.05, backoff_max_s=0.2, sweep_s=0.5,
-    progress_event_s=1.0, rate_sample_s=1.0, background_write_s=0.1, probe_s=1.0, kill_grace_s=1,
-    retry_first_wait_s=0.01, retry_max_wait_s=0.01, retry_jitter_s=0.0, headless_poll_s=0.1,
+    progress_event_s=1.0, rate_sample_s=1.0, background_write_s=0.1, keepalive_s=0.5, probe_s=1.0,
+    kill_grace_s=1, retry_first_wait_s=0.01, retry_max_wait_s=0.01, retry_jitter_s=0.0, headless_poll_s=0.1,
     answer_poll_s=0.02, stop_poll_s=0.02, cluster_stop_poll_s=0.1,
 )  # fmt: skip
 PROFILES = {"": PRODUCTION, "production": PRODUCTION, "fast": FAST}

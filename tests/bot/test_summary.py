@@ -124,3 +124,29 @@ def test_errors_name_the_hop_and_the_plan():
 def test_units():
     assert human_bytes(128_000_000) == "128.0 MB" and human_bytes(999) == "999 B"
     assert human_duration(40) == "40s" and human_duration(3 * 86400 + 7200) == "3d2h"
+
+
+def test_an_answer_without_a_fresh_record_keeps_the_last_counts_their_age_and_the_problem():
+    from bot.summary import render_reading
+    from remote.live import Reading
+
+    seen = NOW - dt.timedelta(minutes=3)
+    err = Unreachable("target", "10.1.230.174:22: SSH handshake failed: Error reading SSH protocol banner")
+    r = Reading(rec(), False, seen, err, NOW - dt.timedelta(minutes=2), True)
+    assert render_reading(r, NOW) == (
+        "GPU box not answering since 11:41 UTC (2m00s) — retrying\n"
+        "GPU box unreachable — hop: target: 10.1.230.174:22: SSH handshake failed: Error reading SSH protocol banner\n"
+        "last seen 11:40 UTC (3m00s ago):\n"
+        + render_text(rec(), seen)  # the contract's own words, as of when it was read
+    )
+
+
+def test_an_answer_for_a_cause_to_fix_says_what_and_never_retrying():
+    from bot.summary import render_reading
+    from remote.errors import AuthFailed
+    from remote.live import Reading
+
+    r = Reading(None, False, None, AuthFailed("target", "root@gpu refused every key"), NOW, False)
+    text = render_reading(r, NOW)
+    assert text.startswith("GPU box refused our key — hop: target") and "retrying" not in text
+    assert text.endswith("no status seen from this box yet")

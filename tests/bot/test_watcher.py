@@ -264,3 +264,18 @@ def test_an_error_spike_is_judged_against_the_requests_in_flight():
         st, Observation(T0, record=rec(heartbeat_at=_iso(T0), in_flight=4, errors_this_run=7)), LIM
     )
     assert "alert" not in kinds(acts)  # 3 new, under a round of 4
+
+
+def test_unreachable_counts_from_when_the_box_stopped_answering_not_when_the_poll_gave_up():
+    err = Unreachable("target", "127.0.0.3:22: SSH handshake failed")
+    stopped = T0 - dt.timedelta(seconds=290)  # the read that never answered began then
+    acts, st = decide(WatchState(), Observation(T0, error=err, since=stopped), LIM)
+    assert acts == []
+    acts, st = decide(st, Observation(T0 + dt.timedelta(seconds=11), error=err, since=stopped), LIM)
+    (alert,) = acts
+    assert alert.kind == "alert" and "failing since 11:38 UTC" in alert.text
+    acts, st = decide(
+        st, Observation(T0 + dt.timedelta(seconds=60), record=rec(heartbeat_at=T0.isoformat())), LIM
+    )
+    (back,) = [a for a in acts if a.kind == "recovered"]
+    assert back.text == "GPU box reachable again after 5m50s"

@@ -115,7 +115,7 @@ class Ops:
         self.bot, app, self.rt = self._stack.enter_context(serve(self.cfg))
         self._stack.callback(self.rt.handlers.box.close)
         self.rec = self.bot.rec
-        self.scheduler = start_watcher(self.rt.handlers.box, self.cfg, app.client)
+        self.scheduler = start_watcher(self.rt.handlers.box, self.cfg, app.client, live=self.rt.handlers.live)
 
     def close(self) -> None:
         self.scheduler.shutdown(wait=True)

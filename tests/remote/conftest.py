@@ -23,3 +23,12 @@ def pair(tmp_path):
     _need_sshd()
     with sshd.two_hop(str(tmp_path / "sshd")) as p:
         yield p
+
+
+@pytest.fixture
+def closing():
+    """Transports to close after the test."""
+    made: list = []
+    yield made
+    for t in made:
+        t.close()

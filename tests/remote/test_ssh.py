@@ -40,14 +40,6 @@ def make(pair, records=None, **kw) -> SSHTransport:
     return SSHTransport(**args)
 
 
-@pytest.fixture
-def closing():
-    made: list[SSHTransport] = []
-    yield made
-    for t in made:
-        t.close()
-
-
 def log_count(hop, text: str) -> int:
     with open(hop.log) as f:
         return f.read().count(text)

@@ -17,7 +17,8 @@ def test_production_is_the_default_and_keeps_its_values(monkeypatch):
         0.5, 0.5, 1.0, 30.0, 60.0,
     )  # fmt: skip
     assert (t.progress_event_s, t.rate_sample_s, t.background_write_s) == (60.0, 60.0, 1.0)
-    assert (t.probe_s, t.kill_grace_s, t.nudge_s, t.nudge_every_s) == (3.0, 2, 0.5, 0.02)
+    assert (t.keepalive_s, t.probe_s, t.kill_grace_s, t.nudge_s, t.nudge_every_s) == (5.0, 2.0, 2, 0.5, 0.02)
+    assert t.status_answer_s == 4.0
     assert (t.retry_first_wait_s, t.retry_max_wait_s, t.retry_jitter_s, t.headless_poll_s) == (
         0.5, 8.0, 0.5, 2.0,
     )  # fmt: skip
