@@ -36,6 +36,8 @@ import subprocess
 import tempfile
 import time
 
+import torch
+
 from bench.storage import synthetic_sample
 from runner.compact import WORKERS, compact
 from runner.contract import ckpt
@@ -165,7 +167,8 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"disk: {os.path.abspath(a.dir or tempfile.gettempdir())}   {a.samples} samples x seq {a.seq} x H {a.hidden} "
         f"bf16, synthetic heavy-tailed, {raw / a.samples / 1e6:.1f} MB each ({raw / 1e9:.2f} GB); "
-        f"compact runs {WORKERS} worker threads on {os.cpu_count()} CPUs; page cache not dropped"
+        f"compact runs {WORKERS} worker threads on {os.cpu_count()} CPUs, torch threads {torch.get_num_threads()}; "
+        "page cache not dropped"
     )
     print(
         f"{'method':34s} {'runs':>4s} {'MB/s':>8s} {'÷ cat':>6s} {'per CPU s':>9s} {'freed MB':>9s} {'smaller by':>10s}"
@@ -181,6 +184,7 @@ def main(argv: list[str] | None = None) -> int:
     report = {
         "bench": "compact", "dir": os.path.abspath(a.dir or tempfile.gettempdir()), "samples": a.samples,
         "seq": a.seq, "hidden": a.hidden, "repeats": a.repeats, "workers": WORKERS, "cpus": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
         "cache": "not dropped", **res,
     }  # fmt: skip
     print(json.dumps(report))

@@ -1,6 +1,6 @@
 """Hidden-state write path against a raw sequential write of the same bytes on the same disk.
 
-    .venv/bin/python -m bench.write_path [--dir D] [--seq 3000] [--hidden 7168] [--repeats 5]
+    .venv/bin/python -m bench.write_path [--dir D] [--seq 3000] [--hidden 7168] [--repeats 5] [--threads 1]
 
 Baseline: ``dd if=/dev/zero oflag=direct conv=fsync`` of the sample's byte count. Then, each
 followed by an fsync so every row pays for durability: plain torch.save, torch.save with its
@@ -12,8 +12,11 @@ and the median is reported. Files are removed afterwards.
 The sample is bench.storage's synthetic heavy-tailed states (massive-activation channels), so
 the ckpt.gz rows compress about as real states do; random normal bf16 would barely shrink.
 Every row's MB/s is the sample's ``.ckpt`` byte count over the time to write it in that form
-(so a compressed row is comparable with dd, which writes that many bytes); "on disk" is the
-file it left. Prints a table, then one JSON line.
+(so a compressed row is comparable with dd, which writes that many bytes); "per CPU s" is the
+same bytes over this process's CPU time meanwhile (MB/s per core, which a busy machine does not
+bend the way it bends wall time); "on disk" is the file it left. ``--threads``: torch's intra-op threads (default 1, one core per writer thread
+as bench.storage measures; more lets round_mantissa's many small ops fan out, which on a busy
+box costs far more than it gains). Prints a table, then one JSON line.
 """
 
 from __future__ import annotations
@@ -131,14 +134,14 @@ def methods(bf16: bool = True) -> dict:
     return out
 
 
-def timed_write(fn, sample, path: str) -> tuple[float, int]:
-    """(seconds to write and fsync, bytes on disk)."""
-    t0 = time.perf_counter()
+def timed_write(fn, sample, path: str) -> tuple[float, float, int]:
+    """(seconds to write and fsync, CPU seconds of this process meanwhile, bytes on disk)."""
+    c0, t0 = time.process_time(), time.perf_counter()
     fn(sample, path)
-    dt = time.perf_counter() - t0
+    dt, cpu = time.perf_counter() - t0, time.process_time() - c0
     size = os.path.getsize(path)
     remove_if_exists(path)
-    return dt, size
+    return dt, cpu, size
 
 
 def check_gz(sample, path: str, raw_checksum: str) -> None:
@@ -169,15 +172,19 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--hidden", type=int, default=7168)
     p.add_argument("--dtype", choices=sorted(DTYPES), default="bf16")
     p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--threads", type=int, default=1, help="torch intra-op threads (default 1)")
     a = p.parse_args(argv)
-    if a.seq < 1 or a.hidden < 1 or a.repeats < 1:
-        p.error("--seq, --hidden and --repeats must be positive")
+    if min(a.seq, a.hidden, a.repeats, a.threads) < 1:
+        p.error("--seq, --hidden, --repeats and --threads must be positive")
 
     sample = make_sample(a.seq, a.hidden, DTYPES[a.dtype])
     work = tempfile.mkdtemp(prefix=".hsx-bench-", dir=a.dir)
     table = methods(bf16=a.dtype == "bf16")
     secs: dict[str, list[float]] = {"dd": []}
+    cpu: dict[str, list[float]] = {}
     disk: dict[str, int] = {}
+    threads = torch.get_num_threads()  # the caller's, given back at the end
+    torch.set_num_threads(a.threads)
     try:
         path = os.path.join(work, "sample.ckpt")
         nbytes, _ = ckpt.write_sample(path, **sample)  # warm-up, and the byte count dd writes
@@ -186,38 +193,49 @@ def main(argv: list[str] | None = None) -> int:
         check_gz(sample, path, raw_checksum)
         for name, fn in table.items():  # every method's first call (imports, first-use costs)
             timed_write(fn, sample, path)
-            secs[name] = []
+            secs[name], cpu[name] = [], []
         for _ in range(a.repeats):
             rate = dd_rate(path, nbytes)
             if rate is not None:
                 secs["dd"].append(nbytes / rate / 1e6)
                 disk["dd"] = nbytes
             for name, fn in table.items():
-                dt, disk[name] = timed_write(fn, sample, path)
+                dt, used, disk[name] = timed_write(fn, sample, path)
                 secs[name].append(dt)
+                cpu[name].append(used)
     finally:
+        torch.set_num_threads(threads)
         shutil.rmtree(work, ignore_errors=True)
 
     med = {k: nbytes / statistics.median(v) / 1e6 for k, v in secs.items() if v}
+    per_cpu = {
+        k: nbytes / statistics.median(v) / 1e6 if statistics.median(v) > 0 else None for k, v in cpu.items()
+    }
     base = med.get("dd")
     label = f"seq {a.seq}, H {a.hidden}, {a.dtype}, {nbytes / 1e6:.1f} MB"
-    print(f"disk: {os.path.abspath(a.dir)}   sample: {label}, synthetic heavy-tailed   median of {a.repeats}")
-    print(f"{'method':40s} {'MB/s':>8s} {'÷ dd':>6s} {'on disk MB':>10s} {'smaller by':>10s}")
+    print(f"disk: {os.path.abspath(a.dir)}   sample: {label}, synthetic heavy-tailed   median of {a.repeats}, "
+          f"torch threads {a.threads}")  # fmt: skip
+    print(
+        f"{'method':40s} {'MB/s':>8s} {'÷ dd':>6s} {'per CPU s':>9s} {'on disk MB':>10s} {'smaller by':>10s}"
+    )
     if base is None:
         print("dd oflag=direct conv=fsync: not available here (no dd, or no O_DIRECT on this filesystem)")
     for name, mbs in med.items():
         shown = "dd oflag=direct conv=fsync" if name == "dd" else f"{name} + fsync"
         ratio = f"{mbs / base:6.2f}" if base else "   n/a"
-        print(f"{shown:40s} {mbs:8.0f} {ratio} {disk[name] / 1e6:10.1f} {nbytes / disk[name]:9.3f}×")
+        on_cpu = "—" if per_cpu.get(name) is None else f"{per_cpu[name]:,.0f}"
+        print(
+            f"{shown:40s} {mbs:8.0f} {ratio} {on_cpu:>9s} {disk[name] / 1e6:10.1f} {nbytes / disk[name]:9.3f}×"
+        )
     hashed = hash_rate(sample)
-    print(f"(MB/s: the sample's {nbytes / 1e6:.1f} MB .ckpt bytes over each write; xxh3_64 alone, in memory: "
+    print(f"(MB/s, per CPU s: the sample's {nbytes / 1e6:.1f} MB .ckpt bytes over each write's wall, CPU time; xxh3_64 alone, in memory: "
           f"{hashed:,.0f} MB/s)")  # fmt: skip
     report = {
         "bench": "write_path", "dir": os.path.abspath(a.dir), "seq": a.seq, "hidden": a.hidden,
         "dtype": a.dtype, "states": "synthetic", "sample_bytes": nbytes, "repeats": a.repeats,
-        "dd_mb_s": base, "xxh3_mb_s": hashed,
+        "threads": a.threads, "dd_mb_s": base, "xxh3_mb_s": hashed,
         "methods": {
-            k: {"mb_s": v, "vs_dd": v / base if base else None, "bytes_on_disk": disk[k],
+            k: {"mb_s": v, "vs_dd": v / base if base else None, "mb_per_cpu_s": per_cpu[k], "bytes_on_disk": disk[k],
                 "smaller_by": nbytes / disk[k]}
             for k, v in med.items() if k != "dd"
         },

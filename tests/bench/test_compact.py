@@ -66,4 +66,5 @@ def test_main_prints_a_table_and_one_json_line_against_cat(tmp_path, capsys):
         assert sum(line.startswith(f"compact to {name} ") for line in out) == 1
     assert rows["ckpt.gz, 4 mantissa bits"]["freed"] > rows["ckpt.gz"]["freed"]
     assert "page cache not dropped" in out[0]
+    assert report["torch_threads"] >= 1 and report["workers"] >= 1
     assert list(tmp_path.iterdir()) == []  # cleaned up

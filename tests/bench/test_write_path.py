@@ -6,6 +6,7 @@ import json
 import shutil
 
 import pytest
+import torch
 
 from bench import write_path as wp
 
@@ -14,10 +15,12 @@ TINY = ["--seq", "16", "--hidden", "64", "--repeats", "1"]
 
 
 def run(tmp_path, capsys, *extra) -> tuple[list[str], dict]:
+    threads = torch.get_num_threads()
     assert wp.main(["--dir", str(tmp_path), *TINY, *extra]) == 0
     out = capsys.readouterr().out.splitlines()
     assert sum(line.startswith("{") for line in out) == 1
     assert list(tmp_path.iterdir()) == []  # cleaned up
+    assert torch.get_num_threads() == threads  # given back
     return out[:-1], json.loads(out[-1])
 
 
@@ -25,13 +28,14 @@ def test_every_row_is_measured_against_dd_with_its_bytes_on_disk(tmp_path, capsy
     table, report = run(tmp_path, capsys)
     rows = report["methods"]
     assert {"write_sample", wp.GZ, wp.GZ4} <= set(rows) and "torch.save" in rows
+    assert report["threads"] == 1
     raw = report["sample_bytes"]
     assert rows["write_sample"]["bytes_on_disk"] == raw and rows["write_sample"]["smaller_by"] == 1.0
     # the synthetic heavy-tailed states compress, and rounding to 4 bits more so
     assert raw > rows[wp.GZ]["bytes_on_disk"] > rows[wp.GZ4]["bytes_on_disk"]
     assert rows[wp.GZ4]["smaller_by"] > rows[wp.GZ]["smaller_by"] > 1.1
     for name, r in rows.items():
-        assert r["mb_s"] > 0, name
+        assert r["mb_s"] > 0 and (r["mb_per_cpu_s"] is None or r["mb_per_cpu_s"] > 0), name
         assert sum(line.startswith(f"{name} + fsync") for line in table) == 1, name
         if report["dd_mb_s"] is not None:
             assert r["vs_dd"] == pytest.approx(r["mb_s"] / report["dd_mb_s"])
