@@ -14,9 +14,11 @@ the ckpt.gz rows compress about as real states do; random normal bf16 would bare
 Every row's MB/s is the sample's ``.ckpt`` byte count over the time to write it in that form
 (so a compressed row is comparable with dd, which writes that many bytes); "per CPU s" is the
 same bytes over this process's CPU time meanwhile (MB/s per core, which a busy machine does not
-bend the way it bends wall time); "on disk" is the file it left. ``--threads``: torch's intra-op threads (default 1, one core per writer thread
-as bench.storage measures; more lets round_mantissa's many small ops fan out, which on a busy
-box costs far more than it gains). Prints a table, then one JSON line.
+bend the way it bends wall time); "on disk" is the file it left.
+
+``--threads``: torch's intra-op threads (default 1: one core per writer thread, as bench.storage
+measures; more lets round_mantissa's many small ops fan out, which on a busy box costs far more
+than it gains). Prints a table, then one JSON line.
 """
 
 from __future__ import annotations
