@@ -1,16 +1,30 @@
 """Hidden-state write path against a raw sequential write of the same bytes on the same disk.
 
-    .venv/bin/python -m bench.write_path [--dir D] [--seq 3000] [--hidden 7168] [--repeats 5]
+    .venv/bin/python -m bench.write_path [--dir D] [--seq 3000] [--hidden 7168] [--repeats 5] [--threads 1]
 
 Baseline: ``dd if=/dev/zero oflag=direct conv=fsync`` of the sample's byte count. Then, each
 followed by an fsync so every row pays for durability: plain torch.save, torch.save with its
-zip CRC off (diagnostic), safetensors save_file, and runner.contract.ckpt.write_sample. Methods run
-interleaved, each repeat, and the median is reported. Files are removed afterwards.
+zip CRC off (diagnostic), safetensors save_file, runner.contract.ckpt.write_sample, and
+write_sample as the [job] storage = "ckpt.gz" mode writes (``compress=True``: ISA-L gzip -1 on
+the way), exact and with ``mantissa_bits=4`` (bf16 only). Methods run interleaved, each repeat,
+and the median is reported. Files are removed afterwards.
+
+The sample is bench.storage's synthetic heavy-tailed states (massive-activation channels), so
+the ckpt.gz rows compress about as real states do; random normal bf16 would barely shrink.
+Every row's MB/s is the sample's ``.ckpt`` byte count over the time to write it in that form
+(so a compressed row is comparable with dd, which writes that many bytes); "per CPU s" is the
+same bytes over this process's CPU time meanwhile (MB/s per core, which a busy machine does not
+bend the way it bends wall time); "on disk" is the file it left.
+
+``--threads``: torch's intra-op threads (default 1: one core per writer thread, as bench.storage
+measures; more lets round_mantissa's many small ops fan out, which on a busy box costs far more
+than it gains). Prints a table, then one JSON line.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import shutil
@@ -22,19 +36,22 @@ import time
 import torch
 import xxhash
 
+from bench.storage import synthetic_sample
 from runner.contract import ckpt
+from runner.contract.sink import file_checksum, plain_checksum
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 _DD_LINE = re.compile(r"^(\d+) bytes.*copied, ([0-9.e+-]+) s", re.M)
 
 
 def make_sample(seq: int, hidden: int, dtype: torch.dtype) -> dict[str, torch.Tensor]:
-    g = torch.Generator().manual_seed(0)  # random bits: nothing for a compressing disk to gain
+    """bench.storage's heavy-tailed synthetic states, in ``dtype`` (made as bf16: an fp32 copy's
+    low mantissa bits are zero, so it compresses better than real fp32 states would)."""
+    s = synthetic_sample(seq, hidden)
     return {
-        "input_ids": torch.randint(0, 150_000, (seq,), generator=g),
-        "loss_mask": torch.ones(seq, dtype=torch.int64),
-        "hidden_state": torch.randn(1, seq, hidden, generator=g).to(dtype),
-        "aux_hidden_state": torch.randn(1, seq, 3 * hidden, generator=g).to(dtype),
+        **s,
+        "hidden_state": s["hidden_state"].to(dtype),
+        "aux_hidden_state": s["aux_hidden_state"].to(dtype),
     }
 
 
@@ -89,27 +106,54 @@ def _write_sample(sample, path):
     ckpt.write_sample(path, **sample)
 
 
-def methods() -> dict:
+def _write_gz(sample, path):
+    ckpt.write_sample(path, **sample, compress=True)
+
+
+def _write_gz_4bits(sample, path):
+    ckpt.write_sample(path, **sample, compress=True, mantissa_bits=4)
+
+
+GZ = "ckpt.gz"
+GZ4 = "ckpt.gz, 4 mantissa bits"
+
+
+def methods(bf16: bool = True) -> dict:
     out = {
         "torch.save": _torch_save,
         "torch.save, zip CRC off": _torch_save_no_crc,
         "safetensors": _safetensors,
         "write_sample": _write_sample,
+        GZ: _write_gz,
+        GZ4: _write_gz_4bits,
     }
     try:
         import safetensors.torch  # noqa: F401
     except ImportError:
         del out["safetensors"]
+    if not bf16:  # mantissa_bits applies to bf16 files only
+        del out[GZ4]
     return out
 
 
-def timed_rate(fn, sample, path: str) -> float:
-    t0 = time.perf_counter()
+def timed_write(fn, sample, path: str) -> tuple[float, float, int]:
+    """(seconds to write and fsync, CPU seconds of this process meanwhile, bytes on disk)."""
+    c0, t0 = time.process_time(), time.perf_counter()
     fn(sample, path)
-    dt = time.perf_counter() - t0
+    dt, cpu = time.perf_counter() - t0, time.process_time() - c0
     size = os.path.getsize(path)
     remove_if_exists(path)
-    return size / dt / 1e6
+    return dt, cpu, size
+
+
+def check_gz(sample, path: str, raw_checksum: str) -> None:
+    """The ckpt.gz row writes gzip of write_sample's very bytes (else its figures mean nothing)."""
+    _write_gz(sample, path)
+    try:
+        if plain_checksum(path) != raw_checksum:
+            raise RuntimeError(f"{GZ}: the file does not gunzip to write_sample's bytes")
+    finally:
+        remove_if_exists(path)
 
 
 def hash_rate(sample) -> float:
@@ -130,50 +174,75 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--hidden", type=int, default=7168)
     p.add_argument("--dtype", choices=sorted(DTYPES), default="bf16")
     p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--threads", type=int, default=1, help="torch intra-op threads (default 1)")
     a = p.parse_args(argv)
-    if a.seq < 1 or a.hidden < 1 or a.repeats < 1:
-        p.error("--seq, --hidden and --repeats must be positive")
+    if min(a.seq, a.hidden, a.repeats, a.threads) < 1:
+        p.error("--seq, --hidden, --repeats and --threads must be positive")
 
     sample = make_sample(a.seq, a.hidden, DTYPES[a.dtype])
     work = tempfile.mkdtemp(prefix=".hsx-bench-", dir=a.dir)
+    table = methods(bf16=a.dtype == "bf16")
+    secs: dict[str, list[float]] = {"dd": []}
+    cpu: dict[str, list[float]] = {}
+    disk: dict[str, int] = {}
+    threads = torch.get_num_threads()  # the caller's, given back at the end
+    torch.set_num_threads(a.threads)
     try:
         path = os.path.join(work, "sample.ckpt")
         nbytes, _ = ckpt.write_sample(path, **sample)  # warm-up, and the byte count dd writes
+        raw_checksum = file_checksum(path)
         remove_if_exists(path)
-        rates: dict[str, list[float]] = {"dd": []}
-        table = methods()
-        for name in table:
-            rates[name] = []
+        check_gz(sample, path, raw_checksum)
+        for name, fn in table.items():  # every method's first call (imports, first-use costs)
+            timed_write(fn, sample, path)
+            secs[name], cpu[name] = [], []
         for _ in range(a.repeats):
             rate = dd_rate(path, nbytes)
             if rate is not None:
-                rates["dd"].append(rate)
+                secs["dd"].append(nbytes / rate / 1e6)
+                disk["dd"] = nbytes
             for name, fn in table.items():
-                rates[name].append(timed_rate(fn, sample, path))
+                dt, used, disk[name] = timed_write(fn, sample, path)
+                secs[name].append(dt)
+                cpu[name].append(used)
     finally:
+        torch.set_num_threads(threads)
         shutil.rmtree(work, ignore_errors=True)
 
-    med = {k: statistics.median(v) for k, v in rates.items() if v}
+    med = {k: nbytes / statistics.median(v) / 1e6 for k, v in secs.items() if v}
+    per_cpu = {
+        k: nbytes / statistics.median(v) / 1e6 if statistics.median(v) > 0 else None for k, v in cpu.items()
+    }
     base = med.get("dd")
     label = f"seq {a.seq}, H {a.hidden}, {a.dtype}, {nbytes / 1e6:.1f} MB"
-    print(f"disk: {os.path.abspath(a.dir)}   sample: {label}   median of {a.repeats}")
-    print(f"{'method':34s} {'MB/s':>8s} {'÷ dd':>6s}")
+    print(f"disk: {os.path.abspath(a.dir)}   sample: {label}, synthetic heavy-tailed   median of {a.repeats}, "
+          f"torch threads {a.threads}")  # fmt: skip
+    print(
+        f"{'method':40s} {'MB/s':>8s} {'÷ dd':>6s} {'per CPU s':>9s} {'on disk MB':>10s} {'smaller by':>10s}"
+    )
     if base is None:
         print("dd oflag=direct conv=fsync: not available here (no dd, or no O_DIRECT on this filesystem)")
     for name, mbs in med.items():
         shown = "dd oflag=direct conv=fsync" if name == "dd" else f"{name} + fsync"
         ratio = f"{mbs / base:6.2f}" if base else "   n/a"
-        print(f"{shown:34s} {mbs:8.0f} {ratio}")
-    print(f"(xxh3_64 alone, in memory: {hash_rate(sample):,.0f} MB/s)")
-
-    def r(name):
-        return f"{med[name] / base:.2f}" if base and name in med else "n/a"
-
-    dd_cell = f"{base:,.0f} MB/s" if base else "n/a"
-    print(
-        f"| {label} | dd {dd_cell} | torch.save {r('torch.save')} | safetensors {r('safetensors')} "
-        f"| write_sample {r('write_sample')} |"
-    )
+        on_cpu = "—" if per_cpu.get(name) is None else f"{per_cpu[name]:,.0f}"
+        print(
+            f"{shown:40s} {mbs:8.0f} {ratio} {on_cpu:>9s} {disk[name] / 1e6:10.1f} {nbytes / disk[name]:9.3f}×"
+        )
+    hashed = hash_rate(sample)
+    print(f"(MB/s, per CPU s: the sample's {nbytes / 1e6:.1f} MB .ckpt bytes over each write's wall, CPU time; xxh3_64 alone, in memory: "
+          f"{hashed:,.0f} MB/s)")  # fmt: skip
+    report = {
+        "bench": "write_path", "dir": os.path.abspath(a.dir), "seq": a.seq, "hidden": a.hidden,
+        "dtype": a.dtype, "states": "synthetic", "sample_bytes": nbytes, "repeats": a.repeats,
+        "threads": a.threads, "dd_mb_s": base, "xxh3_mb_s": hashed,
+        "methods": {
+            k: {"mb_s": v, "vs_dd": v / base if base else None, "mb_per_cpu_s": per_cpu[k], "bytes_on_disk": disk[k],
+                "smaller_by": nbytes / disk[k]}
+            for k, v in med.items() if k != "dd"
+        },
+    }  # fmt: skip
+    print(json.dumps(report))
     return 0
 
 

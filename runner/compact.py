@@ -107,6 +107,10 @@ def compact(cfg: Config, progress=None) -> dict:
             write_atomic(
                 os.path.join(out, DESCRIPTION), json.dumps({**desc, "storage": storage}, indent=1) + "\n"
             )
+        if rounding:  # many small torch ops per sample: threads fight the workers (bench.write_path)
+            import torch
+
+            torch.set_num_threads(1)
         report = _run(out, store, storage, bits, rounding, progress)
         if rounding and not report["skipped"] and not _runner_holds(out):
             # every sample is rounded now: the output holds these bits, and verify checks them

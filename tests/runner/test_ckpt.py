@@ -259,16 +259,6 @@ def test_concurrent_writes_share_one_crc_window(tmp_path):
         load_sample(p)
 
 
-@pytest.mark.skipif(shutil.which("dd") is None, reason="needs dd")
-def test_benchmark_runs_on_tiny_sizes(tmp_path, capsys):
-    from bench import write_path
-
-    write_path.main(["--dir", str(tmp_path), "--seq", "8", "--hidden", "32", "--repeats", "1"])
-    out = capsys.readouterr().out
-    assert "write_sample" in out and "dd" in out and "| " in out
-    assert list(tmp_path.iterdir()) == []  # cleaned up
-
-
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
 def test_all_finite_on_the_bits_agrees_with_isfinite(dtype):
     from runner.contract.ckpt import all_finite
