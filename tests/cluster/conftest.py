@@ -60,8 +60,11 @@ def short_rows(n: int, seed: int = 0) -> list[str]:
 
 
 def cluster_job(dest, assets, rows: list[str] | None = None, samples: int | None = None, **cluster) -> str:
-    """write_job plus a [cluster] section (engine = "slurm" unless given)."""
-    extra = {"rows": rows} if rows is not None else {}
+    """write_job plus a [cluster] section (engine = "slurm" unless given); keys named like
+    write_job's (job__storage) go to it."""
+    extra = {k: cluster.pop(k) for k in list(cluster) if "__" in k}
+    if rows is not None:
+        extra["rows"] = rows
     path = write_job(dest, assets, samples, **extra)
     cluster = {"engine": "slurm", "gpus_per_node": 0, **cluster}
     with open(path, "a") as f:

@@ -128,14 +128,10 @@ def kill_group(pid: int, sig=signal.SIGKILL) -> None:
 def unrecorded_ckpts(out: str) -> list[str]:
     """Files SpecForge would train on (every *.ckpt / *.ckpt.gz under out, hidden folders too)
     that are not a committed sample with its manifest line."""
-    from runner.store import find_sample
+    from runner.store import Store, find_sample
 
-    try:
-        with open(os.path.join(out, "manifest.jsonl")) as f:
-            lines = [json.loads(line) for line in f if line.strip()]
-    except FileNotFoundError:
-        lines = []
-    ok = {os.path.realpath(find_sample(out, rec["idx"])) for rec in lines}
+    # every manifest file: the job's and, after a cluster run, each rank's
+    ok = {os.path.realpath(find_sample(out, idx)) for idx in Store(out).manifest()}
     found = [
         os.path.join(d, n)
         for d, _dirs, names in os.walk(out)
@@ -143,6 +139,20 @@ def unrecorded_ckpts(out: str) -> list[str]:
         if n.endswith((".ckpt", ".ckpt.gz"))
     ]
     return sorted(os.path.relpath(p, out) for p in found if os.path.realpath(p) not in ok)
+
+
+def discovered(out: str) -> dict[int, list[str]]:
+    """What SpecForge's discovery finds: every *.ckpt and *.ckpt.gz under out, by index."""
+    from runner.store import FILE_RE
+
+    seen: dict[int, list[str]] = {}
+    for d, _dirs, names in os.walk(out):
+        for n in names:
+            if n.endswith((".ckpt", ".ckpt.gz")):
+                m = FILE_RE.match(n)
+                assert m, f"{n}: SpecForge would train on a file that is no sample"
+                seen.setdefault(int(m.group(1)), []).append(os.path.join(d, n))
+    return seen
 
 
 def specforge_items(sf, out: str) -> dict[int, dict]:

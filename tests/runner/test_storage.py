@@ -11,10 +11,11 @@ import signal
 
 import pytest
 
-from runner.store import FILE_RE, Store, sample_path
+from runner.store import Store, sample_path
 from tests.conftest import runner
 from tests.runner.helpers import (
     assert_same_tensors,
+    discovered,
     done_count,
     kill_group,
     out_dir,
@@ -26,18 +27,6 @@ from tests.runner.helpers import (
 )
 
 N = 30
-
-
-def discovered(out: str) -> dict[int, list[str]]:
-    """What SpecForge's discovery finds: every *.ckpt and *.ckpt.gz under out, by index."""
-    seen: dict[int, list[str]] = {}
-    for d, _dirs, names in os.walk(out):
-        for n in names:
-            if n.endswith((".ckpt", ".ckpt.gz")):
-                m = FILE_RE.match(n)
-                assert m, f"{n}: SpecForge would train on a file that is no sample"
-                seen.setdefault(int(m.group(1)), []).append(os.path.join(d, n))
-    return seen
 
 
 def kinds(out: str) -> set[str]:
