@@ -295,6 +295,15 @@ def finish(out: str) -> str | None:
     return did
 
 
+def away(out: str) -> frozenset[int]:
+    """The sample a running compact has out of its shard now (for a plan made meanwhile)."""
+    try:
+        with open(os.path.join(out, DIR, JOURNAL)) as f:
+            return frozenset({int(json.load(f)["line"]["idx"])})
+    except (OSError, ValueError, KeyError, TypeError):
+        return frozenset()
+
+
 def finish_unless_running(out: str) -> str | None:
     """A job's start: finish a killed compact's commit, unless a compact is running (it owns
     its journal) or another rank is at it."""

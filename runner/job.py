@@ -131,10 +131,11 @@ class Job:
         try:
             ds, aux, total, lo, hi, removed = self._setup()
             recorder.record.total = hi - lo
-            plan = self.store.plan(total, lo, hi)
+            away = compact.away(self.out)  # a running compact's sample between its two renames
+            plan = self.store.plan(total, lo, hi, away)
             if plan.orphans:
                 self.store.record_orphans(plan.orphans)
-                plan = self.store.plan(total, lo, hi)
+                plan = self.store.plan(total, lo, hi, away)
             recorder.set_done(len(plan.committed), len(plan.failed), self.store.mean_bytes(plan.committed))
             if removed:
                 recorder.event("cleanup", removed_temp_files=removed)

@@ -275,16 +275,20 @@ class Store:
         except FileNotFoundError:
             pass
 
-    def plan(self, total: int, lo: int = 0, hi: int | None = None) -> Plan:
+    def plan(
+        self, total: int, lo: int = 0, hi: int | None = None, away: frozenset[int] = frozenset()
+    ) -> Plan:
         """Complete shards (marker written after their last manifest line) are not listed;
         the rest are listed and reconciled with the manifest. [lo, hi) restricts the plan
-        to one rank's samples (the whole job by default)."""
+        to one rank's samples (the whole job by default). ``away``: committed samples out of
+        their shard for a moment (the one a running compact is moving), listed all the same."""
         self.total = total
         hi = total if hi is None else min(hi, total)
         complete = {c for c in self.complete_shards() if _overlaps(c, lo, hi)}
         failures = self.failures()
         permanent_all = {i for i, r in failures.items() if r.get("permanent", True) and lo <= i < hi}
         listed = {i for i in self.listing(frozenset(complete), lo, hi) if lo <= i < hi}
+        listed |= {i for i in away if lo <= i < hi}
         committed = set(listed)
         for name in complete:
             m = SHARD_RE.match(name)

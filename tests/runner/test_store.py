@@ -133,3 +133,22 @@ def test_shards_are_specforge_s_2000_rows_unless_a_test_sets_the_seam():
 
     assert shown() == "2000 2000 rows_4000-6000"
     assert shown(**{SHARD_ENV: "200"}) == "200 200 rows_4200-4400"
+
+
+def test_a_sample_a_running_compact_has_away_is_planned_as_committed(tmp_path):
+    import json
+
+    from runner import compact
+
+    store = Store(str(tmp_path))
+    store.prepare()
+    for i in range(4):
+        _commit(store, i)
+    os.rename(sample_path(str(tmp_path), 2), os.path.join(str(tmp_path), "x.old"))  # between its renames
+    os.makedirs(os.path.join(str(tmp_path), compact.DIR))
+    assert store.plan(4).remaining == [2]  # without the journal: the listing misses it
+    with open(os.path.join(str(tmp_path), compact.DIR, compact.JOURNAL), "w") as f:
+        json.dump({"line": {"idx": 2}}, f)
+    assert compact.away(str(tmp_path)) == {2}
+    plan = store.plan(4, away=compact.away(str(tmp_path)))
+    assert plan.remaining == [] and plan.committed == {0, 1, 2, 3} and plan.orphans == []
