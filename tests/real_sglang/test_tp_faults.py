@@ -1,7 +1,7 @@
 """Faults with several scheduler processes, in the real SGLang at TP 2: a kill -9 of the rank
 that does not write takes the whole server down (SGLang's own watchdog); the runner names the
 rank from the server log, removes the shared memory that server left, restarts it within the
-cap, and the output ends equal to an uninterrupted run's."""
+cap, and the output (gzipped by the patch) ends equal to an uninterrupted run's."""
 
 from __future__ import annotations
 
@@ -41,6 +41,10 @@ def test_a_dead_non_writing_rank_is_named_cleaned_up_and_restarted(
     samples = 40
     before = set(os.listdir(shm.SHM_DIR))
     sg, ref = jobs(tmp_path, demo_assets, models["llama"], "llama", sglang_python, samples=samples, tp=2)
+    with open(sg) as f:
+        text = f.read()
+    with open(sg, "w") as f:  # gzipped by the patch's writers, across the server's death
+        f.write(text.replace("[job]\n", '[job]\nstorage = "ckpt.gz"\n', 1))
     p = start_run(sg)
     try:
         wait_for(lambda: done_count(sg) >= 5, timeout=300, what="5 samples through the real SGLang at TP 2")
@@ -64,5 +68,7 @@ def test_a_dead_non_writing_rank_is_named_cleaned_up_and_restarted(
     assert verify(sg)[0] == 0 and done_count(sg) >= samples
     assert {w.split(" pid ")[0] for w in writers(sg)} == {"TP0"}  # both servers' TP0; TP1 never
     assert os.listdir(os.path.join(out_dir(sg), ".tmp")) == []
+    rows = os.listdir(os.path.join(out_dir(sg), "rows_0-2000"))
+    assert len(rows) == samples and all(n.endswith(".ckpt.gz") for n in rows), rows
     runner("run", "--config", ref, check=True, timeout=600)
     compare(out_dir(sg), out_dir(ref))
