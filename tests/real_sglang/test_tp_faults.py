@@ -38,7 +38,7 @@ def _scheduler(pgid: int, rank: int) -> int | None:
 def test_a_dead_non_writing_rank_is_named_cleaned_up_and_restarted(
     tmp_path, demo_assets, models, sglang_python
 ):
-    samples = 40
+    samples = 28
     before = set(os.listdir(shm.SHM_DIR))
     sg, ref = jobs(tmp_path, demo_assets, models["llama"], "llama", sglang_python, samples=samples, tp=2)
     with open(sg) as f:

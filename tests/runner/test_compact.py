@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -92,11 +93,25 @@ def killed_compact(conf: str, point: str, nth: int) -> None:
     assert p.returncode == -signal.SIGKILL, (point, p.returncode, p.stderr[-800:])
 
 
-@pytest.fixture
-def raw_job(job):
-    conf = job(samples=N)
+@pytest.fixture(scope="module")
+def raw_run(tmp_path_factory, demo_assets):
+    """One finished raw job, run once; each test gets it back as it was (same directory, so
+    dataset.json's pinned paths hold)."""
+    from tests.conftest import write_job
+
+    conf = write_job(tmp_path_factory.mktemp("compact") / "job", demo_assets, N)
     runner("run", "--config", conf, check=True)
-    return conf, tensors(conf)
+    pristine = os.path.dirname(conf) + ".pristine"
+    shutil.copytree(os.path.dirname(conf), pristine)
+    return conf, pristine, tensors(conf)
+
+
+@pytest.fixture
+def raw_job(raw_run):
+    conf, pristine, truth = raw_run
+    shutil.rmtree(os.path.dirname(conf))
+    shutil.copytree(pristine, os.path.dirname(conf))
+    return conf, truth
 
 
 def test_compact_killed_at_each_step_loses_nothing_and_specforge_sees_each_sample_once(raw_job, specforge):

@@ -26,8 +26,8 @@ from tests.runner.helpers import (
 
 pytestmark = pytest.mark.slow  # real runner processes (torch), killed at random
 
-SAMPLES = 240
-KILLS = 8
+SAMPLES = 120
+KILLS = 5
 
 
 def test_kill_nine_at_random_points_then_resume(job):

@@ -18,7 +18,8 @@ from tests.runner.helpers import done_count, status, wait_for
 pytestmark = pytest.mark.slow  # `hsx demo` runs real runner processes (torch)
 
 HSX = os.path.join(BIN, "hsx")
-SAMPLES = 600  # the job cannot finish between the first samples and the Ctrl-C (~50 samples/s)
+SAMPLES = 80
+PACE = ["--pace", "0.25"]  # ~16 samples/s: the job cannot finish between its first samples and the Ctrl-C
 
 
 def demo(workdir) -> subprocess.CompletedProcess:
@@ -28,7 +29,7 @@ def demo(workdir) -> subprocess.CompletedProcess:
 
 def interrupted_demo(work) -> int:
     """A headless demo stopped part-way by Ctrl-C -> its samples done."""
-    proc = subprocess.Popen([HSX, "demo", "--workdir", str(work), "--samples", str(SAMPLES), "--headless"],
+    proc = subprocess.Popen([HSX, "demo", "--workdir", str(work), "--samples", str(SAMPLES), "--headless", *PACE],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
     conf = str(work / "hsx.toml")
     wait_for(lambda: os.path.exists(conf) and done_count(conf) >= 5, timeout=120, what="some samples")
