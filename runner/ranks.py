@@ -13,8 +13,9 @@ from dataclasses import dataclass
 
 from .contract.errors import ConfigError
 from .contract.status import EVENTS, STATUS
+from .jsonl import rank_file
 from .lock import NAME as LOCK
-from .store import SHARD, rank_file
+from .store import SHARD
 
 
 def shard_count(total: int) -> int:

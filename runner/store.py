@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 import orjson
 
-from . import layers
+from . import jsonl, layers
 from .contract import dump
 from .contract.atomic import write_atomic
 from .contract.config import Config
@@ -104,22 +104,13 @@ class Plan:
     manifest: dict[int, dict] = field(default_factory=dict)  # only filled when asked
 
 
-def rank_file(name: str, rank: int | None) -> str:
-    """manifest.jsonl -> manifest.rank3.jsonl: each rank appends only to its own files, since
-    appends from several nodes to one file are not safe on every shared filesystem (NFS)."""
-    if rank is None:
-        return name
-    stem, dot, ext = name.partition(".")
-    return f"{stem}.rank{rank}{dot}{ext}"
-
-
 class Store:
     def __init__(self, out: str, rank: int | None = None, storage: str = "ckpt"):
         self.out = out
         self.storage = storage  # the mode commits write (dump.STORAGE)
         self.tmp = os.path.join(out, TMP_DIR) if rank is None else os.path.join(out, TMP_DIR, f"rank{rank}")
-        self.manifest_path = os.path.join(out, rank_file(MANIFEST, rank))
-        self.failed_path = os.path.join(out, rank_file(FAILED, rank))
+        self.manifest_path = os.path.join(out, jsonl.rank_file(MANIFEST, rank))
+        self.failed_path = os.path.join(out, jsonl.rank_file(FAILED, rank))
         self._made: set[str] = set()
         self._settled: dict[str, int] = {}  # per open shard: committed + permanently failed
         self._lock = threading.Lock()  # commits run on worker threads
@@ -168,32 +159,14 @@ class Store:
             removed = len(os.listdir(self.tmp))
             shutil.rmtree(self.tmp)
         os.makedirs(self.tmp)
-        self._repair_tail(self.manifest_path)
-        self._repair_tail(self.failed_path)
+        jsonl.repair_tail(self.manifest_path)
+        jsonl.repair_tail(self.failed_path)
         return removed
 
     def repair_tails(self) -> None:
         """Before appending outside a run (adopt): a torn last line must not swallow ours."""
-        self._repair_tail(self.manifest_path)
-        self._repair_tail(self.failed_path)
-
-    @staticmethod
-    def _repair_tail(path: str) -> None:
-        """A crash mid-append can leave a torn last line: cut it so appends stay parseable."""
-        try:
-            with open(path, "rb+") as f:
-                size = f.seek(0, os.SEEK_END)
-                if size == 0:
-                    return
-                f.seek(max(0, size - 1))
-                if f.read(1) == b"\n":
-                    return
-                f.seek(max(0, size - 65536))
-                tail = f.read()
-                cut = tail.rfind(b"\n")
-                f.truncate(size - len(tail) + cut + 1 if cut >= 0 else 0)
-        except FileNotFoundError:
-            pass
+        jsonl.repair_tail(self.manifest_path)
+        jsonl.repair_tail(self.failed_path)
 
     # --- reading -------------------------------------------------------------------------
     def listing(self, skip: frozenset[str] = frozenset(), lo: int = 0, hi: int | None = None) -> set[int]:
@@ -217,7 +190,7 @@ class Store:
     def manifest_indices(self) -> set[int]:
         """Fast path: lines are written as {"idx":N,...}; one regex over the file, no JSON."""
         found: set[int] = set()
-        for path in _all_files(self.out, MANIFEST):
+        for path in jsonl.all_files(self.out, MANIFEST):
             try:
                 with open(path, "rb") as f:
                     found.update(map(int, _IDX_RE.findall(f.read())))
@@ -228,7 +201,7 @@ class Store:
     def manifest(self) -> dict[int, dict]:
         """Full manifest, last line per index wins (verify uses it)."""
         out: dict[int, dict] = {}
-        for rec in _read_all(self.out, MANIFEST, "written_at"):
+        for rec in jsonl.read_all(self.out, MANIFEST, "written_at"):
             if isinstance(rec.get("idx"), int):
                 out[rec["idx"]] = rec
         return out
@@ -238,7 +211,7 @@ class Store:
         output by ``hsx-runner adopt``): counted apart from extracted ones. Files without an
         adopted line cost one substring search, so a job that never adopted pays nothing."""
         datas = []
-        for path in _all_files(self.out, MANIFEST):
+        for path in jsonl.all_files(self.out, MANIFEST):
             try:
                 with open(path, "rb") as f:
                     datas.append(f.read())
@@ -254,7 +227,7 @@ class Store:
 
     def failures(self) -> dict[int, dict]:
         out: dict[int, dict] = {}
-        for rec in _read_all(self.out, FAILED, "at"):
+        for rec in jsonl.read_all(self.out, FAILED, "at"):
             if isinstance(rec.get("idx"), int):
                 if rec.get("requeued"):
                     out.pop(rec["idx"], None)
@@ -381,7 +354,7 @@ class Store:
             rec["storage"] = storage
         if mantissa_bits is not None:  # rounded by compact (extraction's follow dataset.json)
             rec["mantissa_bits"] = mantissa_bits
-        _append(self.manifest_path, orjson.dumps(rec))
+        jsonl.append(self.manifest_path, orjson.dumps(rec))
 
     def record_orphans(self, orphans: list[int]) -> None:
         """Files committed just before a crash lost their manifest line: record them now (an
@@ -431,22 +404,15 @@ class Store:
             "permanent": permanent,
             "at": _now(),
         }
-        _append(self.failed_path, orjson.dumps(rec))
+        jsonl.append(self.failed_path, orjson.dumps(rec))
         if permanent:
             self._settle(idx)
 
     def requeue(self, idx: int, why: str) -> None:
         self.reopen(idx)
-        _append(self.failed_path, orjson.dumps({"idx": idx, "requeued": True, "reason": why, "at": _now()}))
-
-
-def _append(path: str, line: bytes) -> None:
-    # One write() of a whole line on an O_APPEND fd: a crash leaves at most a torn last line.
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-    try:
-        os.write(fd, line + b"\n")
-    finally:
-        os.close(fd)
+        jsonl.append(
+            self.failed_path, orjson.dumps({"idx": idx, "requeued": True, "reason": why, "at": _now()})
+        )
 
 
 def _overlaps(shard: str, lo: int, hi: int | None) -> bool:
@@ -455,39 +421,3 @@ def _overlaps(shard: str, lo: int, hi: int | None) -> bool:
         return False
     g = int(m.group(1))
     return g + SHARD > lo and (hi is None or g < hi)
-
-
-def _all_files(out: str, name: str) -> list[str]:
-    """The job's file and, after a cluster run, one per rank (manifest.rank{R}.jsonl)."""
-    stem, _, ext = name.partition(".")
-    try:
-        ranked = sorted(n for n in os.listdir(out) if n.startswith(stem + ".rank") and n.endswith("." + ext))
-    except FileNotFoundError:
-        return []
-    return [os.path.join(out, name)] + [os.path.join(out, n) for n in ranked]
-
-
-def _read_all(out: str, name: str, time_key: str):
-    """Records of every file in write order (by their time stamp when there are several
-    files: a repair's requeue in one file must follow the failure it cancels in another)."""
-    paths = _all_files(out, name)
-    if len(paths) <= 1:
-        yield from _read_jsonl(paths[0] if paths else os.path.join(out, name))
-        return
-    recs = [r for p in paths for r in _read_jsonl(p)]
-    recs.sort(key=lambda r: str(r.get(time_key) or ""))  # stable: lines keep their order on ties
-    yield from recs
-
-
-def _read_jsonl(path: str):
-    try:
-        with open(path, "rb") as f:
-            for line in f:
-                try:
-                    rec = orjson.loads(line)
-                except orjson.JSONDecodeError:
-                    continue
-                if isinstance(rec, dict):
-                    yield rec
-    except FileNotFoundError:
-        return

@@ -111,7 +111,7 @@ def test_a_crash_inside_commit_never_leaves_an_unrecorded_ckpt(tmp_path, monkeyp
     with pytest.raises(KeyboardInterrupt):
         _commit(store, 1)
     monkeypatch.undo()
-    monkeypatch.setattr(st, "_append", crash)  # killed before the manifest line
+    monkeypatch.setattr(st.jsonl, "append", crash)  # killed before the manifest line
     with pytest.raises(KeyboardInterrupt):
         _commit(store, 2)
     monkeypatch.undo()
