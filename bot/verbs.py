@@ -137,7 +137,12 @@ VERBS = (
             Flag("--crash", "choice", dest="which"),
         ),
     ),
-    Verb("chart", "samples done over time, with the rate", terminal=False, json=False),
+    Verb(
+        "chart",
+        "samples done over time: the total, the rate, the projected finish, each crash, stall, pause and resume",
+        terminal=False,
+        json=False,
+    ),
     Verb("help", "this text", terminal=False, json=False),
 )
 TABLE = {v.name: v for v in VERBS}
