@@ -27,7 +27,7 @@ import torch
 from .dump import BF16_MANTISSA_BITS
 from .errors import HsxError
 from .precision import round_mantissa
-from .sink import GzipSink, HashingSink, gzip_codec, is_gzip
+from .sink import GzipSink, gzip_codec, is_gzip, new_file
 
 KEYS = ("input_ids", "loss_mask", "hidden_state", "aux_hidden_state")
 AUX_LAYERS = 3
@@ -173,22 +173,12 @@ def write_sample(
             round_mantissa(t, mantissa_bits) for t in (hidden_state, aux_hidden_state)
         )
     sample = _sample_dict(input_ids, loss_mask, hidden_state, aux_hidden_state)
-    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_CLOEXEC", 0)
-    fd = os.open(path, flags, 0o644)
-    try:
-        sink = HashingSink(fd)
+    with new_file(path) as sink:
         target = GzipSink(sink) if compress else sink
         with _zip_crc_off():
             torch.save(sample, target)
         if compress:
             target.finish()
-        (os.fdatasync if hasattr(os, "fdatasync") else os.fsync)(fd)
-    except BaseException:
-        os.close(fd)
-        with contextlib.suppress(OSError):
-            os.unlink(path)
-        raise
-    os.close(fd)
     return sink.written, sink.hasher.hexdigest()
 
 

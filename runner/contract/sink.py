@@ -10,6 +10,7 @@ import ctypes
 import os
 import sys
 import zlib
+from collections.abc import Iterator
 
 import xxhash
 
@@ -126,6 +127,22 @@ def is_gzip(path: str | os.PathLike) -> bool:
         return f.read(2) == GZIP_MAGIC
 
 
+@contextlib.contextmanager
+def new_file(path: str | os.PathLike) -> Iterator[HashingSink]:
+    """``path`` created (a leftover truncated), written through the sink yielded, and fdatasync'ed
+    at the end; on any error it is removed: a complete, synced file or none."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_CLOEXEC", 0), 0o644)
+    try:
+        yield HashingSink(fd)
+        (os.fdatasync if hasattr(os, "fdatasync") else os.fsync)(fd)
+    except BaseException:
+        os.close(fd)
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+        raise
+    os.close(fd)
+
+
 def recode(src: str | os.PathLike, dst: str | os.PathLike, compress: bool) -> tuple[str, int, str]:
     """Write ``dst`` (created, fsynced) as the other stored form of ``src``: gzip of its bytes
     when ``compress``, else its bytes ungzipped. Returns (checksum of src as stored, bytes of
@@ -133,10 +150,8 @@ def recode(src: str | os.PathLike, dst: str | os.PathLike, compress: bool) -> tu
     is read back and its plain bytes hashed against the source's, so a returned dst is proven to
     hold the same sample. Raises ValueError when it does not (dst removed), OSError as the disk does."""
     src_hash, plain = new_hasher(), new_hasher()
-    fd = os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_CLOEXEC", 0), 0o644)
-    try:
-        sink = HashingSink(fd)
-        codec = gzip_codec()
+    codec = gzip_codec()
+    with new_file(dst) as sink:
         z = codec.compressobj(1, zlib.DEFLATED, 16 + zlib.MAX_WBITS) if compress else None
         unz = None if compress else codec.decompressobj(16 + zlib.MAX_WBITS)
         with open(src, "rb", buffering=0) as f:
@@ -154,15 +169,9 @@ def recode(src: str | os.PathLike, dst: str | os.PathLike, compress: bool) -> tu
             sink.write(z.flush())
         elif not unz.eof:
             raise ValueError(f"{src}: the gzip stream ends early")
-        (os.fdatasync if hasattr(os, "fdatasync") else os.fsync)(fd)
-        if plain_checksum(dst) != plain.hexdigest():
-            raise ValueError(f"{dst}: reads back different from {src}")
-    except BaseException:
-        os.close(fd)
-        with contextlib.suppress(OSError):
-            os.unlink(dst)
-        raise
-    os.close(fd)
+    if plain_checksum(dst) != plain.hexdigest():
+        os.unlink(dst)
+        raise ValueError(f"{dst}: reads back different from {src}")
     return src_hash.hexdigest(), sink.written, sink.hasher.hexdigest()
 
 
