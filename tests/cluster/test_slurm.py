@@ -134,11 +134,23 @@ def test_ckpt_gz_ranks_one_cancelled_one_killed_resume_only_those(
     def done(r: int) -> int:
         return rank_record(conf, r).get("done", 0)
 
-    wait_for(lambda: done(1) >= 50 and done(2) >= 20, timeout=120, what="ranks 1 and 2 extracting")
-    subprocess.run(["scancel", f"{job}_1"], check=True)  # from outside hsx, as an admin or a fault would
-    held, pid = is_held_at(os.path.join(out, ".lock.rank2"))
-    assert held and pid, "rank 2's runner holds its lock"
-    os.kill(pid, signal.SIGKILL)  # rank 2's runner dies mid-shard, its commits wherever they were
+    # Each rank is hit as soon as it is far enough in: waiting for both first let a rank that
+    # started early finish its shard before the kill (seen in CI).
+    hit: set[int] = set()
+
+    def strike() -> bool:
+        if 1 not in hit and done(1) >= 50:
+            # from outside hsx, as an admin or a fault would
+            subprocess.run(["scancel", f"{job}_1"], check=True)
+            hit.add(1)
+        if 2 not in hit and done(2) >= 20:
+            held, pid = is_held_at(os.path.join(out, ".lock.rank2"))
+            assert held and pid, "rank 2's runner holds its lock"
+            os.kill(pid, signal.SIGKILL)  # rank 2's runner dies mid-shard, its commits wherever they were
+            hit.add(2)
+        return hit == {1, 2}
+
+    wait_for(strike, timeout=120, what="ranks 1 and 2 extracting")
 
     lim, state, alerts = Limits(), WatchState(), []
 
