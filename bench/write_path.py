@@ -38,6 +38,7 @@ import xxhash
 
 from bench.storage import synthetic_sample
 from runner.contract import ckpt
+from runner.contract.atomic import fsync_path
 from runner.contract.sink import file_checksum, plain_checksum
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
@@ -76,30 +77,22 @@ def remove_if_exists(path: str) -> None:
         os.unlink(path)
 
 
-def _fsync_path(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def _torch_save(sample, path):
     torch.save(sample, path)
-    _fsync_path(path)
+    fsync_path(path)
 
 
 def _torch_save_no_crc(sample, path):
     with ckpt._zip_crc_off():
         torch.save(sample, path)
-    _fsync_path(path)
+    fsync_path(path)
 
 
 def _safetensors(sample, path):
     from safetensors.torch import save_file
 
     save_file(sample, path)
-    _fsync_path(path)
+    fsync_path(path)
 
 
 def _write_sample(sample, path):

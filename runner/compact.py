@@ -31,7 +31,7 @@ import logging
 import os
 
 from . import lock
-from .contract.atomic import write_atomic
+from .contract.atomic import fsync_path, write_atomic
 from .contract.config import Config
 from .contract.dump import BF16_MANTISSA_BITS, STORAGE
 from .contract.errors import HsxError, LockedError
@@ -234,14 +234,6 @@ def _round(path: str, part: str, entry: dict, compress: bool, bits: int) -> tupl
     return nbytes, checksum
 
 
-def _fsync_dir(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def _commit(out: str, store: Store, idx: int, path: str, part: str, line: dict, storage: str) -> None:
     """Steps 2 to 6 (one thread)."""
     if not os.path.exists(path):  # gone meanwhile (verify --repair quarantined it): leave it gone
@@ -263,7 +255,7 @@ def _roll_forward(out: str, store: Store, rec: dict, recovering: bool) -> None:
         _append_line(store, line)
     if os.path.exists(part):
         os.replace(part, new)  # ... and comes back in its new form
-        _fsync_dir(os.path.dirname(new))
+        fsync_path(os.path.dirname(new))
     with contextlib.suppress(FileNotFoundError):
         os.unlink(park)
     os.unlink(os.path.join(out, DIR, JOURNAL))

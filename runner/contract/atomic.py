@@ -13,3 +13,12 @@ def write_atomic(path: str, text: str) -> None:
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
+
+
+def fsync_path(path: str) -> None:
+    """fsync a file or a directory by its path (a directory's, so a rename in it is on disk)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
