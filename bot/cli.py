@@ -15,6 +15,7 @@ from remote.client import check_adopt_dir
 from runner.contract import timing
 from runner.contract.config import Config, load
 from runner.contract.errors import HsxError
+from runner.contract.stdout import quiet_when_stdout_closes
 
 from .commands import Command, command_of
 from .verbs import TABLE, VERBS
@@ -308,6 +309,7 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
+@quiet_when_stdout_closes
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     if getattr(args, "samples", 1) < 1:

@@ -15,6 +15,7 @@ import sys
 from .contract.config import Config, load, require_job
 from .contract.errors import HsxError, LockedError, StatusError
 from .contract.replies import LOGS, MAX_N, NOT_OK, OK, REFUSED, USAGE, Reply
+from .contract.stdout import quiet_when_stdout_closes
 from .engines import engine_for
 
 
@@ -201,6 +202,7 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
+@quiet_when_stdout_closes
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     if getattr(args, "n", 1) is not None and not 1 <= getattr(args, "n", 1) <= MAX_N:

@@ -8,6 +8,7 @@ import pytest
 
 from bot import cli
 from tests.bot.conftest import EXTRACTING
+from tests.test_pipes import into_closed_pipe, quiet
 
 
 @pytest.fixture
@@ -72,3 +73,7 @@ def test_json_logs_with_a_count_out_of_range_is_a_usage_error_not_a_traceback(fa
     err = capsys.readouterr().err
     assert err.startswith("hsx: `logs` takes a number of") and "Traceback" not in err
     assert fake.verbs() == []  # nothing reached the box
+
+
+def test_piped_into_a_reader_that_left_it_ends_quietly(conf):
+    quiet(into_closed_pipe("bot.cli", "status", "--json", "--config", conf))
