@@ -164,8 +164,8 @@ state_file = "watcher.json"
 def relocate(workdir: str) -> str | None:
     """A demo copied or moved here still names the directory it came from: the paths its
     output pins (out/dataset.json) and an older hsx's [remote] runner_config. The copy holds the
-    same files, so they are rewritten to name this one; a path that is not this demo's own file
-    at the same place is refused. Returns the directory it came from, None if it did not move."""
+    same files, so they are rewritten to name this one, and its server gets a port of its own; a
+    path that is not this demo's own file at the same place is refused. Returns the directory it came from, None if it did not move."""
     from .contract.atomic import write_atomic
     from .contract.config import load
 
@@ -200,7 +200,9 @@ def relocate(workdir: str) -> str | None:
         )
     with open(conf) as f:
         text = f.read()
-    write_atomic(conf, re.sub(r"(?m)^runner_config = .*\n", "", text))
+    text = re.sub(r"(?m)^runner_config = .*\n", "", text)
+    # A fresh port too: the original may be running, and its server holds the one copied.
+    write_atomic(conf, re.sub(r"(?m)^port = \d+$", f"port = {_free_port()}", text))
     if desc:
         moved = {k: getattr(cfg.job, k) for k in ("model", "tokenizer", "dataset")}
         write_atomic(pinned, json.dumps({**desc, **moved}, indent=1) + "\n")

@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import asyncio
 import ctypes
+import errno
 import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -40,6 +42,8 @@ ACTIVITY_RE = re.compile(
 CRASHED_RE = re.compile(r"Subprocess (\S+) \(pid=(\d+)\) crashed with exit code (-?\d+)")
 # The dump patch, in each scheduler process as it starts (patches/scheduler_patch.py).
 RANK_RE = re.compile(r"hsx dump patch installed in (TP\d+) pid (\d+)")
+# A server just stopped or killed (this job's, or a dead runner's) lets go of its port within this.
+PORT_FREE_S = 5.0
 
 
 def _how(code: int) -> str:
@@ -77,6 +81,22 @@ def rank_death(ranks: dict[str, int]) -> str:
             dead.append((bool(sig), f"{name} scheduler (pid {pid}) died, {_how(-sig if sig else code)}"))
     first = [text for signalled, text in dead if signalled] or [text for _, text in dead]
     return "; ".join(first)
+
+
+def port_in_use(host: str, port: int) -> bool:
+    """Something listens on host:port: the bind the server will do fails. SO_REUSEADDR, as the
+    server sets it, so the closed connections of an earlier server do not count."""
+    try:
+        family, kind, proto, _, addr = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+    except OSError:
+        return False  # an address this machine cannot resolve: the server's own error says it
+    with socket.socket(family, kind, proto) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(addr)
+        except OSError as e:
+            return e.errno == errno.EADDRINUSE
+    return False
 
 
 def _die_with_parent() -> None:
@@ -218,6 +238,7 @@ class Server:
     def start(self) -> None:
         pgid = self.kill_stale()
         self.shm.cleanup(pgid)  # what the last server left (this runner's, or a killed one's)
+        self._require_port()
         os.makedirs(os.path.dirname(self.log_path), exist_ok=True)
         log = open(self.log_path, "ab")  # noqa: SIM115 - the child owns it
         log.write(f"\n=== hsx: starting server: {' '.join(self.argv)}\n".encode())
@@ -233,6 +254,19 @@ class Server:
             f.write(str(self.proc.pid))
         self.started_at = time.monotonic()
         self.activity = "launching"
+
+    def _require_port(self) -> None:
+        """Another process on [server] port (a second job, a copied demo, a stray server) is
+        named now, not found as a bind error in the log of each of max_restarts starts."""
+        host, port = self.cfg.server.host, self.cfg.server.port
+        deadline = time.monotonic() + PORT_FREE_S
+        while port_in_use(host, port):
+            if time.monotonic() >= deadline:
+                raise ServerError(
+                    f"[server] port {port} on {host} is in use by another process: "
+                    "stop it, or set another [server] port"
+                )
+            time.sleep(0.1)
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None

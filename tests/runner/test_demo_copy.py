@@ -56,6 +56,7 @@ def test_a_copied_demo_resumes_its_own_output_and_leaves_the_original_alone(tmp_
     st = status(str(b / "hsx.toml"))
     assert st["phase"] == "done" and st["done_this_run"] == SAMPLES - first, st
     assert str(a) not in (b / "hsx.toml").read_text()
+    assert load(str(b / "hsx.toml")).server.port != load(str(a / "hsx.toml")).server.port  # both can run
     pinned = json.loads((b / "out" / "dataset.json").read_text())
     assert (pinned["model"], pinned["dataset"]) == (str(b / "model"), str(b / "data.jsonl")), pinned
     # the original: not read, not resumed, not stopped

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import sys
 
 import pytest
@@ -208,3 +209,19 @@ def test_a_multimodal_wrapper_is_served_text_only(tmp_path):
         text_only(str(tmp_path), [OVERRIDE_FLAG, "{oops"])
     (tmp_path / "config.json").write_text(json.dumps({"architectures": ["LlamaForCausalLM"]}))
     assert text_only(str(tmp_path), ["--device", "cpu"]) == ["--device", "cpu"]
+
+
+@pytest.mark.slow
+def test_a_port_another_process_listens_on_fails_the_start_at_once_saying_so(job):
+    """Not a server started into a bind error and restarted to the cap: a copied demo, a second
+    job or a stray server on [server] port is named before anything is launched."""
+    with socket.socket() as other:
+        other.bind(("127.0.0.1", 0))
+        other.listen()
+        port = other.getsockname()[1]
+        conf = job(samples=5, server__port=port)
+        assert runner("run", "--config", conf).returncode == 1
+    st = status(conf)
+    assert st["phase"] == "failed" and st["server"]["restarts"] == 0, st
+    assert f"[server] port {port} on 127.0.0.1 is in use by another process" in st["reason"], st["reason"]
+    assert done_count(conf) == 0
