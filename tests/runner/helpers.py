@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import signal
@@ -16,8 +18,16 @@ def status(conf: str) -> dict:
 
 
 def verify(conf: str, *extra) -> tuple[int, dict]:
-    p = runner("verify", "--json", "--config", conf, *extra)
-    return p.returncode, json.loads(p.stdout)
+    """`hsx-runner verify --json`, run in this process: the CLI's own code and reply, without a new
+    interpreter's ~3 s of torch and transformers imports per call (the suite has ~50). The
+    command itself runs as a process in the e2e tests, through SSH and the bot."""
+    from runner import cli
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = cli.main(["verify", "--json", "--config", conf, *extra])
+    assert out.getvalue(), f"hsx-runner verify {extra} -> {code}, no reply: {err.getvalue()}"
+    return code, json.loads(out.getvalue())
 
 
 def out_dir(conf: str) -> str:
