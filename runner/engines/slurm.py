@@ -116,12 +116,17 @@ class SlurmEngine(Engine):
                 verb,
                 f"{out} was split for {sum(h - lo for lo, h in ranges)} samples; the dataset has {total}",
             )
+        incomplete = self._incomplete(total, ranges)
+        if not incomplete:  # even while a finished rank's task still ends in Slurm (COMPLETING)
+            return _refused(
+                verb, "nothing to do: every rank's samples are committed or failed with a reason", ranks=[]
+            )
         active = self._active(st)
-        todo = [r for r in self._incomplete(total, ranges) if r not in active]
+        todo = [r for r in incomplete if r not in active]
         if not todo:
-            msg = (f"already running: {len(active)} rank(s) queued or running" if active
-                   else "nothing to do: every rank's samples are committed or failed with a reason")  # fmt: skip
-            return _refused(verb, msg, ranks=sorted(active))
+            return _refused(
+                verb, f"already running: {len(active)} rank(s) queued or running", ranks=sorted(active)
+            )
         os.makedirs(os.path.join(out, "logs"), exist_ok=True)
         argv = slurm_io.sbatch_argv(cfg, todo, slurm_io.write_script(cfg, len(ranges)))
         job = slurm_io.sbatch(argv)

@@ -19,6 +19,7 @@ from runner.engines import engine_for, slurm_io
 from runner.engines.local import LocalEngine
 from runner.engines.slurm import SlurmEngine
 from runner.engines.slurm_merge import Task
+from runner.store import COMPLETE_DIR, DESCRIPTION, shard_name
 
 
 def config(tmp_path, engine: str):
@@ -101,3 +102,20 @@ def test_slurm_logs_of_every_rank(tmp_path, server, which, want):
     assert rep.code == 0 and rep.obj["path"] == os.path.join(out, "logs")
     one = engine_for(cfg).logs(2, which, 1, server).obj["lines"]  # one rank: --which counts
     assert one == [f"{'server' if server or which == 'server' else 'runner'} 1 line {i}" for i in (3, 4)]
+
+
+def test_a_slurm_resume_of_a_finished_job_is_nothing_to_do_while_its_last_task_ends(tmp_path, monkeypatch):
+    """Every sample committed, the last rank's task still COMPLETING in Slurm (its batch script
+    ends after the runner): "nothing to do", not "already running" (seen right after "done")."""
+    cfg = config(tmp_path, "slurm")
+    out = cfg.job.out
+    os.makedirs(os.path.join(out, COMPLETE_DIR))
+    for shard in {shard_name(0), shard_name(2499)}:  # every shard's marker: the plan lists nothing
+        open(os.path.join(out, COMPLETE_DIR, shard), "w").close()
+    with open(os.path.join(out, DESCRIPTION), "w") as f:
+        json.dump({"total": 2500}, f)
+    slurm_io.save_state(out, {"ranges": [[0, 2500]], "tasks": {"0": {"job": "7"}}})
+    monkeypatch.setattr(slurm_io, "query", lambda ids: {"7_0": Task("COMPLETING", "gpu-1")})
+    monkeypatch.setattr(slurm_io, "sbatch", lambda argv: pytest.fail(f"submitted {argv}"))
+    rep = engine_for(cfg).resume()
+    assert rep.code == replies.REFUSED and "nothing to do" in rep.payload()["reason"], rep.payload()
