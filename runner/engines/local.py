@@ -35,11 +35,14 @@ class LocalEngine(Engine):
         held, pid = lock.is_held(out)
         verb = "resume" if resume else "start"
         if held:
-            if resume and pid and view.current(out).phase.value == "paused":
+            phase = view.current(out).phase.value
+            if resume and pid and phase == "paused":
                 os.kill(pid, signal.SIGUSR1)  # a paused runner re-checks its disk now
                 msg = f"runner pid {pid} is paused; asked it to re-check the disk and continue"
                 return Reply({"ok": True, "started": False, "woken": True, "pid": pid}, msg)
-            why = f"already running (pid {pid})"
+            # "Done" is written before the runner stops its server (SGLang: seconds) and exits.
+            why = (f"nothing to do: the job is done (its runner, pid {pid}, is exiting)" if phase == "done"
+                   else f"already running (pid {pid})")  # fmt: skip
             return Reply({"started": False, "pid": pid, "reason": why}, why, REFUSED)
         if resume and (msg := self.nothing_to_resume()):
             return Reply({"started": False, "reason": msg}, msg, REFUSED)

@@ -12,8 +12,11 @@ import threading
 import pytest
 
 from runner import view
+from runner.contract.config import from_dict
 from runner.contract.errors import LockedError
+from runner.contract.replies import REFUSED
 from runner.contract.status import STATUS, Phase, StatusRecord, now_iso, write_record
+from runner.engines.local import LocalEngine
 from runner.lock import JobLock, is_held
 from runner.ranks import RunPaths
 
@@ -84,3 +87,24 @@ def test_status_is_the_record_while_the_lock_is_held_and_crashed_once_it_is_not(
     assert rec.reason.startswith(
         f"runner (pid {os.getpid()}) is gone; it was extracting at its last heartbeat"
     )
+
+
+@pytest.mark.parametrize("phase,said", [(Phase.DONE, "nothing to do: the job is done"),
+                                        (Phase.EXTRACTING, "already running")])  # fmt: skip
+def test_a_start_while_the_runner_holds_the_job_says_whether_it_is_done(tmp_path, phase, said):
+    """The record says done a moment before its runner lets go (it stops its server first): a
+    resume then is told there is nothing to do, not that the job runs."""
+    out = tmp_path / "out"
+    out.mkdir()
+    cfg = from_dict(
+        {"job": {"name": "t", "model": "m", "dataset": "d.jsonl", "out": str(out)}}, str(tmp_path)
+    )
+    write_record(os.path.join(out, STATUS), StatusRecord(phase=phase, pid=os.getpid(), alive=True))
+    lock = JobLock(RunPaths(str(out)).lock)
+    lock.acquire()
+    try:
+        rep = LocalEngine(cfg).resume()
+    finally:
+        lock.release()
+    assert rep.code == REFUSED and rep.payload()["reason"].startswith(said), rep.payload()
+    assert f"pid {os.getpid()}" in rep.payload()["reason"]
