@@ -10,11 +10,19 @@ import signal
 import subprocess
 import time
 
-from tests.conftest import RUNNER, runner
+from tests.conftest import RUNNER
 
 
 def status(conf: str) -> dict:
-    return json.loads(runner("status", "--json", "--config", conf, check=True).stdout)
+    """The record `hsx-runner status --json` prints, read in this process (the engine its
+    cmd_status asks): polls every 50 ms would otherwise keep a core busy starting interpreters
+    beside the job under test. The command itself runs in tests/test_pipes.py and over SSH."""
+    from runner.contract.config import load, require_job
+    from runner.engines import engine_for
+
+    cfg = load(conf)
+    require_job(cfg)
+    return json.loads(json.dumps(engine_for(cfg).status().to_dict()))
 
 
 def verify(conf: str, *extra) -> tuple[int, dict]:
