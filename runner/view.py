@@ -5,10 +5,11 @@ An active phase with no live runner is reported as ``crashed``."""
 
 from __future__ import annotations
 
+import datetime as dt
 import os
 
 from . import background, lock
-from .contract.status import NOT_STARTED, STATUS, Phase, StatusRecord, age_s, read_record
+from .contract.status import NOT_STARTED, STATUS, Phase, StatusRecord, age_s, parse_iso, read_record
 from .store import Store
 
 
@@ -34,7 +35,10 @@ def current(out: str) -> StatusRecord:
     rec.alive = held and (pid is None or pid == rec.pid)
     rec.heartbeat_age_s = age_s(rec.heartbeat_at)
     if rec.phase.is_active() and not held:
-        rec.reason = f"runner (pid {rec.pid}) is gone; it was {rec.phase.value} at its last heartbeat {rec.heartbeat_at}"
+        beat = parse_iso(rec.heartbeat_at)
+        beat = beat and beat.astimezone(dt.timezone.utc)
+        when = f", {beat:%b} {beat.day} {beat:%H:%M:%S} UTC" if beat else ""  # as a person reads it
+        rec.reason = f"runner (pid {rec.pid}) is gone; it was {rec.phase.value} at its last heartbeat{when}"
         rec.phase = Phase.CRASHED
         rec.phase_since = rec.heartbeat_at
     if not held:

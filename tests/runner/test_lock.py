@@ -15,7 +15,7 @@ from runner import view
 from runner.contract.config import from_dict
 from runner.contract.errors import LockedError
 from runner.contract.replies import REFUSED
-from runner.contract.status import STATUS, Phase, StatusRecord, now_iso, write_record
+from runner.contract.status import STATUS, Phase, StatusRecord, write_record
 from runner.engines.local import LocalEngine
 from runner.lock import JobLock, is_held
 from runner.ranks import RunPaths
@@ -73,7 +73,8 @@ def test_status_is_the_record_while_the_lock_is_held_and_crashed_once_it_is_not(
     assert view.current(out).total == 7  # a job set up but never run still shows its size
 
     write_record(os.path.join(out, STATUS), StatusRecord(
-        job="j", phase=Phase.EXTRACTING, pid=os.getpid(), total=7, done=3, rate=1.5, heartbeat_at=now_iso(),
+        job="j", phase=Phase.EXTRACTING, pid=os.getpid(), total=7, done=3, rate=1.5,
+        heartbeat_at="2030-01-02T03:04:05Z",
     ))  # fmt: skip
     lock = JobLock(RunPaths(out).lock)
     lock.acquire()
@@ -84,9 +85,9 @@ def test_status_is_the_record_while_the_lock_is_held_and_crashed_once_it_is_not(
         lock.release()
     rec = view.current(out)
     assert rec.phase == Phase.CRASHED and not rec.alive and rec.rate is None
-    assert rec.reason.startswith(
-        f"runner (pid {os.getpid()}) is gone; it was extracting at its last heartbeat"
-    )
+    assert rec.reason == (
+        f"runner (pid {os.getpid()}) is gone; it was extracting at its last heartbeat, Jan 2 03:04:05 UTC"
+    )  # the time as a person reads it, not the record's ISO stamp
 
 
 @pytest.mark.parametrize("phase,said", [(Phase.DONE, "nothing to do: the job is done"),
