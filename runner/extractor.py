@@ -261,7 +261,7 @@ class Extractor:
                 return
             try:
                 await asyncio.to_thread(self.server.stop, 5.0)
-                await asyncio.to_thread(self.server.start)  # it may wait for the port
+                await self.server.start()
                 t0 = time.monotonic()
                 await self.server.wait_ready(self._server_progress)
                 log.info("server back after %.1fs", time.monotonic() - t0)

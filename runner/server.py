@@ -195,7 +195,7 @@ class Server:
         that dies later (the same policy); one that never gets ready is not."""
         server = recorder.record.server
         while True:
-            self.start()
+            await self.start()
             server.pid, server.url, server.started_at = self.proc.pid, self.url, now_iso()
             try:
                 await self.wait_ready(lambda: setattr(server, "activity", self.activity))
@@ -235,10 +235,12 @@ class Server:
             return None
         return pgid
 
-    def start(self) -> None:
+    async def start(self) -> None:
+        """On the event loop's thread, never a worker's: PR_SET_PDEATHSIG kills the child when
+        the *thread* that created it ends."""
         pgid = self.kill_stale()
         self.shm.cleanup(pgid)  # what the last server left (this runner's, or a killed one's)
-        self._require_port()
+        await self._require_port()
         os.makedirs(os.path.dirname(self.log_path), exist_ok=True)
         log = open(self.log_path, "ab")  # noqa: SIM115 - the child owns it
         log.write(f"\n=== hsx: starting server: {' '.join(self.argv)}\n".encode())
@@ -255,7 +257,7 @@ class Server:
         self.started_at = time.monotonic()
         self.activity = "launching"
 
-    def _require_port(self) -> None:
+    async def _require_port(self) -> None:
         """Another process on [server] port (a second job, a copied demo, a stray server) is
         named now, not found as a bind error in the log of each of max_restarts starts."""
         host, port = self.cfg.server.host, self.cfg.server.port
@@ -266,7 +268,7 @@ class Server:
                     f"[server] port {port} on {host} is in use by another process: "
                     "stop it, or set another [server] port"
                 )
-            time.sleep(0.1)
+            await asyncio.sleep(0.1)
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
