@@ -13,29 +13,28 @@ import time
 from tests.conftest import RUNNER
 
 
-def status(conf: str) -> dict:
-    """The record `hsx-runner status --json` prints, read in this process (the engine its
-    cmd_status asks): polls every 50 ms would otherwise keep a core busy starting interpreters
-    beside the job under test. The command itself runs in tests/test_pipes.py and over SSH."""
-    from runner.contract.config import load, require_job
-    from runner.engines import engine_for
-
-    cfg = load(conf)
-    require_job(cfg)
-    return json.loads(json.dumps(engine_for(cfg).status().to_dict()))
-
-
-def verify(conf: str, *extra) -> tuple[int, dict]:
-    """`hsx-runner verify --json`, run in this process: the CLI's own code and reply, without a new
-    interpreter's ~3 s of torch and transformers imports per call (the suite has ~50). The
-    command itself runs as a process in the e2e tests, through SSH and the bot."""
+def runner_json(verb: str, conf: str, *extra) -> tuple[int, dict]:
+    """`hsx-runner VERB --json --config CONF ...` run in this process: the CLI's own main and
+    reply, without a new interpreter per call (for verify, ~3 s of torch and transformers
+    imports; for status, ~90 ms of CPU per 50 ms poll beside the job under test). The commands
+    themselves run as processes in the e2e tests (through SSH and the bot) and tests/test_pipes.py."""
     from runner import cli
 
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = cli.main(["verify", "--json", "--config", conf, *extra])
-    assert out.getvalue(), f"hsx-runner verify {extra} -> {code}, no reply: {err.getvalue()}"
+        code = cli.main([verb, "--json", "--config", conf, *extra])
+    assert out.getvalue(), f"hsx-runner {verb} {extra} -> {code}, no reply: {err.getvalue()}"
     return code, json.loads(out.getvalue())
+
+
+def status(conf: str) -> dict:
+    code, rec = runner_json("status", conf)
+    assert code == 0, rec
+    return rec
+
+
+def verify(conf: str, *extra) -> tuple[int, dict]:
+    return runner_json("verify", conf, *extra)
 
 
 def out_dir(conf: str) -> str:

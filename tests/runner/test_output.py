@@ -8,12 +8,11 @@ import json
 import os
 import shutil
 
-from runner import cli
 from runner.adopt import adopt
 from runner.contract.config import load
 from runner.store import sample_path
 from tests.conftest import write_job
-from tests.runner.helpers import extract_in_process, unrecorded_ckpts
+from tests.runner.helpers import extract_in_process, runner_json, unrecorded_ckpts, verify
 
 N = 6
 
@@ -26,16 +25,11 @@ def _job(dest, demo_assets) -> str:
     return write_job(dest, demo_assets, rows=rows)
 
 
-def _cli(capsys, *argv) -> tuple[int, dict]:
-    code = cli.main([*argv, "--json"])
-    return code, json.loads(capsys.readouterr().out)
-
-
-def test_verify_finds_a_corrupt_sample_and_repair_quarantines_it(tmp_path, demo_assets, dump_server, capsys):
+def test_verify_finds_a_corrupt_sample_and_repair_quarantines_it(tmp_path, demo_assets, dump_server):
     conf = _job(tmp_path / "job", demo_assets)
     _, store, err = extract_in_process(load(conf), dump_server)
     assert err is None and sorted(store.manifest()) == list(range(N))
-    code, rep = _cli(capsys, "verify", "--config", conf)
+    code, rep = verify(conf)
     assert code == 0 and rep["ok"] == N and rep["complete"] and rep["corrupt"] == rep["missing"] == []
 
     victim = sample_path(store.out, 2)
@@ -44,19 +38,17 @@ def test_verify_finds_a_corrupt_sample_and_repair_quarantines_it(tmp_path, demo_
         b = f.read(8)
         f.seek(-8, os.SEEK_CUR)
         f.write(bytes(x ^ 0xFF for x in b))
-    code, rep = _cli(capsys, "verify", "--quick", "--config", conf)
+    code, rep = verify(conf, "--quick")
     assert code == 0 and rep["ok"] == N  # --quick checks sizes and shapes, not checksums or values
-    code, rep = _cli(capsys, "verify", "--config", conf)
+    code, rep = verify(conf)
     assert code == 1 and rep["corrupt"] == [2] and rep["reasons"]["2"] == "checksum differs from the manifest"
-    code, rep = _cli(capsys, "verify", "--repair", "--config", conf)
+    code, rep = verify(conf, "--repair")
     assert rep["repaired"] == [2]
     assert os.listdir(os.path.join(store.out, ".quarantine")) == ["rows_0-2000_data_2.ckpt.bad"]
     assert store.plan(N).remaining == [2] and unrecorded_ckpts(store.out) == []
 
 
-def test_adopt_takes_the_sound_files_and_quarantines_a_truncated_one(
-    tmp_path, demo_assets, dump_server, capsys
-):
+def test_adopt_takes_the_sound_files_and_quarantines_a_truncated_one(tmp_path, demo_assets, dump_server):
     done = _job(tmp_path / "earlier", demo_assets)
     _, earlier, err = extract_in_process(load(done), dump_server)
     assert err is None
@@ -77,7 +69,7 @@ def test_adopt_takes_the_sound_files_and_quarantines_a_truncated_one(
     with open(os.path.join(cfg.job.out, "dataset.json")) as f:  # what a run writes, from the model
         desc = json.load(f)
     assert desc["total"] == N and desc["hidden_size"] == 64 and desc["aux_layer_ids"] == [1, 3, 4]
-    code, v = _cli(capsys, "verify", "--config", conf)
+    code, v = verify(conf)
     assert code == 1 and v["ok"] == 4 and v["missing"] == [2, 4] and v["corrupt"] == []
-    code, st = _cli(capsys, "status", "--config", conf)
+    code, st = runner_json("status", conf)
     assert code == 0 and st["adopted"] == 4 and st["done"] == 4 and st["total"] == N and not st["alive"]
