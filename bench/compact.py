@@ -3,7 +3,7 @@
     .venv/bin/python -m bench.compact [--dir D] [--samples 8] [--seq 2048] [--hidden 7168] [--repeats 3]
 
 Builds a raw output of ``--samples`` samples the way a job does: dataset.json from
-``runner.store.describe`` pinned by ``Store.pin``, each sample written by
+``runner.output.store.describe`` pinned by ``Store.pin``, each sample written by
 ``ckpt.write_sample`` into the store's temp dir and committed by ``Store.commit`` (manifest
 line, then the rename into ``rows_0-2000/``). The states are bench.storage's heavy-tailed
 synthetic ones (one seed per sample), so they compress about as real states do.
@@ -11,7 +11,7 @@ synthetic ones (one seed per sample), so they compress about as real states do.
 Then, interleaved, each ``--repeats`` times (the median is reported):
 
 * ``cat`` of every sample file to /dev/null (the baseline: reading the bytes and nothing else);
-* ``runner.compact.compact`` of the output to [job] storage = "ckpt.gz" (lossless), then,
+* ``runner.output.compact.compact`` of the output to [job] storage = "ckpt.gz" (lossless), then,
   untimed, compact back to "ckpt", whose manifest checksums must equal the first build's: the
   next round starts from the same raw files.
 
@@ -39,11 +39,11 @@ import time
 import torch
 
 from bench.storage import synthetic_sample
-from runner.compact import WORKERS, compact
 from runner.contract import ckpt
 from runner.contract.config import Config, from_dict
-from runner.store import Store, describe
-from runner.verify import scan
+from runner.output.compact import WORKERS, compact
+from runner.output.store import Store, describe
+from runner.output.verify import scan
 
 AUX = [1, 3, 5]  # the aux layer ids dataset.json records (any three; nothing reads them here)
 

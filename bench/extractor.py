@@ -20,11 +20,11 @@ from aiohttp import web
 
 from runner.contract import dump
 from runner.contract.config import Config
-from runner.dataset import Dataset
-from runner.extractor import Extractor
-from runner.ranks import RunPaths
-from runner.record import Recorder
-from runner.store import Store
+from runner.data.dataset import Dataset
+from runner.job.extractor import Extractor
+from runner.job.record import Recorder
+from runner.output.ranks import RunPaths
+from runner.output.store import Store
 
 
 class FixedLatencyServer:

@@ -4,12 +4,12 @@
 
 1. Writes three random models (fixed seed, safetensors, 12 layers) to WORKDIR: a Llama (bf16),
    a DeepSeek-V3 (fp32; MLA, MoE with a shared expert, first layer dense) and that DeepSeek-V3
-   in Kimi-K2.5's wrapper layout (runner.targets.wrap_kimi; SGLang loads it as
-   KimiK25ForConditionalGeneration, served text-only through runner.server.text_only, as hsx
+   in Kimi-K2.5's wrapper layout (runner.data.targets.wrap_kimi; SGLang loads it as
+   KimiK25ForConditionalGeneration, served text-only through runner.serve.server.text_only, as hsx
    serves it).
 2. Every SGLang server runs at --tp (tensor-parallel size, default 1). For each model and each
    aux id set, the default [1, 5, 8] and [2, 6, 9] (smallest id not 1: DeepSeek's own rule was
-   one off there), serves it with the reference backend (runner.reference_server, transformers
+   one off there), serves it with the reference backend (runner.serve.reference_server, transformers
    on one GPU) and with the patched SGLang at its defaults, run "graphs" (prefill CUDA graphs
    on, the GPU default; small --chunked-prefill-size: long prompts are chunked, batches mix
    requests), sends the same token ids to both and compares every dump, per layer (final norm
@@ -63,7 +63,7 @@ from bench.gpu_checks import (
 )
 from runner.contract import dump
 from runner.contract.launch import server_argv
-from runner.server import text_only
+from runner.serve.server import text_only
 
 VOCAB = 32000
 REF_DEVICE = "cuda"
@@ -83,7 +83,7 @@ def prompts(n: int, max_tokens: int, seed: int = 1) -> list[list[int]]:
 def build_model(arch: str, out_dir: str, config: dict | None = None, vocab_size: int = VOCAB) -> None:
     """MODELS[arch] as safetensors in out_dir (kept if there; built aside, then renamed in).
     A wrapper ("wraps"): its text model is built aside too, then wrapped."""
-    from runner.demo_assets import build_model as build
+    from runner.data.tiny import build_model as build
 
     if os.path.exists(os.path.join(out_dir, "config.json")):
         return
@@ -95,7 +95,7 @@ def build_model(arch: str, out_dir: str, config: dict | None = None, vocab_size:
     build(0, vocab_size, text if wraps else tmp, wraps or arch, spec["dtype"],
           overrides=config or spec["config"], random_norms=True)  # fmt: skip
     if wraps:
-        from runner.targets import wrap_kimi
+        from runner.data.targets import wrap_kimi
 
         wrap_kimi(text, tmp, 0, spec["dtype"])
         shutil.rmtree(text)
@@ -117,7 +117,7 @@ def encoder_args(model_dir: str, tp: int) -> list[str]:
 
 def patched_argv(arch: str, model: str, port: int, ids: list[int], tp: int, common: list[str],
                  flags: list[str] | None = None) -> list[str]:  # fmt: skip
-    """The patched server as hsx starts it (runner.server.build_argv): a wrapper text-only."""
+    """The patched server as hsx starts it (runner.serve.server.build_argv): a wrapper text-only."""
     spec = MODELS[arch]
     extra = [*common, "--dtype", spec["dtype"], *spec["sglang_args"], *(flags or [])]
     extra += encoder_args(model, tp)
@@ -129,7 +129,7 @@ def patched_argv(arch: str, model: str, port: int, ids: list[int], tp: int, comm
 def reference_argv(arch: str, model: str, port: int, dump_dir: str) -> list[str]:
     spec = MODELS[arch]
     remote = ["--trust-remote-code"] if spec.get("trust_remote_code") else []
-    return [sys.executable, "-m", "runner.reference_server", "--model", model, "--port", str(port),
+    return [sys.executable, "-m", "runner.serve.reference_server", "--model", model, "--port", str(port),
             "--dump-dir", dump_dir, "--device", REF_DEVICE, "--dtype", spec["dtype"], *remote]  # fmt: skip
 
 

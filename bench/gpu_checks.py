@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import re
 
-from runner import layers
 from runner.contract import dump
+from runner.data import layers
 
 MIN_RATIO = 0.9  # c/a: patched / stock prompt tokens per second
 EAGER = "--disable-prefill-cuda-graph"
@@ -50,7 +50,7 @@ MODELS = {
     "kimi_k25": {
         "dtype": "float32",
         "config": _DEEPSEEK_V3,
-        "wraps": "deepseek_v3",  # that text model in Kimi-K2.5's wrapper layout (runner.targets.wrap_kimi)
+        "wraps": "deepseek_v3",  # that text model in Kimi-K2.5's wrapper layout (runner.data.targets.wrap_kimi)
         "trust_remote_code": True,  # as hsx serves Kimi-K2.5 (its tokenizer is remote code)
         "sglang_args": ["--attention-backend", "triton"],
         "tolerance": _DEEPSEEK_TOLERANCE,

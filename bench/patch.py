@@ -51,7 +51,7 @@ import aiohttp
 
 from runner import sglang_cpu
 from runner.contract import dump
-from runner.server import READY_LINE
+from runner.serve.server import READY_LINE
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 KERNELS = os.path.join(ROOT, "tests", "sglang_cpu")  # the test-only sgl_kernel stand-in

@@ -17,7 +17,7 @@ import time
 
 import orjson
 
-from runner.store import COMPLETE_DIR, SHARD, Store, sample_path, shard_name
+from runner.output.store import COMPLETE_DIR, SHARD, Store, sample_path, shard_name
 
 
 def build(out: str, n: int) -> None:

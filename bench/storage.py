@@ -26,7 +26,7 @@ Two kinds of states:
 * ``synthetic``: seq x hidden bf16, fixed seed, residual-stream-like aux layers (normal values,
   per-channel and per-token scales, growing with depth) with ``MASSIVE_CHANNELS`` channels of
   magnitude 300-1000 ("massive activations"), and a final-norm state of normal values;
-* ``reference``: the project's tiny demo model (runner.demo_assets, built in a temp dir, H=64)
+* ``reference``: the project's tiny demo model (runner.data.demo_assets, built in a temp dir, H=64)
   run by the reference backend's ``Model`` on dataset rows packed to ``--seq`` tokens: real
   final-norm and aux states, but small and from a random model.
 
@@ -128,10 +128,10 @@ def massive_channels(hidden: int, seed: int = 0) -> list[int]:
 
 def reference_samples(workdir: str, count: int, seq: int) -> list[dict[str, torch.Tensor]]:
     """``count`` samples of the demo model's own states: dataset rows tokenized as the job
-    does (runner.dataset), packed to ``seq`` tokens, run by runner.reference_server.Model."""
-    from runner import demo_assets
-    from runner.dataset import Dataset, load_tokenizer
-    from runner.reference_server import Model
+    does (runner.data.dataset), packed to ``seq`` tokens, run by runner.serve.reference_server.Model."""
+    from runner.data import demo_assets
+    from runner.data.dataset import Dataset, load_tokenizer
+    from runner.serve.reference_server import Model
 
     demo_assets.build(workdir, REF_ROWS, 0)
     model_dir = os.path.join(workdir, "model")
@@ -287,7 +287,7 @@ def table(title: str, res: dict) -> list[str]:
 def write_dirs(root: str, samples: list[dict], comp: dict) -> tuple[str, str]:
     """The samples as SpecForge-layout folders: ``ckpt/`` (write_sample) and ``gz/`` (ISA-L
     gzip -1 of each file's bytes)."""
-    from runner.store import sample_path
+    from runner.output.store import sample_path
 
     plain, packed = os.path.join(root, "ckpt"), os.path.join(root, "gz")
     for idx, s in enumerate(samples):

@@ -25,8 +25,8 @@ import torch
 
 from runner.contract import ckpt
 from runner.contract.config import from_dict
-from runner.store import Store, sample_path, shard_name
-from runner.verify import verify
+from runner.output.store import Store, sample_path, shard_name
+from runner.output.verify import verify
 
 
 def build(root: str, files: int, seq: int, hidden: int) -> None:

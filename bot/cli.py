@@ -127,7 +127,7 @@ def cmd_deploy(args) -> int:
 
 
 def cmd_demo(args) -> int:
-    from runner import demo_assets
+    from runner.data import demo_assets
 
     workdir = os.path.abspath(args.workdir)
     if args.backend == "sglang" and args.target not in SGLANG_TARGETS:
@@ -179,7 +179,7 @@ DEMO_PACE_S = 1.0  # with the console: 500 samples in about 2 minutes at the dem
 def _pace(args, cfg: Config) -> None:
     """With the console the demo is paced to be watched; --headless runs at full speed. The
     reference server this process starts (or a console resume restarts) reads it."""
-    from runner.demo_assets import PACE_ENV
+    from runner.data.demo_assets import PACE_ENV
 
     pace = args.pace if args.pace is not None else (0.0 if args.headless else DEMO_PACE_S)
     os.environ[PACE_ENV] = str(pace)

@@ -43,7 +43,9 @@ RECORD = "deploy.json"
 PIP_TIMEOUT_S = 3600.0  # a first install downloads torch (and sglang: ~11 GB)
 STEP_TIMEOUT_S = 300.0
 # Imported once after the install: a runner that cannot import these would fail at start.
-RUNNER_IMPORTS = "import runner.cli, runner.job, patches.hooks, torch, transformers, aiohttp, orjson, xxhash"
+RUNNER_IMPORTS = (
+    "import runner.cli, runner.job.phases, patches.hooks, torch, transformers, aiohttp, orjson, xxhash"
+)
 
 UNIT_TEMPLATE = """\
 # systemd unit for the hsx runner on the GPU box, written by `hsx deploy` for its prefix.

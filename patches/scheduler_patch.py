@@ -202,7 +202,7 @@ def install(dump_dir: str, writer_rank: bool, watchdog_s: float | None = None, t
     _replace(Scheduler, "_copy_result_to_cpu", make_order_hook)
     ids = parse_layer_ids(os.environ.get(dump.DUMP_LAYERS_ENV, ""))  # the launcher checked them
     _replace(model_runner, "configure_aux_hidden_state_capture", lambda o: make_capture_hook(o, ids))
-    # The runner reads this line to name the rank of a scheduler that died (runner/server.py).
+    # The runner reads this line to name the rank of a scheduler that died (runner/serve/server.py).
     # Printed: SGLang sets up logging in a spawned scheduler only later, so a log line is lost.
     print(
         f"hsx dump patch installed in {name} (writer={writer_rank}, dump dir {dump_dir})",

@@ -68,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
         aux_ids = parse_layer_ids(os.environ.get(dump.DUMP_LAYERS_ENV, ""))
         check_argv(argv, aux_ids)
         os.environ[dump.DUMP_DIR_ENV] = prepare_dump_dir(os.environ.get(dump.DUMP_DIR_ENV, ""))
-        from .hooks import require_installed
+        from .hooks_installed import require_installed
 
         require_installed()
     except (ArgsError, IncompatibleSGLang) as e:

@@ -16,52 +16,25 @@ from __future__ import annotations
 import contextlib
 import math
 import os
-import re
 import shlex
 import socket
 import threading
 import time
 import weakref
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import paramiko
 
 from runner.contract import timing
 
 from . import retry, trust
+from .endpoint import Endpoint, parse_jump
 from .errors import CommandTimeout, RemoteError, Unreachable
 from .keepalive import Keepalive, Probe
 from .transport import Result
 
 MAX_COMMAND_BYTES = 100_000  # the shell gets the command as one argument (Linux: 128 KiB at most)
 READ_CHUNK = 1 << 16
-
-_JUMP_RE = re.compile(
-    r"^(?:(?P<user>[^@\s]+)@)?(?P<host>\[[0-9A-Fa-f:.]+\]|[^@:\s\[\]]+)(?::(?P<port>\d+))?$"
-)
-
-
-@dataclass(frozen=True)
-class Endpoint:
-    user: str
-    host: str
-    port: int
-
-    @property
-    def known_hosts_name(self) -> str:
-        return self.host if self.port == 22 else f"[{self.host}]:{self.port}"
-
-
-def parse_jump(spec: str, default_user: str) -> Endpoint:
-    """``user@host:port`` (user and port optional; IPv6 in brackets)."""
-    m = _JUMP_RE.match(spec.strip())
-    if not m:
-        raise ValueError(f"jump {spec!r} is not user@host:port")
-    port = int(m["port"] or 22)
-    if not 0 < port < 65536:
-        raise ValueError(f"jump {spec!r}: port out of range")
-    return Endpoint(m["user"] or default_user, m["host"].strip("[]"), port)
 
 
 class SSHTransport:

@@ -7,14 +7,11 @@ from __future__ import annotations
 import base64
 import hashlib
 import os
-from typing import TYPE_CHECKING
 
 import paramiko
 
+from .endpoint import Endpoint
 from .errors import AuthFailed, HostKeyMismatch, Unreachable
-
-if TYPE_CHECKING:
-    from .ssh import Endpoint
 
 
 def fingerprint(key: paramiko.PKey) -> str:

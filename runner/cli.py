@@ -25,7 +25,7 @@ def _answer(args, reply: Reply) -> int:
 
 
 def cmd_run(args, cfg: Config) -> int:
-    from .job import run
+    from .job.phases import run
 
     if (args.rank is None) != (args.world is None):
         print("hsx-runner: --rank and --world go together", file=sys.stderr)
@@ -72,8 +72,8 @@ def cmd_events(args, cfg: Config) -> int:
 
 
 def cmd_verify(args, cfg: Config) -> int:
-    from . import background
-    from .verify import verify
+    from .job import background
+    from .output.verify import verify
 
     flags = ["--repair"] * args.repair + ["--quick"] * args.quick
     if args.background:
@@ -90,7 +90,7 @@ def cmd_verify(args, cfg: Config) -> int:
 
 def _detach(args, cfg: Config, verb: str, argv: list[str]) -> int:
     """``VERB --background``: start it detached and answer at once."""
-    from . import background
+    from .job import background
 
     rep = background.start(cfg.job.out, cfg.path, verb, argv)
     text = f"{verb} running in the background (pid {rep['pid']})" if rep["started"] else rep["reason"]
@@ -100,8 +100,8 @@ def _detach(args, cfg: Config, verb: str, argv: list[str]) -> int:
 def cmd_adopt(args, cfg: Config) -> int:
     """Exit 0 when it ran (bad files included: the report lists them); 3 when refused (a bad
     DIR, a runner holding the job), with the reason; 2 for a config error."""
-    from . import background
-    from .adopt import AdoptRefused, adopt, refusal_check, summary_text
+    from .job import background
+    from .output.adopt import AdoptRefused, adopt, refusal_check, summary_text
 
     try:
         if args.background:  # refuse here, at once, what the detached run would refuse
@@ -126,10 +126,10 @@ def cmd_adopt(args, cfg: Config) -> int:
 def cmd_compact(args, cfg: Config) -> int:
     """Exit 0 when every sample is in the job's mode afterwards, 1 when some were left as they
     were (the report says why), 3 when refused (nothing changed), 2 for a config error."""
-    from . import background
-    from .compact import CompactRefused, compact
     from .contract.render import render_compact
     from .contract.replies import CompactReport
+    from .job import background
+    from .output.compact import CompactRefused, compact
 
     try:
         if args.background:
@@ -150,7 +150,7 @@ def cmd_compact(args, cfg: Config) -> int:
 
 
 def cmd_preflight(args, cfg: Config) -> int:
-    from .preflight import preflight
+    from .job.preflight import preflight
 
     report = preflight(cfg, free_gpus=args.free_gpus)
     text = "\n".join(f"{'ok ' if c['ok'] else 'BAD'} {c['name']}: {c['detail']}" for c in report["checks"])

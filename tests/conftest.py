@@ -60,7 +60,7 @@ def specforge(tmp_path_factory):
 @pytest.fixture(scope="session")
 def demo_assets(tmp_path_factory):
     """Model, tokenizer and a 300-row dataset from seed 0."""
-    from runner import demo_assets as da
+    from runner.data import demo_assets as da
 
     d = tmp_path_factory.mktemp("assets")
     da.build(str(d), 300, 0)

@@ -3,7 +3,9 @@
 runner.contract is the leaf every package imports; beyond it, runner never imports bot, patches,
 remote or deploy, patches never imports runner, remote imports only the contract, deploy never
 imports bot, and bot reaches the runner's machinery only for ``hsx demo`` (which runs a runner on
-this machine).
+this machine). Inside runner the stages are a ladder (data, output, serve, job, engines): each
+imports only the rungs below it. No file imports one that imports it back, lazily or not, and no
+module grows past the habit's 450 lines.
 """
 
 from __future__ import annotations
@@ -24,7 +26,13 @@ TORCH_CONTRACT = {  # GPU-box deps of the sample file and of its bytes
     "runner.contract.sink": {"xxhash", "isal"},
 }
 # bot reaches runner's machinery for `hsx demo` only (it runs a runner here), always lazily.
-BOT_DEMO = {"runner.demo_assets", "runner.sglang_cpu"}
+BOT_DEMO = {"runner.data.demo_assets", "runner.sglang_cpu"}
+# runner's stages, lowest first: each may import the contract, the ones before it and itself.
+STAGES = ("runner.data", "runner.output", "runner.serve", "runner.job", "runner.engines")
+# runner's top-level modules a stage may import: leaves that import nothing of ours but the contract.
+TOP_LEAVES = {"runner.sglang_cpu"}
+MAX_TOP = 10  # modules left at runner's top: cli and what truly spans the stages
+MAX_LINES = 450
 STDLIB = sys.stdlib_module_names | {"__future__", "tomli"}  # tomli: tomllib before Python 3.11
 
 
@@ -134,3 +142,103 @@ def test_bot_reaches_the_runner_only_for_the_demo_and_lazily():
         if _in(s, "bot") and _in(d, "runner") and not _in(d, CONTRACT) and (d not in BOT_DEMO or top)
     ]
     assert not bad, bad
+
+
+def _stage(mod: str) -> str | None:
+    return next((st for st in STAGES if _in(mod, st)), None)
+
+
+def test_each_stage_imports_only_the_rungs_below_it():
+    bad = []
+    for src, dst, _ in EDGES:
+        st = _stage(src)
+        if st is None or not _in(dst, "runner") or _in(dst, CONTRACT) or dst in TOP_LEAVES:
+            continue
+        allowed = STAGES[: STAGES.index(st) + 1]
+        if _stage(dst) not in allowed:
+            bad.append((src, dst))
+    assert not bad, bad
+
+
+def test_top_leaves_import_only_the_contract():
+    bad = [(s, d) for s, d, _ in EDGES if s in TOP_LEAVES and _ours(d) and not _in(d, CONTRACT)]
+    assert not bad, bad
+
+
+def test_the_stages_are_all_there_and_runner_top_is_small():
+    pkgs = {n for n, _, is_pkg in _modules() if is_pkg}
+    assert set(STAGES) <= pkgs
+    top = [n for n, _, is_pkg in _modules() if n.count(".") == 1 and n.startswith("runner.") and not is_pkg]
+    assert "runner.cli" in top and len(top) <= MAX_TOP, top
+
+
+def test_each_stage_says_what_it_owns_and_may_import():
+    for st in STAGES:
+        path = os.path.join(ROOT, *st.split("."), "__init__.py")
+        doc = ast.get_docstring(ast.parse(open(path, encoding="utf-8").read())) or ""
+        assert "imports" in doc.lower(), (
+            f"{st}: its __init__ docstring says what it owns and what it may import"
+        )
+
+
+def _circles(edges) -> list[list[str]]:
+    """Every strongly connected set of two or more files (Tarjan), each a circle of imports."""
+    graph: dict[str, set[str]] = {}
+    for s, d in edges:
+        graph.setdefault(s, set()).add(d)
+        graph.setdefault(d, set())
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    out: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            group = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                group.append(w)
+                if w == v:
+                    break
+            if len(group) > 1:
+                out.append(sorted(group))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_the_circle_finder_finds_a_circle():
+    assert _circles([("a", "b"), ("b", "c"), ("c", "a"), ("c", "d")]) == [["a", "b", "c"]]
+    assert _circles([("a", "b"), ("b", "c")]) == []
+
+
+def test_no_file_imports_one_that_imports_it_back():
+    ours = [(s, d) for s, d, _ in EDGES if _ours(d) and s != d]  # lazy and type-only imports count too
+    assert not _circles(ours)
+
+
+def test_no_module_past_the_habit():
+    long = []
+    for pkg in (*OURS, "bench"):
+        for dirpath, _, files in os.walk(os.path.join(ROOT, pkg)):
+            for f in files:
+                if f.endswith(".py"):
+                    path = os.path.join(dirpath, f)
+                    with open(path, encoding="utf-8") as fh:
+                        n = sum(1 for _ in fh)
+                    if n > MAX_LINES:
+                        long.append((os.path.relpath(path, ROOT), n))
+    assert not long, long

@@ -15,18 +15,18 @@ ENV = "HSX_TIMING"
 
 @dataclass(frozen=True)
 class Timing:
-    # runner/server.py: how often a starting server's log and /health are looked at
+    # runner/serve/server.py: how often a starting server's log and /health are looked at
     server_poll_s: float = 0.5
-    # runner/extractor.py: server liveness; sample retries and restarts back off from
+    # runner/job/extractor.py: server liveness; sample retries and restarts back off from
     # backoff_initial_s (retries up to backoff_max_s); sweep of dumps given up on
     monitor_s: float = 0.5
     backoff_initial_s: float = 1.0
     backoff_max_s: float = 30.0
     sweep_s: float = 60.0
-    # runner/record.py: a chart point in events.jsonl; one sample of the run's median rate
+    # runner/job/record.py: a chart point in events.jsonl; one sample of the run's median rate
     progress_event_s: float = 60.0
     rate_sample_s: float = 60.0
-    # runner/background.py: a detached verb rewrites its progress record at most this often
+    # runner/job/background.py: a detached verb rewrites its progress record at most this often
     background_write_s: float = 1.0
     # remote/keepalive.py: a held connection is probed every keepalive_s (and as each command
     # starts); a hop that does not answer a probe within probe_s is gone. remote/ssh.py: the
@@ -45,7 +45,7 @@ class Timing:
     status_answer_s: float = 4.0
     # bot/cli.py: `hsx demo --headless` re-reads the status this often
     headless_poll_s: float = 2.0
-    # runner/engines, runner/background: how often a start looks for its child's lock and
+    # runner/engines, runner/job/background: how often a start looks for its child's lock and
     # record, a stop for the lock's release, a Slurm stop for its ranks' end
     answer_poll_s: float = 0.05
     stop_poll_s: float = 0.1

@@ -11,13 +11,14 @@ import subprocess
 import sys
 import time
 
-from .. import lock, view
 from ..contract import timing
 from ..contract.errors import StatusError
 from ..contract.replies import OK, REFUSED, Reply
 from ..contract.status import StatusRecord
-from ..ranks import RunPaths
-from . import Engine
+from ..job import view
+from ..output import lock
+from ..output.ranks import RunPaths
+from .base import Engine
 
 START_S = 20.0  # how long start waits for the child to take the job's lock
 SETTLE_S = 30.0  # how long start waits for set-up (config, model, dataset, tokenizer) to pass
@@ -46,7 +47,7 @@ class LocalEngine(Engine):
             return Reply({"started": False, "pid": pid, "reason": why}, why, REFUSED)
         if resume and (msg := self.nothing_to_resume()):
             return Reply({"started": False, "reason": msg}, msg, REFUSED)
-        from ..preflight import GATES, gate, preflight
+        from ..job.preflight import GATES, gate, preflight
 
         report = preflight(self.cfg)
         blocked = gate(report, force)

@@ -13,14 +13,16 @@ import shutil
 import socket
 import time
 
-from .. import ranks, view
 from ..contract import timing
 from ..contract.errors import HsxError
 from ..contract.replies import OK, REFUSED, Reply
 from ..contract.status import Phase, StatusRecord, now_iso
-from ..dataset import line_offsets
-from ..store import Store
-from . import Engine, slurm_io
+from ..data.dataset import line_offsets
+from ..job import view
+from ..output import ranks
+from ..output.store import Store
+from . import slurm_io
+from .base import Engine
 from .slurm_merge import QUEUED, RUNNING, Inputs, Task, merge, task_ids
 
 

@@ -12,11 +12,11 @@ import shutil
 import subprocess
 import sys
 
-from .. import ranks
 from ..contract.atomic import write_atomic
 from ..contract.config import Config
 from ..contract.errors import HsxError, StatusError
 from ..contract.status import StatusRecord, read_record
+from ..output import ranks
 from .slurm_merge import Task
 
 STATE_FILE = "cluster.json"  # in the output directory: world, ranges, each rank's Slurm job

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 from ..contract.ranks import ALERTING, LIVE, RankEntry, RankState
 from ..contract.status import STALE_S, Phase, StatusRecord, age_s, now_iso
-from ..store import SHARD, shard_name
+from ..output.store import SHARD, shard_name
 
 QUEUED = {"PENDING", "CONFIGURING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESIZING", "SUSPENDED"}
 RUNNING = {"RUNNING", "COMPLETING", "STAGE_OUT", "SIGNALING"}

@@ -10,7 +10,7 @@ import pytest
 from bench import compact as bc
 from bench.storage import _same_bits, synthetic_sample
 from runner.contract.ckpt import KEYS, load_sample
-from runner.store import Store, sample_path
+from runner.output.store import Store, sample_path
 
 N, SEQ, H = 3, 16, 64
 

@@ -12,7 +12,7 @@ import torch
 from bench import gpu_check as gc
 from bench.gpu_checks import EAGER, MODELS, NO_FUSION, run_plan
 from runner.contract.launch import check_argv, parse_flags, server_argv
-from runner.server import OVERRIDE_FLAG
+from runner.serve.server import OVERRIDE_FLAG
 
 TINY_DS = {"hidden_size": 32, "intermediate_size": 64, "moe_intermediate_size": 16, "num_hidden_layers": 4,
            "num_attention_heads": 2, "num_key_value_heads": 2, "q_lora_rank": 16, "kv_lora_rank": 16,
@@ -82,7 +82,7 @@ def test_the_kimi_model_is_the_deepseek_v3_in_kimi_k25s_wrapper(kimi):
 
 
 def test_the_kimi_patched_server_is_text_only_as_hsx_starts_it(kimi):
-    from runner.server import text_only
+    from runner.serve.server import text_only
 
     argv = gc.patched_argv("kimi_k25", str(kimi), 31001, [1, 5, 8], 1, COMMON)
     assert json.loads(flag(argv, OVERRIDE_FLAG)[0]) == {"language_model_only": True}
@@ -91,7 +91,7 @@ def test_the_kimi_patched_server_is_text_only_as_hsx_starts_it(kimi):
     assert flag(argv, "--dtype") == ["float32"] and flag(argv, "--attention-backend") == ["triton"]
     check_argv(argv[3:], [1, 5, 8])  # the launcher's own checks accept it
     ref = gc.reference_argv("kimi_k25", str(kimi), 31002, "/d")
-    assert ref[1:3] == ["-m", "runner.reference_server"] and "--trust-remote-code" in ref
+    assert ref[1:3] == ["-m", "runner.serve.reference_server"] and "--trust-remote-code" in ref
 
 
 def test_a_plain_model_gets_no_override(llama):
@@ -194,7 +194,7 @@ def test_main_fails_when_the_servers_write_nothing(tmp_path, monkeypatch, capsys
     sglang = [a for a in NoServer.argvs if a[2] in ("patches.sglang_dump", "sglang.launch_server")]
     n_runs = sum(len(run_plan(arch, tp)) for arch in MODELS) + 2  # + patched and stock throughput
     assert len(sglang) == n_runs and all(a[a.index("--tp-size") + 1] == str(tp) for a in sglang)
-    assert sum(a[2] == "runner.reference_server" for a in NoServer.argvs) == 2 * len(MODELS)
+    assert sum(a[2] == "runner.serve.reference_server" for a in NoServer.argvs) == 2 * len(MODELS)
 
 
 def test_main_refuses_a_tp_below_1(tmp_path):

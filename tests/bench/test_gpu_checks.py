@@ -11,9 +11,9 @@ import pytest
 import torch
 
 from bench import gpu_checks as gc
-from runner import layers
 from runner.contract import dump
 from runner.contract.ckpt import write_sample
+from runner.data import layers
 
 H = 8
 N = 12  # layers of every checked model

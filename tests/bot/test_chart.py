@@ -183,8 +183,8 @@ def test_a_real_kill_and_resume_draw_a_crash_a_gap_and_a_restart(job):
 
 
 def test_the_runner_writes_the_counts_the_chart_reads(tmp_path):
-    from runner.ranks import RunPaths
-    from runner.record import Recorder
+    from runner.job.record import Recorder
+    from runner.output.ranks import RunPaths
 
     rec = Recorder(RunPaths(str(tmp_path)), "t", 10, 30.0)
     rec.set_done(3, 0)

@@ -45,7 +45,7 @@ def small_shards(monkeypatch):
     """Shards of SHARD rows, so a few hundred rows span several shards and ranks: the runner
     processes read HSX_SHARD_ROWS at start, and this process's store (tensors(), sample_path)
     is given the same size."""
-    from runner import store
+    from runner.output import store
 
     monkeypatch.setenv(store.SHARD_ENV, str(SHARD))
     monkeypatch.setattr(store, "SHARD", SHARD)

@@ -19,7 +19,7 @@ from runner.engines import engine_for, slurm_io
 from runner.engines.local import LocalEngine
 from runner.engines.slurm import SlurmEngine
 from runner.engines.slurm_merge import Task
-from runner.store import COMPLETE_DIR, DESCRIPTION, shard_name
+from runner.output.store import COMPLETE_DIR, DESCRIPTION, shard_name
 
 
 def config(tmp_path, engine: str):

@@ -13,8 +13,8 @@ from runner.contract.errors import ConfigError, StatusError
 from runner.contract.ranks import ALERTING, RankEntry, RankState
 from runner.contract.render import ranks_line
 from runner.contract.status import Phase, StatusRecord
-from runner.ranks import rank_range, split
-from runner.store import shard_name
+from runner.output.ranks import rank_range, split
+from runner.output.store import shard_name
 
 
 @pytest.mark.parametrize("total,world", [(6050, 4), (10_001, 3), (300, 8), (4000, 2), (37_312, 32)])

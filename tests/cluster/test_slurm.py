@@ -14,7 +14,7 @@ import subprocess
 from bot.watcher import Limits, Observation, WatchState, decide
 from runner.contract.render import render_text
 from runner.contract.status import StatusRecord
-from runner.lock import is_held_at
+from runner.output.lock import is_held_at
 from tests.cluster.conftest import SHARD, cluster_job, short_rows
 from tests.conftest import runner
 from tests.runner.helpers import (

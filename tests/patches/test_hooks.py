@@ -9,7 +9,7 @@ import zipfile
 
 import pytest
 
-from patches import hooks
+from patches import hooks, hooks_installed, hooks_source
 from tests.patches import fake_sglang
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -43,8 +43,8 @@ def sources(wheel, tmp_path_factory) -> str:
 
 
 def test_pinned_wheel_has_every_hook(wheel):
-    assert hooks.SourceTree(wheel).version() == hooks.SGLANG_VERSION
-    assert hooks.check_sources(wheel) == []
+    assert hooks_source.SourceTree(wheel).version() == hooks.SGLANG_VERSION
+    assert hooks_source.check_sources(wheel) == []
 
 
 def _edit(root: str, rel: str, old: str, new: str) -> None:
@@ -59,7 +59,7 @@ def _edit(root: str, rel: str, old: str, new: str) -> None:
 def test_source_check_catches_moved_hooks(sources, tmp_path):
     import shutil
 
-    assert hooks.check_sources(sources) == []
+    assert hooks_source.check_sources(sources) == []
     tree = str(tmp_path / "t")
     shutil.copytree(sources, tree)
     brp = "sglang/srt/managers/scheduler_components/batch_result_processor.py"
@@ -77,7 +77,7 @@ def test_source_check_catches_moved_hooks(sources, tmp_path):
         "    radix_cache_off: A[",
     )
     _edit(tree, "sglang/srt/managers/schedule_batch.py", "self.inflight_middle_chunks = 0", "self.chunks = 0")
-    problems = "\n".join(hooks.check_sources(tree))
+    problems = "\n".join(hooks_source.check_sources(tree))
     assert "SGLang version is '0.5.24'; this patch is written for 0.5.23 only" in problems
     assert "_append_prefill_hidden_states has parameters" in problems and "'keep'" in problems
     assert "server flag --disable-radix-cache (disable_radix_cache) is missing" in problems
@@ -100,14 +100,14 @@ def fake(tmp_path, monkeypatch):
 
 def test_installed_check_passes_on_matching_tree(fake):
     fake()
-    assert hooks.check_installed() == []
-    hooks.require_installed()
+    assert hooks_installed.check_installed() == []
+    hooks_installed.require_installed()
 
 
 def test_wrong_version_is_refused(fake):
     fake(version="0.5.22")
     with pytest.raises(hooks.IncompatibleSGLang) as e:
-        hooks.require_installed()
+        hooks_installed.require_installed()
     msg = str(e.value)
     assert "refusing to start" in msg and "SGLang version is '0.5.22'" in msg and "sglang==0.5.23" in msg
 
@@ -117,7 +117,7 @@ def test_missing_or_changed_hook_is_refused(fake):
         drop="GenerationBatchResult.copy_to_cpu",
         change={"run_scheduler_process": ("server_args", "port_args", "gpu_id", "tp_rank", "pipe_writer")},
     )
-    problems = hooks.check_installed()
+    problems = hooks_installed.check_installed()
     assert any("managers.utils.GenerationBatchResult.copy_to_cpu is missing" in p for p in problems)
     assert any("run_scheduler_process has parameters" in p for p in problems)
     assert len(problems) == 2
@@ -125,9 +125,13 @@ def test_missing_or_changed_hook_is_refused(fake):
 
 def test_missing_flag_and_attribute_are_refused(fake):
     fake(drop="disable_radix_cache")
-    assert hooks.check_installed() == ["server flag --disable-radix-cache (disable_radix_cache) is missing"]
+    assert hooks_installed.check_installed() == [
+        "server flag --disable-radix-cache (disable_radix_cache) is missing"
+    ]
     fake(drop="Req.retraction_count")
-    assert hooks.check_installed() == ["sglang.srt.managers.schedule_batch.Req.retraction_count is missing"]
+    assert hooks_installed.check_installed() == [
+        "sglang.srt.managers.schedule_batch.Req.retraction_count is missing"
+    ]
 
 
 def test_no_sglang_is_refused(monkeypatch):
@@ -143,7 +147,7 @@ def test_no_sglang_is_refused(monkeypatch):
     fake_sglang.forget()
     monkeypatch.setattr(builtins, "__import__", no_sglang)
     with pytest.raises(hooks.IncompatibleSGLang, match="sglang is not importable"):
-        hooks.require_installed()
+        hooks_installed.require_installed()
 
 
 def test_install_patches_the_stand_in_classes(fake, tmp_path):

@@ -27,7 +27,7 @@ def compare(out: str, ref: str, bits: int | None = None) -> dict:
 
     from runner.contract.ckpt import load_sample
     from runner.contract.precision import relative_error
-    from runner.store import find_sample
+    from runner.output.store import find_sample
 
     a_info, b_info = _info(out), _info(ref)
     assert a_info["aux_layer_ids"] == b_info["aux_layer_ids"], (

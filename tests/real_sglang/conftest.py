@@ -10,8 +10,8 @@ import shutil
 
 import pytest
 
-from runner import demo_assets as da
-from runner import sglang_cpu, targets
+from runner import sglang_cpu
+from runner.data import targets, tiny
 from tests.conftest import ROOT
 from tests.sshd import skip_or_fail
 
@@ -33,7 +33,7 @@ def sglang_python():
 def models(demo_assets, tmp_path_factory):
     """{arch: model dir}: the demo's tiny Llama (8 layers, bf16), a tiny DeepSeek-V3 (8 layers,
     MLA, MoE with a shared expert, first layer dense) sharing its tokenizer, and the Kimi-K2.5
-    fixture (runner/targets.py: that DeepSeek-V3 inside the wrapper, a vision tower, tiktoken). The DeepSeek model is
+    fixture (runner/data/targets.py: that DeepSeek-V3 inside the wrapper, a vision tower, tiktoken). The DeepSeek model is
     float32: in bf16 a few tokens per sample fall on near-tied expert scores that the two
     backends' roundings break differently (cosine ~0.99 on those tokens, 1.0 on the rest)."""
     llama = demo_assets / "model"
@@ -43,7 +43,7 @@ def models(demo_assets, tmp_path_factory):
             shutil.copy(llama / name, ds / name)
     with open(llama / "config.json") as f:
         vocab = json.load(f)["vocab_size"]
-    da.build_model(0, vocab, str(ds), "deepseek_v3", dtype=DTYPE["deepseek_v3"])
+    tiny.build_model(0, vocab, str(ds), "deepseek_v3", dtype=DTYPE["deepseek_v3"])
     kimi = tmp_path_factory.mktemp("kimi_k25")
     targets.build("kimi-k2.5", str(kimi / "model"), str(kimi / "data.jsonl"), 4, 0, dtype=DTYPE["kimi_k25"])
     return {"llama": str(llama), "deepseek_v3": str(ds), "kimi_k25": str(kimi / "model")}

@@ -9,7 +9,8 @@ import pytest
 
 from remote.client import GpuBox
 from remote.connect import open_box
-from remote.ssh import Endpoint, SSHTransport, parse_jump
+from remote.endpoint import Endpoint, parse_jump
+from remote.ssh import SSHTransport
 from remote.transport import LocalTransport
 from runner.contract.config import from_dict
 from runner.contract.errors import ConfigError

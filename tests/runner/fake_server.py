@@ -21,7 +21,7 @@ import time
 
 from aiohttp import web
 
-# These end the process: a test of them needs a real child (see tests/runner/test_lifecycle.py).
+# These end the process: a test of them needs a real child (see tests/runner/serve/test_lifecycle.py).
 PROCESS_ONLY = ("never_ready", "dies_first_start", "die_on_request", "good_once")
 
 
@@ -68,7 +68,7 @@ def make_app(mode: str, dump_dir: str) -> web.Application:
 
 class InProcess:
     """The app on a free port, on its own event loop in a thread; shaped like the parts of
-    runner.server.Server that the extractor uses (url, alive, restarts, proc)."""
+    runner.serve.server.Server that the extractor uses (url, alive, restarts, proc)."""
 
     def __init__(self, mode: str, dump_dir: str):
         if mode in PROCESS_ONLY:

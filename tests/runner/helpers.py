@@ -75,7 +75,7 @@ def recorded(out: str) -> int:
 
 def tensors(conf: str) -> dict[int, dict]:
     from runner.contract.ckpt import load_sample
-    from runner.store import find_sample
+    from runner.output.store import find_sample
 
     out = out_dir(conf)
     with open(os.path.join(out, "dataset.json")) as f:
@@ -106,11 +106,11 @@ def extract_in_process(cfg, dump_server, mode: str = "ok", vocab_size: int = 256
     import asyncio
 
     from runner.contract.errors import JobFailed
-    from runner.dataset import open_dataset
-    from runner.extractor import Extractor
-    from runner.ranks import RunPaths
-    from runner.record import Recorder
-    from runner.store import Store
+    from runner.data.dataset import open_dataset
+    from runner.job.extractor import Extractor
+    from runner.job.record import Recorder
+    from runner.output.ranks import RunPaths
+    from runner.output.store import Store
 
     store = Store(cfg.job.out)
     store.prepare()
@@ -145,7 +145,7 @@ def kill_group(pid: int, sig=signal.SIGKILL) -> None:
 def unrecorded_ckpts(out: str) -> list[str]:
     """Files SpecForge would train on (every *.ckpt / *.ckpt.gz under out, hidden folders too)
     that are not a committed sample with its manifest line."""
-    from runner.store import Store, find_sample
+    from runner.output.store import Store, find_sample
 
     # every manifest file: the job's and, after a cluster run, each rank's
     ok = {os.path.realpath(find_sample(out, idx)) for idx in Store(out).manifest()}
@@ -160,7 +160,7 @@ def unrecorded_ckpts(out: str) -> list[str]:
 
 def discovered(out: str) -> dict[int, list[str]]:
     """What SpecForge's discovery finds: every *.ckpt and *.ckpt.gz under out, by index."""
-    from runner.store import FILE_RE
+    from runner.output.store import FILE_RE
 
     seen: dict[int, list[str]] = {}
     for d, _dirs, names in os.walk(out):
@@ -177,7 +177,7 @@ def specforge_items(sf, out: str) -> dict[int, dict]:
     specforge.data.preprocessing), by index: each index at most once, each file loaded by
     SpecForge's code (which swallows a load error and hands back item 0 instead: the caller
     compares the items with what was written, so a substitute shows)."""
-    from runner.store import FILE_RE
+    from runner.output.store import FILE_RE
 
     paths = sf.list_local_files(out)
     idx = [int(FILE_RE.match(os.path.basename(p)).group(1)) for p in paths]
@@ -203,7 +203,7 @@ def held_box(tmp_path, monkeypatch, holders: dict[str, int], refuse: dict[str, s
     process per GPU, in the systemd units given ({unit: GPUs}), and `systemctl` on PATH stops
     and disables any unit but those in ``refuse`` ({unit: stderr}). Returns the file where
     each systemctl call is recorded."""
-    from runner import gpus
+    from runner.serve import gpus
 
     units = [u for u, n in holders.items() for _ in range(n)]
     devices = [

@@ -1,0 +1,176 @@
+"""Everything ``hsx demo`` needs in its workdir: the tiny model and dataset (``tiny``, or a real
+family's shape from ``targets``) and the job's hsx.toml, built once and kept; a copied workdir's
+paths rewritten to its own."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+
+from .tiny import build_model, build_tokenizer, make_conversations
+
+# `hsx demo` sets it for the reference server it starts: each answer comes no sooner than this
+# many seconds after its request, a slower model the status record's rate and ETA measure as any
+PACE_ENV = "HSX_DEMO_PACE_S"
+
+
+def _server_toml(server: dict | None) -> str:
+    if not server:
+        return (
+            'backend = "reference"\ndevice = "cpu"\ndtype = "bfloat16"\nthreads = 1\nstart_timeout_s = 300.0'
+        )
+    env = ", ".join(f"{k} = {json.dumps(v)}" for k, v in server["env"].items())
+    return "\n".join(
+        [
+            'backend = "sglang"',
+            f"python = {json.dumps(server['python'])}",
+            f"tp_size = {int(server.get('tp_size', 1))}",
+            f"extra_args = {json.dumps(server['extra_args'])}",
+            f"env = {{ {env} }}",
+            "start_timeout_s = 600.0",
+        ]
+    )
+
+
+def toml_for(workdir: str, concurrency: int = 4, server: dict | None = None, trust: bool = False) -> str:
+    return f"""# Written by `hsx demo`: the whole loop on this machine, tiny model.
+[job]
+name = "demo"
+model = "model"
+dataset = "data.jsonl"
+out = "out"
+trust_remote_code = {"true" if trust else "false"}  # the target's tokenizer is code in model/
+max_length = 512
+concurrency = {concurrency}
+status_interval_s = 1.0
+rate_window_s = 30.0
+
+[server]
+{_server_toml(server)}
+port = {_free_port()}
+
+[remote]
+transport = "local"  # the job is this file: the directory can be copied or moved
+runner = "{_runner_path()}"
+
+[slack]
+operators = ["console"]
+audit_log = "audit.jsonl"
+
+[watcher]
+interval_s = 2.0
+state_file = "watcher.json"
+"""
+
+
+def relocate(workdir: str) -> str | None:
+    """A demo copied or moved here still names the directory it came from: the paths its
+    output pins (out/dataset.json) and an older hsx's [remote] runner_config. The copy holds the
+    same files, so they are rewritten to name this one, and its server gets a port of its own; a
+    path that is not this demo's own file at the same place is refused. Returns the directory it came from, None if it did not move."""
+    from ..contract.atomic import write_atomic
+    from ..contract.config import load
+
+    workdir = os.path.abspath(workdir)
+    conf = os.path.join(workdir, "hsx.toml")
+    cfg = load(conf)
+    pinned = os.path.join(workdir, "out", "dataset.json")
+    desc = {}
+    if os.path.exists(pinned):
+        with open(pinned) as f:
+            desc = json.load(f)
+    named = [(conf, "[remote] runner_config", cfg.remote.runner_config, conf)]
+    named += [
+        (pinned, key, desc.get(key), getattr(cfg.job, key)) for key in ("model", "tokenizer", "dataset")
+    ]
+    came_from = set()
+    for file, what, have, want in named:
+        if not have or have == want:
+            continue
+        rel = os.path.relpath(want, workdir)
+        if rel.startswith("..") or not have.endswith(os.sep + rel):
+            raise SystemExit(
+                f"hsx demo: {file} names {have} as the {what}, not {want}; use another --workdir, "
+                f"or remove {os.path.dirname(file)} to start over"
+            )
+        came_from.add(have[: -len(rel) - 1])
+    if not came_from:
+        return None
+    if len(came_from) > 1:
+        raise SystemExit(
+            f"hsx demo: {workdir}'s files name several directories ({', '.join(sorted(came_from))})"
+        )
+    with open(conf) as f:
+        text = f.read()
+    text = re.sub(r"(?m)^runner_config = .*\n", "", text)
+    # A fresh port too: the original may be running, and its server holds the one copied.
+    write_atomic(conf, re.sub(r"(?m)^port = \d+$", f"port = {_free_port()}", text))
+    if desc:
+        moved = {k: getattr(cfg.job, k) for k in ("model", "tokenizer", "dataset")}
+        write_atomic(pinned, json.dumps({**desc, **moved}, indent=1) + "\n")
+    return came_from.pop()
+
+
+def _runner_path() -> str:
+    """The hsx-runner beside this interpreter (a venv's bin is often not on PATH)."""
+    import shutil
+    import sys
+
+    here = os.path.join(os.path.dirname(sys.executable), "hsx-runner")
+    return here if os.path.exists(here) else (shutil.which("hsx-runner") or "hsx-runner")
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def build(workdir: str, samples: int, seed: int, server: dict | None = None, target: str = "demo") -> str:
+    """Create the demo job in workdir unless it is already there; return the config path.
+    ``server``: [server] keys for the real SGLang (runner.sglang_cpu), else the reference backend.
+    ``target``: "demo" (the quickest) or a real family's shape from runner/data/targets.py."""
+    os.makedirs(workdir, exist_ok=True)
+    conf = os.path.join(workdir, "hsx.toml")
+    stamp = os.path.join(workdir, "demo.json")
+    want = {
+        "samples": samples,
+        "seed": seed,
+        "backend": "sglang" if server else "reference",
+        "target": target,
+        "tp": int(server.get("tp_size", 1)) if server else 1,
+    }
+    if os.path.exists(conf) and os.path.exists(stamp):
+        with open(stamp) as f:
+            have = json.load(f)
+        have.setdefault("backend", "reference")  # demos built before --backend
+        have.setdefault("target", "demo")  # and before --target
+        have.setdefault("tp", 1)  # and before --tp
+        if have == want:
+            return conf
+        raise SystemExit(
+            f"{workdir} holds a demo built with {have}; use another --workdir or the same options"
+        )
+    model_dir, data = os.path.join(workdir, "model"), os.path.join(workdir, "data.jsonl")
+    if target == "demo":
+        rows = make_conversations(seed, samples)
+        with open(data, "w") as f:
+            for r in rows:
+                f.write(json.dumps(r) + "\n")
+        texts = [t["content"] for r in rows for t in r["conversations"]]
+        tok = build_tokenizer(texts, model_dir)
+        build_model(seed, len(tok), model_dir)
+    else:
+        from . import targets
+
+        targets.build(target, model_dir, data, samples, seed)
+    from .layers import remote_code
+
+    with open(conf, "w") as f:
+        f.write(toml_for(workdir, server=server, trust=bool(remote_code(model_dir))))
+    with open(stamp, "w") as f:
+        json.dump(want, f)
+    return conf

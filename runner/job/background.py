@@ -1,0 +1,133 @@
+"""Long verbs (verify, adopt, compact) in the background on the box: an SSH call or a Slack response URL
+cannot wait hours for a multi-terabyte output, so the verb runs detached, niced, and keeps
+``OUT/background.json`` true (progress, rate, ETA, then the result) for status and the watcher."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+from ..contract import timing
+from ..contract.atomic import write_atomic
+from ..contract.status import now_iso
+
+RECORD = "background.json"
+
+
+def path(out: str) -> str:
+    return os.path.join(out, RECORD)
+
+
+def _alive(pid: object) -> bool:
+    if not isinstance(pid, int) or pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def read(out: str) -> dict | None:
+    """The last background job's record; a running one whose process is gone reads 'crashed'."""
+    try:
+        with open(path(out)) as f:
+            rec = json.load(f)
+    except (OSError, json.JSONDecodeError):
+        return None
+    if not isinstance(rec, dict):
+        return None
+    if rec.get("state") == "running" and not _alive(rec.get("pid")):
+        rec["state"] = "crashed"
+    return rec
+
+
+def start(out: str, config: str, verb: str, args: list[str]) -> dict:
+    """Spawn ``hsx-runner VERB --record ARGS`` detached and niced; answer once it has claimed
+    the record (or refuse: one background job at a time)."""
+    have = read(out)
+    if have and have.get("state") == "running":
+        return {
+            "started": False,
+            "background": True,
+            "reason": f"a background {have.get('verb')} is running (pid {have.get('pid')})",
+        }
+    os.makedirs(os.path.join(out, "logs"), exist_ok=True)
+    with open(os.path.join(out, "logs", f"{verb}.out"), "ab") as log:
+        p = subprocess.Popen(
+            [sys.executable, "-m", "runner.cli", verb, "--json", "--config", config, "--record", *args],
+            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+            preexec_fn=lambda: os.nice(10),
+        )  # fmt: skip
+    if shutil.which("ionice"):  # idle I/O class: a live extraction's writes come first
+        subprocess.run(["ionice", "-c", "3", "-p", str(p.pid)], capture_output=True, check=False)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        rec = read(out)
+        if rec and rec.get("pid") == p.pid:
+            return {"started": True, "pid": p.pid, "verb": verb, "background": True}
+        if p.poll() is not None:
+            return {
+                "started": False,
+                "background": True,
+                "reason": f"{verb} exited with code {p.returncode} at once; see logs/{verb}.out",
+            }
+        time.sleep(timing.current().answer_poll_s)
+    return {"started": True, "pid": p.pid, "verb": verb, "background": True}
+
+
+@contextlib.contextmanager
+def recording(out: str, verb: str, args: list[str], on: bool, plain: tuple = ()):
+    """The detached run's Progress (None when not detached); an exception that ends the verb
+    is written into the record (``plain`` ones without their type name) before it propagates."""
+    prog = Progress(out, verb, args) if on else None
+    try:
+        yield prog
+    except BaseException as e:
+        if prog:
+            prog.finish(None, str(e) if isinstance(e, plain) else f"{type(e).__name__}: {e}")
+        raise
+
+
+class Progress:
+    """The running verb's side: progress at most every Timing.background_write_s, then the result."""
+
+    def __init__(self, out: str, verb: str, args: list[str]):
+        self.path = path(out)
+        self.t0 = time.monotonic()
+        self._last = 0.0
+        self.rec = {
+            "verb": verb, "args": args, "state": "running", "pid": os.getpid(), "started_at": now_iso(),
+            "updated_at": now_iso(), "done": 0, "total": None, "bytes": 0, "rate_bytes_s": None,
+            "files_per_s": None, "eta_s": None, "result": None,
+        }  # fmt: skip
+        self._write()
+
+    def __call__(self, done: int, total: int, nbytes: int, **extra) -> None:
+        """``extra``: the verb's own figures (compact: bytes freed so far), kept in the record."""
+        now = time.monotonic()
+        if now - self._last < timing.current().background_write_s and done < total:
+            return
+        self._last = now
+        span = max(now - self.t0, 1e-6)
+        files_per_s = done / span
+        self.rec.update(
+            done=done, total=total, bytes=nbytes, rate_bytes_s=nbytes / span, files_per_s=files_per_s,
+            eta_s=(total - done) / files_per_s if files_per_s > 0 else None, **extra,
+        )  # fmt: skip
+        self._write()
+
+    def finish(self, result: dict | None, error: str | None = None) -> None:
+        self.rec.update(state="failed" if error else "done", result=result, error=error, eta_s=0)
+        self._write()
+
+    def _write(self) -> None:
+        self.rec["updated_at"] = now_iso()
+        write_atomic(self.path, json.dumps(self.rec) + "\n")

@@ -1,0 +1,64 @@
+"""The extractor alone, in this process, against the dump contract served by a thread
+(tests/runner/fake_server.py): retries, failure notes, late dumps, the consecutive-failure stop.
+A server that dies or restarts needs a real child: tests/runner/serve/test_lifecycle.py."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from runner.contract.config import from_dict
+from tests.runner.helpers import extract_in_process
+
+
+def extract(tmp_path, dump_server, mode: str, samples: int, **job):
+    """extract_in_process over `samples` pre-tokenized rows of four tokens."""
+    data = tmp_path / "data.jsonl"
+    data.write_text("".join(
+        json.dumps({"input_ids": [5 + i, 6, 7, 8], "loss_mask": [0, 1, 1, 1]}) + "\n" for i in range(samples)
+    ))  # fmt: skip
+    cfg = from_dict({"job": {
+        "name": "test", "dataset": str(data), "out": str(tmp_path / "out"), "concurrency": 1,
+        "retries": 3, "max_consecutive_failures": 10, "rate_window_s": 30.0, **job,
+    }})  # fmt: skip
+    return extract_in_process(cfg, dump_server, mode)
+
+
+def retried(caplog) -> list[str]:
+    return [
+        r.getMessage() for r in caplog.records if r.name == "hsx.extractor" and "retrying" in r.getMessage()
+    ]
+
+
+@pytest.mark.parametrize("mode", ["flaky", "failing"])
+def test_failed_attempts_leave_no_dump_behind(tmp_path, dump_server, caplog, mode):
+    # flaky: no sidecar ever comes (waited for dump_wait_s); failing: the server says why at once
+    ex, store, err = extract(tmp_path, dump_server, mode, 12, dump_wait_s=0.5)
+    assert err is None and ex.transient_failed == 0 and ex.recorder.record.done == 12
+    assert sorted(store.manifest()) == list(range(12)) and store.failures() == {}
+    why = "disk full (fake)" if mode == "failing" else "wrote no dump for"
+    lines = retried(caplog)
+    assert len(lines) >= 5 and all(why in line for line in lines), lines
+    assert os.listdir(store.tmp) == []  # retried attempts cleaned up
+
+
+def test_dump_written_after_the_answer_is_waited_for(tmp_path, dump_server, caplog):
+    ex, store, err = extract(tmp_path, dump_server, "late", 8)
+    assert err is None and ex.recorder.record.done == 8 and sorted(store.manifest()) == list(range(8))
+    assert retried(caplog) == []
+    assert os.listdir(store.tmp) == []
+
+
+def test_samples_failing_in_a_row_stop_the_job_with_the_last_reason(tmp_path, dump_server, caplog):
+    ex, store, err = extract(tmp_path, dump_server, "bad_dump", 6, max_consecutive_failures=2)
+    assert err is not None and "2 samples in a row failed; last: sample 1" in str(err), err
+    assert "dump has 3 rows for 4 tokens" in str(err)
+    failed = store.failures()
+    assert sorted(failed) == [0, 1] and all(
+        not f["permanent"] and f["attempts"] == 3 for f in failed.values()
+    )
+    assert len(retried(caplog)) == 4  # two retries for each of the two samples
+    assert store.manifest() == {} and os.listdir(store.tmp) == []
+    assert sorted(store.plan(6).remaining) == list(range(6))  # transient failures stay to do

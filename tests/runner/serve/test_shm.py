@@ -1,0 +1,119 @@
+"""What a dead server leaves in /dev/shm is removed, and only that (runner/serve/shm.py): real
+processes that map, open and link files in a stand-in shm folder, then die by kill -9."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+from runner.serve import server as srv
+from runner.serve import shm
+
+# A child in its own process group: maps one file, holds another open, makes a semaphore-like
+# file (mapped under a temporary name, then linked under its real one and the temporary name
+# removed), and names one SGLang's way with its own pid; then waits to be killed.
+CHILD = textwrap.dedent(
+    """
+    import mmap, os, sys, time
+    d = sys.argv[1]
+    def make(name):
+        with open(os.path.join(d, name), "wb") as f:
+            f.write(b"x" * 4096)
+    make("mapped"); make("opened"); make("sem.tmpXYZ")
+    m1 = mmap.mmap(os.open(os.path.join(d, "mapped"), os.O_RDWR), 4096)
+    fd = os.open(os.path.join(d, "opened"), os.O_RDONLY)
+    m2 = mmap.mmap(os.open(os.path.join(d, "sem.tmpXYZ"), os.O_RDWR), 4096)
+    os.link(os.path.join(d, "sem.tmpXYZ"), os.path.join(d, "sem.mp-abc"))
+    os.unlink(os.path.join(d, "sem.tmpXYZ"))
+    make(f"sgl_shm_mq_{os.getpid()}_0123abcd")
+    print("ready", flush=True)
+    time.sleep(600)
+    """
+)
+OURS = {"mapped", "opened", "sem.mp-abc"}
+
+
+def _child(d):
+    p = subprocess.Popen(
+        [sys.executable, "-c", CHILD, str(d)], stdout=subprocess.PIPE, text=True, start_new_session=True
+    )
+    assert p.stdout.readline().strip() == "ready"
+    return p
+
+
+def test_a_dead_servers_files_are_removed_and_nothing_else(tmp_path):
+    d = tmp_path / "shm"
+    d.mkdir()
+    (d / "someone_elses").write_bytes(b"y")  # not held by the group, not stamped with its pid
+    (d / "sgl_shm_mq_1_0123abcd").write_bytes(b"y")  # stamped with a pid that is not the group's
+    held_here = open(d / "held_by_a_live_process", "wb")  # noqa: SIM115 - held open on purpose
+    p = _child(d)
+    tracker = shm.ShmTracker(str(tmp_path / "server.shm.json"), shm_dir=str(d))
+    tracker.observe(p.pid)
+    assert tracker.names >= OURS
+    assert p.pid in tracker.pids
+    tracker.names.add("held_by_a_live_process")  # even if noted: a live holder keeps it
+    os.killpg(p.pid, signal.SIGKILL)
+    p.wait()
+    removed = tracker.cleanup(p.pid)
+    assert set(removed) == OURS | {f"sgl_shm_mq_{p.pid}_0123abcd"}
+    assert sorted(os.listdir(d)) == ["held_by_a_live_process", "sgl_shm_mq_1_0123abcd", "someone_elses"]
+    held_here.close()
+
+
+def test_a_killed_runners_notes_let_the_next_one_clean_up(tmp_path):
+    d = tmp_path / "shm"
+    d.mkdir()
+    p = _child(d)
+    shm.ShmTracker(str(tmp_path / "notes.json"), shm_dir=str(d)).observe(p.pid)  # the runner that died
+    os.killpg(p.pid, signal.SIGKILL)
+    p.wait()
+    again = shm.ShmTracker(str(tmp_path / "notes.json"), shm_dir=str(d))  # the next runner's start
+    assert len(again.cleanup(p.pid)) == 4 and os.listdir(d) == []
+    assert shm.ShmTracker(str(tmp_path / "notes.json"), shm_dir=str(d)).pids == set()  # starts afresh
+
+
+def test_unreadable_notes_remove_nothing(tmp_path):
+    d = tmp_path / "shm"
+    d.mkdir()
+    (d / "mapped").write_bytes(b"x")
+    (tmp_path / "notes.json").write_text("{not json")
+    assert shm.ShmTracker(str(tmp_path / "notes.json"), shm_dir=str(d)).cleanup() == []
+    assert os.listdir(d) == ["mapped"]
+
+
+def test_a_rank_killed_by_a_signal_is_named_before_one_that_exited_after_it():
+    killed = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    exited = subprocess.Popen([sys.executable, "-c", "raise SystemExit(3)"])
+    alive = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        os.kill(killed.pid, signal.SIGKILL)
+        deadline = time.monotonic() + 10  # both zombies, not reaped: their status is still there
+        while time.monotonic() < deadline and any(shm.proc_stat(q.pid)[0] != "Z" for q in (killed, exited)):
+            time.sleep(0.02)
+        ranks = {"TP0": exited.pid, "TP1": killed.pid, "TP2": alive.pid}
+        assert srv.rank_death(ranks) == f"TP1 scheduler (pid {killed.pid}) died, killed by SIGKILL"
+        assert srv.rank_death({"TP0": exited.pid}) == f"TP0 scheduler (pid {exited.pid}) died, exit code 3"
+        assert srv.rank_death({"TP2": alive.pid}) == ""
+    finally:
+        alive.kill()
+        for q in (killed, exited, alive):
+            q.wait()
+    assert srv.rank_death({"TP1": killed.pid}) == f"TP1 scheduler (pid {killed.pid}) died"  # reaped: gone
+
+
+def test_the_server_log_names_the_rank_when_sglangs_watchdog_saw_it():
+    log = (
+        "hsx dump patch installed in TP0 pid 100 (writer=True, dump dir /o/.tmp)\n"
+        "hsx dump patch installed in TP1 pid 101 (writer=False, dump dir /o/.tmp)\n"
+        "[2026-12-01 07:42:01] Subprocess scheduler_1 (pid=101) crashed with exit code -9. Triggering SIGQUIT\n"
+    )
+    assert srv.death_reason(log) == "TP1 scheduler (pid 101) died, killed by SIGKILL"
+    assert srv.death_reason("Subprocess detokenizer (pid=7) crashed with exit code 1.") == (
+        "detokenizer (pid 7) died, exit code 1"
+    )
+    assert srv.death_reason("nothing about it") == ""
