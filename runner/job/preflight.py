@@ -171,7 +171,8 @@ def preflight(cfg: Config, free_gpus: bool = False) -> dict:
 
 PATCH_CHECK = (
     "import json\n"
-    "from patches.hooks import IncompatibleSGLang, check_installed\n"
+    "from patches.hooks import IncompatibleSGLang\n"
+    "from patches.hooks_installed import check_installed\n"
     "try:\n    print(json.dumps(check_installed()))\n"
     "except IncompatibleSGLang as e:\n    print(json.dumps([str(e)]))\n"
 )

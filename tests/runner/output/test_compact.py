@@ -61,7 +61,8 @@ def compact(conf: str, *extra) -> tuple[int, dict]:
 # process (its own), placed by wrapping the module's step functions.
 KILLER = """
 import os, signal, sys
-from runner import cli, compact
+from runner import cli
+from runner.output import compact
 point, nth = sys.argv[1], int(sys.argv[2])
 seen = {"n": 0}
 def die():
