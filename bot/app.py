@@ -90,8 +90,10 @@ def build_app(
     return app, rt
 
 
-def run_bot(cfg: Config, http_port: int | None = None, env: Mapping[str, str] = os.environ) -> None:
-    """`hsx bot`: Socket Mode by default, HTTP on http_port. Blocks until interrupted."""
+def run_bot(
+    cfg: Config, http_port: int | None = None, env: Mapping[str, str] = os.environ, http_host: str = "127.0.0.1"
+) -> None:
+    """`hsx bot`: Socket Mode by default, HTTP on http_host:http_port. Blocks until interrupted."""
     from .watcher import start_watcher
 
     app_token = (
@@ -103,8 +105,8 @@ def run_bot(cfg: Config, http_port: int | None = None, env: Mapping[str, str] = 
         if http_port is not None:
             from .http import make_http_server
 
-            server = make_http_server(app, http_port)
-            log.info("hsx bot listening on :%d%s", server.server_port, "/slack/events")
+            server = make_http_server(app, http_port, http_host)
+            log.info("hsx bot listening on %s:%d/slack/events", http_host, server.server_port)
             server.serve_forever()
         else:
             from slack_bolt.adapter.socket_mode import SocketModeHandler
