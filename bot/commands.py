@@ -295,13 +295,14 @@ class Handlers:
     # --- mutating (already authorized) -------------------------------------------------
 
     def _act(self, cmd: Command, user: str, call: Callable[[], dict]) -> Reply:
+        ref = self.audit.attempt(user, cmd.action)  # on record even if the bot dies during the call
         try:
             reply = call()
         except RemoteError as e:
-            line = self.audit.record(user, cmd.action, f"error: {type(e).__name__}", str(e))
+            line = self.audit.record(user, cmd.action, f"error: {type(e).__name__}", str(e), ref=ref)
             return Reply(text=summary.render_error(e) + "\n" + line, ephemeral=True, error=True, audit=line)
         answer = Answer.from_dict(reply)
-        line = self.audit.record(user, cmd.action, "ok" if answer.ok else "refused", answer.message)
+        line = self.audit.record(user, cmd.action, "ok" if answer.ok else "refused", answer.message, ref=ref)
         return Reply(text=_action_text(cmd, answer), audit=line, error=not answer.ok, extra={"reply": reply})
 
     def _start(self, cmd: Command, user: str) -> Reply:

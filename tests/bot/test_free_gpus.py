@@ -34,7 +34,8 @@ def test_free_gpus_on_eight_gpus_says_who_held_them_and_that_each_unit_was_stopp
         done = posts[2]
         said = "old-sglang.service, vllm.service: stopped and disabled"
         assert done["text"].startswith(f"`free-gpus`: {held}; {said}\naudit: "), done["text"]
-        (entry,) = bot.audit()
+        attempt, entry = bot.audit()
+        assert attempt["result"] == "attempt" and attempt["id"] == entry["id"]
         assert (entry["result"], entry["detail"]) == ("ok", f"{held}; {said}"), entry
     assert sorted(open(calls).read().split()) == sorted(
         ["stop", "disable"] * 2 + ["old-sglang.service", "vllm.service"] * 2

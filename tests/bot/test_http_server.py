@@ -63,7 +63,9 @@ def test_the_default_bind_is_loopback(app):
         server.server_close()
     args = build_parser().parse_args(["bot", "--http", "3000"])
     assert (args.http, args.http_host) == (3000, "127.0.0.1")
-    assert build_parser().parse_args(["bot", "--http", "3000", "--http-host", "0.0.0.0"]).http_host == "0.0.0.0"
+    assert (
+        build_parser().parse_args(["bot", "--http", "3000", "--http-host", "0.0.0.0"]).http_host == "0.0.0.0"
+    )
 
 
 def test_a_request_declaring_a_gigabyte_gets_413_without_being_read(app):
