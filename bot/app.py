@@ -54,6 +54,16 @@ def _channel_members(client: WebClient, channels: list[str]) -> set[str]:
     return members
 
 
+def _team_of(body: dict) -> str:
+    """The workspace a request comes from: commands and events name it, clicks nest it."""
+    team, nested, user = body.get("team_id"), body.get("team"), body.get("user")
+    if not team and isinstance(nested, dict):
+        team = nested.get("id")
+    if not team and isinstance(user, dict):
+        team = user.get("team_id")
+    return str(team or "")
+
+
 def build_app(
     cfg: Config, box=None, env: Mapping[str, str] = os.environ, http: bool = False
 ) -> tuple[App, Runtime]:
@@ -75,10 +85,21 @@ def build_app(
     )
 
     @app.middleware
-    def once_per_event(body, next):
-        # A retried delivery (X-Slack-Retry-Num) carries the same event_id: act on it once.
-        event_id = body.get("event_id") if isinstance(body, dict) else None
-        if event_id and not rt.events.claim(str(event_id)):
+    def ours_and_once(body, next):
+        if not isinstance(body, dict):
+            return next()
+        team = _team_of(body)
+        if cfg.slack.team_id and team != cfg.slack.team_id:
+            log.warning(
+                "request from workspace %s refused: [slack] team_id is %s", team or "?", cfg.slack.team_id
+            )
+            return BoltResponse(status=200, body="hsx answers only in its own Slack workspace")
+        # A retried event (X-Slack-Retry-Num) carries the same event_id; a command or click
+        # replayed within the signature's 5 minutes, the same trigger_id: act on each once.
+        key = str(body.get("event_id") or "")  # bare, as the ids already stored are
+        key = key or (f"trigger:{body['trigger_id']}" if body.get("trigger_id") else "")
+        if key and not rt.events.claim(key):
+            log.info("%s seen before: not acted on again", key)
             return BoltResponse(status=200, body="")
         return next()
 
@@ -91,7 +112,10 @@ def build_app(
 
 
 def run_bot(
-    cfg: Config, http_port: int | None = None, env: Mapping[str, str] = os.environ, http_host: str = "127.0.0.1"
+    cfg: Config,
+    http_port: int | None = None,
+    env: Mapping[str, str] = os.environ,
+    http_host: str = "127.0.0.1",
 ) -> None:
     """`hsx bot`: Socket Mode by default, HTTP on http_host:http_port. Blocks until interrupted."""
     from .watcher import start_watcher
