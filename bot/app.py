@@ -14,6 +14,7 @@ from runner.contract.config import Config
 from runner.contract.errors import ConfigError
 
 from . import listeners
+from .access import served
 from .runtime import Runtime
 from .seen import SeenIds
 from .wiring import make_handlers, open_box, state_path
@@ -81,7 +82,7 @@ def build_app(
         handlers=make_handlers(cfg, box if box is not None else open_box(cfg), in_group=in_group),
         events=SeenIds(state_path(cfg, ".events.json")),
         buttons=SeenIds(state_path(cfg, ".buttons.json")),
-        is_member=_cached_members(lambda: _channel_members(client, cfg.slack.channels)),
+        is_member=_cached_members(lambda: _channel_members(client, served(cfg))),
     )
 
     @app.middleware

@@ -16,6 +16,7 @@ from remote.errors import RemoteError
 from remote.live import LiveStatus
 from runner.contract import render
 from runner.contract.config import Config
+from runner.contract.render import human_duration
 from runner.contract.replies import (
     MAX_LOG_LINES,
     AdoptReport,
@@ -27,6 +28,7 @@ from runner.contract.replies import (
 )
 
 from . import summary
+from .access import Allowance
 from .audit import AuditLog, mention
 from .verbs import DEFAULT_LOG_LINES, SLASH, TABLE, Verb, help_text
 
@@ -204,6 +206,7 @@ class Handlers:
         self.audit = audit
         self.history = history
         self.in_group = in_group  # operator user-group membership, when Slack can tell
+        self.allowance = Allowance()  # expensive reads, per person
 
     def is_operator(self, user: str) -> bool:
         if user in self.cfg.slack.operators:
@@ -238,7 +241,22 @@ class Handlers:
         if cmd.verb == "free-gpus" and not cmd.confirmed:
             return self._ask_free_gpus()
         handler = getattr(self, "_" + cmd.verb.replace("-", "_"))
-        return handler(cmd, user)
+        every = TABLE[cmd.verb].every_s
+        if not every or (self.is_operator(user) if operator is None else operator):
+            return handler(cmd, user)
+        key = f"{user}:{cmd.verb}"
+        wait = self.allowance.take(key, every)
+        if wait:
+            return Reply(
+                text=f"`{cmd.verb}` is limited to once every {human_duration(every)} per person: again in "
+                f"{human_duration(max(1.0, wait))} (operators are not limited)",
+                ephemeral=True,
+                error=True,
+            )
+        reply = handler(cmd, user)
+        if reply.error:  # nothing was done: it does not count
+            self.allowance.give_back(key)
+        return reply
 
     def ask(self, text: str, user: str, operator: bool | None = None) -> Reply:
         return self.handle(parse(text), user, operator)

@@ -28,7 +28,7 @@ def test_free_gpus_on_eight_gpus_says_who_held_them_and_that_each_unit_was_stopp
         bot.command("free-gpus")
         (ask,) = bot.rec.wait_for("response", timeout=120)
         assert ask["text"] == f"Stop and disable old-sglang.service, vllm.service? GPUs held: {held}", ask
-        assert bot.click("hsx_confirm", "free-gpus") == 200
+        assert bot.click("hsx_confirm", "free-gpus", channel="C0PROGRESS") == 200  # where it was asked
         posts = bot.rec.wait_for("response", 3, timeout=120)  # the question, its removal, the result
         assert posts[1].get("delete_original") is True
         done = posts[2]

@@ -7,13 +7,65 @@ import time
 
 import pytest
 
-from .http_bot import STRANGER, serve
+from .http_bot import OPERATOR, STRANGER, serve
 
 
 @pytest.fixture
 def bot(fake, cfg):
     with serve(cfg, box=fake.box(), fake=fake) as (client, _, _):
         yield client
+
+
+def _refusal(bot, count: int = 1) -> dict:
+    resp = bot.rec.wait_for("response", count)[count - 1]
+    assert resp["response_type"] == "ephemeral", resp
+    return resp
+
+
+@pytest.mark.parametrize("text", ["logs --server", "verify", "preflight", "status", "resume --force"])
+def test_commands_from_an_unwatched_channel_run_nothing(bot, text):
+    for user in (STRANGER, OPERATOR):  # the place is refused, whoever asks
+        assert bot.command(text, user=user, channel="C0ELSEWHERE") == 200
+    for n in (1, 2):
+        assert "only in <#C0PROGRESS>" in _refusal(bot, n)["text"]
+    time.sleep(0.3)
+    assert bot.fake.calls() == [] and bot.audit() == []
+
+
+def test_commands_in_a_direct_message_need_a_member_of_a_watched_channel(bot):
+    bot.rec.members["C0PROGRESS"] = [STRANGER]
+    assert bot.command("verify", user="U0OUTSIDER", channel="D0DM") == 200
+    assert "direct messages" in _refusal(bot)["text"]
+    assert bot.fake.calls() == []
+    bot.command("status", user=STRANGER, channel="D0DM")
+    resp = bot.rec.wait_for("response", 2)[1]
+    assert resp["text"].startswith("25,581 / 37,312") and bot.fake.verbs() == ["status"]
+
+
+def test_help_and_status_stay_open_to_members_in_a_watched_channel(bot):
+    bot.command("help", user=STRANGER)
+    bot.command("status", user=STRANGER)
+    help_, status = sorted(bot.rec.wait_for("response", 2), key=lambda r: "/extract status" not in r["text"])
+    assert "/extract status" in help_["text"] and status["text"].startswith("25,581 / 37,312")
+
+
+def test_logs_are_for_operators(bot):
+    bot.command("logs --server", user=STRANGER)
+    assert "refused: only operators may `logs`" in _refusal(bot)["text"]
+    assert bot.fake.calls() == []
+    assert [(e["user"], e["action"], e["result"]) for e in bot.audit()] == [
+        (STRANGER, "logs", "refused: not an operator")
+    ]
+    bot.command("logs 3 --server")
+    lines = bot.rec.wait_for("response", 2)[1]
+    assert "last 3 server log lines" in lines["text"] and bot.fake.verbs() == ["logs"]
+
+
+def test_a_click_from_an_unwatched_channel_stops_nothing(bot):
+    assert bot.click("hsx_confirm", "stop", channel="C0ELSEWHERE") == 200
+    assert "only in <#C0PROGRESS>" in _refusal(bot)["text"]
+    time.sleep(0.3)
+    assert bot.fake.calls() == [] and bot.audit() == []
 
 
 def test_another_workspace_is_refused_when_team_id_is_set(fake, cfg):
@@ -35,6 +87,21 @@ def test_another_workspace_is_refused_when_team_id_is_set(fake, cfg):
         bot.command("status")  # its own workspace is answered
         (resp,) = bot.rec.wait_for("response")
         assert resp["text"].startswith("25,581 / 37,312")
+
+
+def test_the_expensive_reads_are_rate_limited_per_user_with_a_clear_answer(bot):
+    bot.fake.reply("verify", {"ok": True, "background": True, "started": True, "pid": 7})
+    bot.command("verify", user=STRANGER)
+    bot.rec.wait_for("response")
+    bot.command("verify", user=STRANGER)
+    limited = _refusal(bot, 2)["text"]
+    assert limited.startswith("`verify` is limited to once every 10m per person: again in "), limited
+    bot.command("preflight", user=STRANGER)  # each verb has its own allowance
+    bot.rec.wait_for("response", 3)
+    bot.command("verify")  # operators are not limited
+    bot.command("verify")
+    bot.rec.wait_for("response", 5)
+    assert bot.fake.verbs() == ["verify", "preflight", "verify", "verify"]
 
 
 def test_a_replayed_command_runs_once_with_one_audit_record(bot):
