@@ -13,12 +13,14 @@ import re
 import threading
 import uuid
 
+from .mrkdwn import escape
+
 _lock = threading.Lock()
 SLACK_ID_RE = re.compile(r"^[UW][A-Z0-9]{2,}$")
 
 
 def mention(user: str) -> str:
-    return f"<@{user}>" if SLACK_ID_RE.match(user) else user
+    return f"<@{user}>" if SLACK_ID_RE.match(user) else escape(user)
 
 
 class AuditLog:

@@ -86,6 +86,7 @@ class Reply:
     confirm: str | None = None  # the verb that waits for a confirmation (stop)
     image: bytes | None = None  # PNG for `chart`
     error: bool = False
+    markup: bool = False  # text is mrkdwn hsx wrote itself (mentions), sent to Slack unescaped
     extra: dict = field(default_factory=dict)
 
 
@@ -231,6 +232,7 @@ class Handlers:
                     ephemeral=True,
                     error=True,
                     audit=line,
+                    markup=True,  # the action (parsed words) and configured operators only
                 )
         if cmd.verb == "stop" and not cmd.confirmed:
             return Reply(

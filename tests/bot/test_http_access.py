@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import time
 
@@ -126,6 +127,44 @@ def test_a_replayed_click_acts_once(bot):
     assert bot.fake.verbs() == ["stop"] and len(bot.rec.named("response")) == 2
 
 
+HOSTILE = "<!channel> & <@U1>"
+ESCAPED = "&lt;!channel&gt; &amp; &lt;@U1&gt;"
+
+
+def _no_markup(obj) -> None:
+    """No text in a Slack payload carries the box's words as markup."""
+    text = json.dumps(obj)
+    assert "<!channel>" not in text and "<@U1>" not in text, text
+
+
+def test_text_from_the_box_reaches_slack_escaped(bot):
+    bot.fake.set_status(phase="paused", reason=HOSTILE)
+    bot.command("status", user=STRANGER)
+    (resp,) = bot.rec.wait_for("response")
+    assert ESCAPED in resp["text"] and any(ESCAPED in json.dumps(b) for b in resp["blocks"])
+    _no_markup(resp)
+    event = {"type": "message", "channel": "C0PROGRESS", "user": STRANGER, "text": "progress?", "ts": "1"}
+    bot.event(event, "Ev0200")
+    (post,) = bot.rec.wait_for("chat.postMessage")
+    assert ESCAPED in post["text"]
+    _no_markup(post)
+
+
+def test_a_watcher_alert_escapes_the_box_text(fake, cfg):
+    from slack_sdk import WebClient
+
+    from bot.watcher import Watcher
+
+    with serve(cfg, box=fake.box(), fake=fake) as (bot, _, _):
+        fake.set_status(phase="paused", reason=HOSTILE)
+        Watcher(fake.box(), cfg, WebClient(token="x", base_url=bot.api)).tick()
+        posts = bot.rec.named("chat.postMessage") + bot.rec.named("chat.update")
+        (alert,) = [p for p in posts if "PAUSED" in p["text"]]
+        assert ESCAPED in alert["text"] and ESCAPED in json.dumps(alert["blocks"])
+        for p in posts:
+            _no_markup(p)
+
+
 def test_the_attempt_is_on_record_before_the_action_ends(bot):
     with open(os.path.join(bot.fake.folder, "resume.sleep"), "w") as f:
         f.write("2")
@@ -138,3 +177,11 @@ def test_the_attempt_is_on_record_before_the_action_ends(bot):
     bot.rec.wait_for("response")
     attempt, outcome = bot.audit()
     assert outcome["result"] == "ok" and attempt["id"] == outcome["id"]
+
+
+def test_a_failed_action_escapes_the_box_text_and_keeps_the_audit_mention(bot):
+    bot.fake.reply("resume", HOSTILE, code=2)  # not JSON: the runner's words, as they came
+    bot.command("resume")
+    (resp,) = bot.rec.wait_for("response")
+    assert ESCAPED in resp["text"] and f"audit: <@{OPERATOR}> `resume` → error" in resp["text"], resp
+    _no_markup(resp)
