@@ -14,6 +14,7 @@ from runner.contract.config import Config
 from runner.contract.errors import ConfigError
 
 from . import listeners
+from .access import served
 from .runtime import Runtime
 from .seen import SeenIds
 from .wiring import make_handlers, open_box, state_path
@@ -54,6 +55,16 @@ def _channel_members(client: WebClient, channels: list[str]) -> set[str]:
     return members
 
 
+def _team_of(body: dict) -> str:
+    """The workspace a request comes from: commands and events name it, clicks nest it."""
+    team, nested, user = body.get("team_id"), body.get("team"), body.get("user")
+    if not team and isinstance(nested, dict):
+        team = nested.get("id")
+    if not team and isinstance(user, dict):
+        team = user.get("team_id")
+    return str(team or "")
+
+
 def build_app(
     cfg: Config, box=None, env: Mapping[str, str] = os.environ, http: bool = False
 ) -> tuple[App, Runtime]:
@@ -71,14 +82,25 @@ def build_app(
         handlers=make_handlers(cfg, box if box is not None else open_box(cfg), in_group=in_group),
         events=SeenIds(state_path(cfg, ".events.json")),
         buttons=SeenIds(state_path(cfg, ".buttons.json")),
-        is_member=_cached_members(lambda: _channel_members(client, cfg.slack.channels)),
+        is_member=_cached_members(lambda: _channel_members(client, served(cfg))),
     )
 
     @app.middleware
-    def once_per_event(body, next):
-        # A retried delivery (X-Slack-Retry-Num) carries the same event_id: act on it once.
-        event_id = body.get("event_id") if isinstance(body, dict) else None
-        if event_id and not rt.events.claim(str(event_id)):
+    def ours_and_once(body, next):
+        if not isinstance(body, dict):
+            return next()
+        team = _team_of(body)
+        if cfg.slack.team_id and team != cfg.slack.team_id:
+            log.warning(
+                "request from workspace %s refused: [slack] team_id is %s", team or "?", cfg.slack.team_id
+            )
+            return BoltResponse(status=200, body="hsx answers only in its own Slack workspace")
+        # A retried event (X-Slack-Retry-Num) carries the same event_id; a command or click
+        # replayed within the signature's 5 minutes, the same trigger_id: act on each once.
+        key = str(body.get("event_id") or "")  # bare, as the ids already stored are
+        key = key or (f"trigger:{body['trigger_id']}" if body.get("trigger_id") else "")
+        if key and not rt.events.claim(key):
+            log.info("%s seen before: not acted on again", key)
             return BoltResponse(status=200, body="")
         return next()
 
@@ -90,8 +112,13 @@ def build_app(
     return app, rt
 
 
-def run_bot(cfg: Config, http_port: int | None = None, env: Mapping[str, str] = os.environ) -> None:
-    """`hsx bot`: Socket Mode by default, HTTP on http_port. Blocks until interrupted."""
+def run_bot(
+    cfg: Config,
+    http_port: int | None = None,
+    env: Mapping[str, str] = os.environ,
+    http_host: str = "127.0.0.1",
+) -> None:
+    """`hsx bot`: Socket Mode by default, HTTP on http_host:http_port. Blocks until interrupted."""
     from .watcher import start_watcher
 
     app_token = (
@@ -103,8 +130,8 @@ def run_bot(cfg: Config, http_port: int | None = None, env: Mapping[str, str] = 
         if http_port is not None:
             from .http import make_http_server
 
-            server = make_http_server(app, http_port)
-            log.info("hsx bot listening on :%d%s", server.server_port, "/slack/events")
+            server = make_http_server(app, http_port, http_host)
+            log.info("hsx bot listening on %s:%d/slack/events", http_host, server.server_port)
             server.serve_forever()
         else:
             from slack_bolt.adapter.socket_mode import SocketModeHandler

@@ -1,4 +1,8 @@
-"""Append-only audit log of mutating actions: who, what, when, result (one JSON line each)."""
+"""Append-only audit log of mutating actions: who, what, when, result (one JSON line each).
+
+An action is written twice: the attempt before it starts, then its outcome with the same id,
+so a bot that dies mid-action still leaves the attempt on record.
+"""
 
 from __future__ import annotations
 
@@ -7,13 +11,16 @@ import json
 import os
 import re
 import threading
+import uuid
+
+from .mrkdwn import escape
 
 _lock = threading.Lock()
 SLACK_ID_RE = re.compile(r"^[UW][A-Z0-9]{2,}$")
 
 
 def mention(user: str) -> str:
-    return f"<@{user}>" if SLACK_ID_RE.match(user) else user
+    return f"<@{user}>" if SLACK_ID_RE.match(user) else escape(user)
 
 
 class AuditLog:
@@ -22,18 +29,34 @@ class AuditLog:
             raise ValueError("audit log path is empty")
         self.path = path
 
+    def attempt(self, user: str, action: str) -> str:
+        """Record that user is about to run action; the id its outcome's record() carries."""
+        ref = uuid.uuid4().hex[:12]
+        self._append(self._entry(dt.datetime.now(dt.timezone.utc), user, action, "attempt", "", ref))
+        return ref
+
     def record(
-        self, user: str, action: str, result: str, detail: str = "", now: dt.datetime | None = None
-    ) -> str:
-        """Append one record and return the line to show in the channel."""
+        self, user: str, action: str, result: str, detail: str = "", now: dt.datetime | None = None,
+        ref: str = "",
+    ) -> str:  # fmt: skip
+        """Append one record (an outcome of attempt ref, or a refusal) and return the line to
+        show in the channel."""
         t = (now or dt.datetime.now(dt.timezone.utc)).astimezone(dt.timezone.utc)
+        self._append(self._entry(t, user, action, result, detail, ref))
+        return f"audit: {mention(user)} `{action}` → {result} at {t.strftime('%H:%M:%S UTC')}"
+
+    @staticmethod
+    def _entry(t: dt.datetime, user: str, action: str, result: str, detail: str, ref: str) -> dict:
         entry = {
-            "t": t.isoformat(timespec="seconds").replace("+00:00", "Z"),
+            "t": t.astimezone(dt.timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z"),
             "user": user,
             "action": action,
             "result": result,
             "detail": detail[:3000],  # a reply's length at most (Slack's block limit)
         }
+        return {**entry, "id": ref} if ref else entry
+
+    def _append(self, entry: dict) -> None:
         line = json.dumps(entry, ensure_ascii=False) + "\n"
         with _lock:
             os.makedirs(os.path.dirname(os.path.abspath(self.path)), exist_ok=True)
@@ -44,7 +67,6 @@ class AuditLog:
                 os.fsync(fd)
             finally:
                 os.close(fd)
-        return f"audit: {mention(user)} `{action}` → {result} at {t.strftime('%H:%M:%S UTC')}"
 
     def read(self) -> list[dict]:
         try:

@@ -89,7 +89,7 @@ def cmd_bot(args) -> int:
     cfg = load(args.config)  # a bad config is a clear error, not an exit code
     signal.signal(signal.SIGTERM, _terminate)  # a service stop: the same quick exit as Ctrl-C
     try:
-        run_bot(cfg, http_port=args.http)
+        run_bot(cfg, http_port=args.http, http_host=args.http_host)
         code = 0
     except KeyboardInterrupt:
         code = 130
@@ -263,6 +263,10 @@ def parser() -> argparse.ArgumentParser:
     s = sub.add_parser("bot", help="run the Slack bot (Socket Mode, or HTTP with --http PORT)")
     s.add_argument("--config", default=None)
     s.add_argument("--http", type=int, default=None, metavar="PORT")
+    s.add_argument(
+        "--http-host", default="127.0.0.1", metavar="HOST",
+        help="the address --http listens on (default loopback, behind a TLS proxy; 0.0.0.0: every interface)",
+    )  # fmt: skip
     s.set_defaults(fn=cmd_bot)
     s = sub.add_parser(
         "deploy", help="install or update hsx-runner, the patch and the job config on the GPU box"

@@ -16,6 +16,7 @@ from remote.errors import RemoteError
 from remote.live import LiveStatus
 from runner.contract import render
 from runner.contract.config import Config
+from runner.contract.render import human_duration
 from runner.contract.replies import (
     MAX_LOG_LINES,
     AdoptReport,
@@ -27,6 +28,7 @@ from runner.contract.replies import (
 )
 
 from . import summary
+from .access import Allowance
 from .audit import AuditLog, mention
 from .verbs import DEFAULT_LOG_LINES, SLASH, TABLE, Verb, help_text
 
@@ -84,6 +86,7 @@ class Reply:
     confirm: str | None = None  # the verb that waits for a confirmation (stop)
     image: bytes | None = None  # PNG for `chart`
     error: bool = False
+    markup: bool = False  # text is mrkdwn hsx wrote itself (mentions), sent to Slack unescaped
     extra: dict = field(default_factory=dict)
 
 
@@ -204,6 +207,7 @@ class Handlers:
         self.audit = audit
         self.history = history
         self.in_group = in_group  # operator user-group membership, when Slack can tell
+        self.allowance = Allowance()  # expensive reads, per person
 
     def is_operator(self, user: str) -> bool:
         if user in self.cfg.slack.operators:
@@ -228,6 +232,7 @@ class Handlers:
                     ephemeral=True,
                     error=True,
                     audit=line,
+                    markup=True,  # the action (parsed words) and configured operators only
                 )
         if cmd.verb == "stop" and not cmd.confirmed:
             return Reply(
@@ -238,7 +243,22 @@ class Handlers:
         if cmd.verb == "free-gpus" and not cmd.confirmed:
             return self._ask_free_gpus()
         handler = getattr(self, "_" + cmd.verb.replace("-", "_"))
-        return handler(cmd, user)
+        every = TABLE[cmd.verb].every_s
+        if not every or (self.is_operator(user) if operator is None else operator):
+            return handler(cmd, user)
+        key = f"{user}:{cmd.verb}"
+        wait = self.allowance.take(key, every)
+        if wait:
+            return Reply(
+                text=f"`{cmd.verb}` is limited to once every {human_duration(every)} per person: again in "
+                f"{human_duration(max(1.0, wait))} (operators are not limited)",
+                ephemeral=True,
+                error=True,
+            )
+        reply = handler(cmd, user)
+        if reply.error:  # nothing was done: it does not count
+            self.allowance.give_back(key)
+        return reply
 
     def ask(self, text: str, user: str, operator: bool | None = None) -> Reply:
         return self.handle(parse(text), user, operator)
@@ -295,13 +315,14 @@ class Handlers:
     # --- mutating (already authorized) -------------------------------------------------
 
     def _act(self, cmd: Command, user: str, call: Callable[[], dict]) -> Reply:
+        ref = self.audit.attempt(user, cmd.action)  # on record even if the bot dies during the call
         try:
             reply = call()
         except RemoteError as e:
-            line = self.audit.record(user, cmd.action, f"error: {type(e).__name__}", str(e))
+            line = self.audit.record(user, cmd.action, f"error: {type(e).__name__}", str(e), ref=ref)
             return Reply(text=summary.render_error(e) + "\n" + line, ephemeral=True, error=True, audit=line)
         answer = Answer.from_dict(reply)
-        line = self.audit.record(user, cmd.action, "ok" if answer.ok else "refused", answer.message)
+        line = self.audit.record(user, cmd.action, "ok" if answer.ok else "refused", answer.message, ref=ref)
         return Reply(text=_action_text(cmd, answer), audit=line, error=not answer.ok, extra={"reply": reply})
 
     def _start(self, cmd: Command, user: str) -> Reply:

@@ -1,8 +1,13 @@
-"""Turning a commands.Reply into Slack messages, one place for every listener."""
+"""Turning a commands.Reply into Slack messages, one place for every listener.
+
+A reply's text is plain (a terminal shows it too): it is escaped here, and the audit line,
+hsx's own markup, is added after. Its blocks come escaped from summary.
+"""
 
 from __future__ import annotations
 
 from .commands import Reply
+from .mrkdwn import escape
 from .verbs import VERBS
 
 CONFIRM = "hsx_confirm"  # its value names the verb: stop, free-gpus
@@ -12,10 +17,20 @@ CONFIRM_LABELS = {v.name: v.confirm for v in VERBS if v.confirm}
 RESUME = "hsx_resume"
 
 
+def slack_text(reply: Reply) -> str:
+    """The reply's text as Slack mrkdwn: escaped, but for an audit line within it."""
+    if reply.markup:
+        return reply.text
+    if reply.audit and reply.audit in reply.text:
+        head, _, tail = reply.text.partition(reply.audit)
+        return escape(head) + reply.audit + escape(tail)
+    return escape(reply.text)
+
+
 def text_with_audit(reply: Reply) -> str:
     if reply.audit and reply.audit not in reply.text:
-        return f"{reply.text}\n{reply.audit}"
-    return reply.text
+        return f"{slack_text(reply)}\n{reply.audit}"
+    return slack_text(reply)
 
 
 def blocks_with_audit(reply: Reply) -> list[dict] | None:
@@ -69,7 +84,8 @@ def resume_button(key: str) -> dict:
 def respond_reply(reply: Reply, respond, client, channel: str | None) -> None:
     """Answer a slash command (or anything with a response_url)."""
     if reply.confirm:
-        respond(text=reply.text, blocks=confirm_blocks(reply.text, reply.confirm), response_type="ephemeral")
+        text = slack_text(reply)
+        respond(text=text, blocks=confirm_blocks(text, reply.confirm), response_type="ephemeral")
         return
     if reply.image is not None and channel:
         client.files_upload_v2(
@@ -77,7 +93,7 @@ def respond_reply(reply: Reply, respond, client, channel: str | None) -> None:
             content=reply.image,
             filename="hsx-chart.png",
             title="hsx progress",
-            initial_comment=reply.text,
+            initial_comment=slack_text(reply),
         )
         return
     kind = "ephemeral" if reply.ephemeral else "in_channel"

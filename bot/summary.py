@@ -1,5 +1,7 @@
 """Block Kit for Slack: the plain-text summary (runner/contract/render.py) with a progress
-bar and a context line, and what to say when the GPU box could not be asked."""
+bar and a context line, and what to say when the GPU box could not be asked. The blocks'
+text is escaped here (it carries the box's words); the plain-text answers are escaped where
+they go to Slack (slack_out, the watcher), since a terminal shows them too."""
 
 from __future__ import annotations
 
@@ -18,6 +20,8 @@ from remote.errors import (
 from remote.live import Reading
 from runner.contract.render import MAX_ERROR_CHARS, clock, human_duration, now_utc, percent, render_text
 from runner.contract.status import STALE_S, Phase, StatusRecord, heartbeat_age
+
+from .mrkdwn import escape
 
 BAR_CELLS = 20
 
@@ -42,7 +46,7 @@ PHASE_ICON = {
 
 
 def _section(text: str) -> dict:
-    return {"type": "section", "text": {"type": "mrkdwn", "text": text[:2900]}}
+    return {"type": "section", "text": {"type": "mrkdwn", "text": escape(text, 2900)}}
 
 
 def render_blocks(rec: StatusRecord, now: dt.datetime | None = None, stale_s: float = STALE_S) -> list[dict]:
@@ -59,7 +63,9 @@ def render_blocks(rec: StatusRecord, now: dt.datetime | None = None, stale_s: fl
     age = heartbeat_age(rec, now)
     if age is not None:
         context += f" · heartbeat {human_duration(age)} ago"
-    blocks.append({"type": "context", "elements": [{"type": "mrkdwn", "text": context.strip()}]})
+    blocks.append(
+        {"type": "context", "elements": [{"type": "mrkdwn", "text": escape(context.strip(), 2900)}]}
+    )
     return blocks
 
 

@@ -37,7 +37,8 @@ class Verb:
     name: str
     help: str  # what it does, for both help texts
     flags: tuple[Flag, ...] = ()
-    operator: bool = False  # only operators may run it, and every run is audited
+    operator: bool = False  # only operators may run it; a refusal is audited, and every mutating run
+    every_s: float = 0.0  # an expensive read: at most once this often per person (operators: no limit)
     confirm: str = ""  # chat asks first, with a button of this label; a terminal does not ask
     terminal: bool = True  # `hsx VERB` exists
     json: bool = True  # `hsx VERB --json` prints the runner's reply as it is
@@ -87,7 +88,12 @@ VERBS = (
         (Flag("--force", help="past preflight's gates (audited)", audited=True),),
         operator=True,
     ),
-    Verb("preflight", "what would stop a start: model, dataset, disk, GPUs held, the patch", report=True),
+    Verb(
+        "preflight",
+        "what would stop a start: model, dataset, disk, GPUs held, the patch",
+        report=True,
+        every_s=120.0,  # it starts the server's interpreter on the box
+    ),
     Verb(
         "free-gpus",
         "stop and disable the systemd units holding GPUs",
@@ -102,6 +108,7 @@ VERBS = (
         "check every sample; --repair re-queues bad ones",
         (Flag("--quick"), Flag("--repair", audited=True, operator=True)),
         report=True,
+        every_s=600.0,  # reads every sample of the output
     ),
     Verb(
         "adopt",
@@ -136,12 +143,14 @@ VERBS = (
             Flag("--server", "choice", dest="which"),
             Flag("--crash", "choice", dest="which"),
         ),
+        operator=True,  # paths, host names and the server's whole command line
     ),
     Verb(
         "chart",
         "samples done over time: the total, the rate, the projected finish, each crash, stall, pause and resume",
         terminal=False,
         json=False,
+        every_s=30.0,  # the history from the box, and a drawing
     ),
     Verb("help", "this text", terminal=False, json=False),
 )

@@ -23,6 +23,7 @@ from runner.contract.ranks import ALERTING
 from runner.contract.status import Phase, StatusRecord, age_s
 
 from . import history, summary
+from .mrkdwn import escape
 from .slack_out import resume_button
 
 log = logging.getLogger("hsx.watcher")
@@ -317,27 +318,28 @@ class Watcher:
         return done
 
     def deliver(self, a: Action, st: WatchState) -> None:
+        text = escape(a.text)  # the box's words (its blocks come escaped from summary)
         if a.kind == "progress":
             if st.progress_ts:
                 self.client.chat_update(
-                    channel=st.progress_channel, ts=st.progress_ts, text=a.text, blocks=a.blocks
+                    channel=st.progress_channel, ts=st.progress_ts, text=text, blocks=a.blocks
                 )
                 return
-            r = self.client.chat_postMessage(channel=self.channel, text=a.text, blocks=a.blocks)
+            r = self.client.chat_postMessage(channel=self.channel, text=text, blocks=a.blocks)
             st.progress_channel, st.progress_ts = r["channel"], r["ts"]
             self.client.pins_add(channel=st.progress_channel, timestamp=st.progress_ts)
         elif a.kind in ("milestone", "done"):
             self.client.chat_postMessage(
                 channel=st.progress_channel or self.channel,
                 thread_ts=st.progress_ts or None,
-                text=a.text,
+                text=text,
                 reply_broadcast=a.kind == "done",
             )
         else:  # alert, recovered, result
-            blocks = [{"type": "section", "text": {"type": "mrkdwn", "text": a.text[:2900]}}]
+            blocks = [{"type": "section", "text": {"type": "mrkdwn", "text": escape(a.text, 2900)}}]
             if a.resume:
                 blocks.append(resume_button(a.key))
-            self.client.chat_postMessage(channel=self.channel, text=a.text, blocks=blocks)
+            self.client.chat_postMessage(channel=self.channel, text=text, blocks=blocks)
 
 
 def start_watcher(box, cfg: Config, client, live: LiveStatus | None = None):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ..access import refusal
 from ..commands import Command
 from ..runtime import Runtime
 from ..slack_out import CANCEL, CONFIRM, CONFIRM_BEFORE, RESUME, text_with_audit
@@ -12,8 +13,20 @@ def _ack(ack):
     ack()
 
 
+def _refused(rt: Runtime, body: dict, respond) -> bool:
+    """A click counts only where a command would: the same channel rule."""
+    channel = (body.get("channel") or {}).get("id") or (body.get("container") or {}).get("channel_id") or ""
+    name = (body.get("channel") or {}).get("name", "")
+    why = refusal(rt.cfg, rt.is_member, channel, body["user"]["id"], name)
+    if why:
+        respond(text=why, response_type="ephemeral", replace_original=False)
+    return bool(why)
+
+
 def register(app, rt: Runtime) -> None:
     def confirm(body, respond):
+        if _refused(rt, body, respond):
+            return
         user = body["user"]["id"]
         verb = (body.get("actions") or [{}])[0].get("value", "stop")
         if verb not in CONFIRMED:  # the value is ours; anything else is not a button we sent
@@ -29,6 +42,8 @@ def register(app, rt: Runtime) -> None:
         respond(delete_original=True)
 
     def resume_from_alert(body, respond):
+        if _refused(rt, body, respond):
+            return
         user = body["user"]["id"]
         key = (body.get("actions") or [{}])[0].get("value", "")
         original = (body.get("message") or {}).get("text", "")

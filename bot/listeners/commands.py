@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ..access import refusal
 from ..runtime import Runtime
 from ..slack_out import respond_reply
 
@@ -11,7 +12,12 @@ def register(app, rt: Runtime) -> None:
         ack()
 
     def run(body, respond, client):
-        reply = rt.handlers.ask(body.get("text") or "", body.get("user_id", ""))
-        respond_reply(reply, respond, client, body.get("channel_id"))
+        user, channel = body.get("user_id", ""), body.get("channel_id", "")
+        why = refusal(rt.cfg, rt.is_member, channel, user, body.get("channel_name", ""))
+        if why:
+            respond(text=why, response_type="ephemeral")
+            return
+        reply = rt.handlers.ask(body.get("text") or "", user)
+        respond_reply(reply, respond, client, channel)
 
     app.command("/extract")(ack=ack_now, lazy=[run])

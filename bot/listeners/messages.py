@@ -1,10 +1,11 @@
-"""`progress?` / `status?` (the "?" optional) in a channel the bot watches, or in a direct
-message from a member of one: answer with the summary."""
+"""`progress?` / `status?` (the "?" optional) in a channel the bot serves, or in a direct
+message from a member of one: answer with the summary (anywhere else: silence)."""
 
 from __future__ import annotations
 
 import re
 
+from ..access import refusal
 from ..commands import Command
 from ..runtime import Runtime
 from ..slack_out import post_reply
@@ -16,11 +17,8 @@ def register(app, rt: Runtime) -> None:
     @app.message(QUESTION)
     def answer_progress(message, client):
         channel, user = message.get("channel", ""), message.get("user", "")
-        watched = rt.cfg.slack.channels
-        if message.get("channel_type") == "im":
-            if watched and not rt.is_member(user):
-                return
-        elif watched and channel not in watched:
+        dm = "directmessage" if message.get("channel_type") == "im" else ""
+        if refusal(rt.cfg, rt.is_member, channel, user, dm):
             return
         reply = rt.handlers.handle(Command("status"), user)
         post_reply(reply, client, channel, thread_ts=message.get("thread_ts"))

@@ -91,6 +91,7 @@ class SlackConfig:
     operators: list[str] = field(default_factory=list)
     operator_group: str = ""
     audit_log: str = ""
+    team_id: str = ""  # the workspace (T...) the bot serves; set: requests from any other are refused
 
 
 @dataclass

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import hmac
+import itertools
 import json
 import threading
 import time
@@ -21,26 +22,35 @@ from . import slack_api
 
 SECRET = "test-signing-secret"
 OPERATOR, STRANGER = "U0OPERATOR", "U0STRANGER"
+_triggers = itertools.count(1)
 
 
-def command_payload(text: str, user: str, response_url: str) -> dict:
+def new_trigger() -> str:
+    """Slack gives every command and click its own trigger_id."""
+    return f"{next(_triggers)}.2.3"
+
+
+def command_payload(
+    text: str, user: str, response_url: str, channel: str = "C0PROGRESS", team: str = "T0TEAM"
+) -> dict:
     """A /extract slash command as Slack sends it."""
     return {
         "command": "/extract",
         "text": text,
         "user_id": user,
-        "channel_id": "C0PROGRESS",
-        "team_id": "T0TEAM",
+        "channel_id": channel,
+        "channel_name": "directmessage" if channel.startswith("D") else "progress",
+        "team_id": team,
         "api_app_id": "A0APP",
         "response_url": response_url,
-        "trigger_id": "1.2.3",
+        "trigger_id": new_trigger(),
     }
 
 
-def event_payload(event: dict, event_id: str) -> dict:
+def event_payload(event: dict, event_id: str, team: str = "T0TEAM") -> dict:
     return {
         "type": "event_callback",
-        "team_id": "T0TEAM",
+        "team_id": team,
         "api_app_id": "A0APP",
         "event_id": event_id,
         "event_time": int(time.time()),
@@ -48,14 +58,16 @@ def event_payload(event: dict, event_id: str) -> dict:
     }
 
 
-def click_payload(action_id: str, value: str, user: str, response_url: str, channel: str, text: str) -> dict:
+def click_payload(
+    action_id: str, value: str, user: str, response_url: str, channel: str, text: str, team: str = "T0TEAM"
+) -> dict:
     """A button click (block_actions) on a message the bot posted in channel."""
     return {
         "type": "block_actions",
         "user": {"id": user},
-        "team": {"id": "T0TEAM"},
+        "team": {"id": team},
         "api_app_id": "A0APP",
-        "trigger_id": "1.2.3",
+        "trigger_id": new_trigger(),
         "response_url": response_url,
         "channel": {"id": channel},
         "container": {"type": "message", "channel_id": channel, "message_ts": "1.1"},
@@ -83,20 +95,28 @@ class Bot:
         except urllib.error.HTTPError as e:
             return e.code
 
-    def command(self, text: str, user: str = OPERATOR, **kw) -> int:
-        form = command_payload(text, user, self.response_url)
-        return self.post(urllib.parse.urlencode(form).encode(), "application/x-www-form-urlencoded", **kw)
+    def command_body(self, text: str, user: str = OPERATOR, **where) -> bytes:
+        """A command's form body (where: channel, team), to post once or more."""
+        return urllib.parse.urlencode(command_payload(text, user, self.response_url, **where)).encode()
 
-    def event(self, event: dict, event_id: str, retry: int | None = None) -> int:
+    def command(self, text: str, user: str = OPERATOR, channel: str = "C0PROGRESS", team: str = "T0TEAM",
+                **kw) -> int:  # fmt: skip
+        body = self.command_body(text, user, channel=channel, team=team)
+        return self.post(body, "application/x-www-form-urlencoded", **kw)
+
+    def event(self, event: dict, event_id: str, retry: int | None = None, team: str = "T0TEAM") -> int:
         headers = {"X-Slack-Retry-Num": str(retry), "X-Slack-Retry-Reason": "http_timeout"} if retry else None
         return self.post(
-            json.dumps(event_payload(event, event_id)).encode(), "application/json", headers=headers
+            json.dumps(event_payload(event, event_id, team)).encode(), "application/json", headers=headers
         )
 
-    def click(self, action_id: str, value: str, user: str = OPERATOR, message_text: str = "alert") -> int:
-        payload = click_payload(action_id, value, user, self.response_url, "C0ALERTS", message_text)
-        form = urllib.parse.urlencode({"payload": json.dumps(payload)}).encode()
-        return self.post(form, "application/x-www-form-urlencoded")
+    def click_body(self, action_id: str, value: str, user: str = OPERATOR, message_text: str = "alert",
+                   channel: str = "C0ALERTS", team: str = "T0TEAM") -> bytes:  # fmt: skip
+        payload = click_payload(action_id, value, user, self.response_url, channel, message_text, team)
+        return urllib.parse.urlencode({"payload": json.dumps(payload)}).encode()
+
+    def click(self, action_id: str, value: str, user: str = OPERATOR, **kw) -> int:
+        return self.post(self.click_body(action_id, value, user, **kw), "application/x-www-form-urlencoded")
 
     def audit(self) -> list[dict]:
         return AuditLog(self.cfg.slack.audit_log).read()

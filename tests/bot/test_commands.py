@@ -98,7 +98,7 @@ def test_verify_and_refused_start_are_rendered(fake, cfg):
     fake.reply(
         "verify", {"total": 5, "ok": 4, "missing": [], "corrupt": [], "failed": [], "unrecorded": [3]}, code=1
     )
-    text = h.ask("verify", "anyone").text
+    text = h.ask("verify", "another").text  # one verify a person per 10 minutes
     assert "not yet in the manifest (the next run records them): 3" in text and "every sample" not in text
     fake.reply("start", {"ok": False, "message": "job is already running (pid 77)"}, code=3)
     reply = h.ask("start", "U0OPERATOR")

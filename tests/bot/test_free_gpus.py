@@ -28,13 +28,14 @@ def test_free_gpus_on_eight_gpus_says_who_held_them_and_that_each_unit_was_stopp
         bot.command("free-gpus")
         (ask,) = bot.rec.wait_for("response", timeout=120)
         assert ask["text"] == f"Stop and disable old-sglang.service, vllm.service? GPUs held: {held}", ask
-        assert bot.click("hsx_confirm", "free-gpus") == 200
+        assert bot.click("hsx_confirm", "free-gpus", channel="C0PROGRESS") == 200  # where it was asked
         posts = bot.rec.wait_for("response", 3, timeout=120)  # the question, its removal, the result
         assert posts[1].get("delete_original") is True
         done = posts[2]
         said = "old-sglang.service, vllm.service: stopped and disabled"
         assert done["text"].startswith(f"`free-gpus`: {held}; {said}\naudit: "), done["text"]
-        (entry,) = bot.audit()
+        attempt, entry = bot.audit()
+        assert attempt["result"] == "attempt" and attempt["id"] == entry["id"]
         assert (entry["result"], entry["detail"]) == ("ok", f"{held}; {said}"), entry
     assert sorted(open(calls).read().split()) == sorted(
         ["stop", "disable"] * 2 + ["old-sglang.service", "vllm.service"] * 2

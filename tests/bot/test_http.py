@@ -63,7 +63,7 @@ def test_operator_resume_runs_the_fixed_verb_once_and_audits(bot):
     assert resp["response_type"] == "in_channel"
     assert "resume accepted" in resp["text"] and f"audit: <@{OPERATOR}> `resume` → ok" in resp["text"]
     assert bot.fake.calls() == [["resume", "--json", "--config", bot.fake.config]]
-    assert [e["result"] for e in bot.audit()] == ["ok"]
+    assert [e["result"] for e in bot.audit()] == ["attempt", "ok"]
 
 
 def test_operator_adopt_passes_the_directory_as_one_argument_and_audits(bot):
@@ -80,7 +80,10 @@ def test_operator_adopt_passes_the_directory_as_one_argument_and_audits(bot):
     assert bot.fake.calls() == [
         ["adopt", "--json", "--config", bot.fake.config, "--background", "/data/Old_Output"]
     ]
-    assert [(e["action"], e["result"]) for e in bot.audit()] == [("adopt /data/Old_Output", "ok")]
+    assert [(e["action"], e["result"]) for e in bot.audit()] == [
+        ("adopt /data/Old_Output", "attempt"),
+        ("adopt /data/Old_Output", "ok"),
+    ]
 
 
 def test_stranger_adopt_is_refused_and_audited(bot):
@@ -124,7 +127,7 @@ def test_stop_asks_for_confirmation_then_stops_once(bot):
     assert posts[1].get("delete_original") is True
     assert posts[2]["response_type"] == "in_channel" and "`stop`" in posts[2]["text"]
     assert bot.fake.verbs() == ["stop"]
-    assert [(e["action"], e["result"]) for e in bot.audit()] == [("stop", "ok")]
+    assert [(e["action"], e["result"]) for e in bot.audit()] == [("stop", "attempt"), ("stop", "ok")]
 
 
 def test_progress_message_answered_once_even_when_slack_retries(bot):
@@ -322,6 +325,7 @@ def test_free_gpus_names_the_unit_asks_then_stops_it_once_and_audits(bot):
     assert "free-gpus" in done["text"] and "stopped and disabled" in done["text"], done
     assert bot.fake.calls()[-1][-1] == "--free-gpus"
     assert [(e["action"], e["result"]) for e in bot.audit()] == [("free-gpus", "refused: not an operator"),
+                                                                ("free-gpus", "attempt"),
                                                                 ("free-gpus", "ok")]  # fmt: skip
 
 
@@ -329,5 +333,8 @@ def test_start_force_passes_the_flag_and_the_audit_says_so(bot):
     bot.command("start --force")
     (resp,) = bot.rec.wait_for("response")
     assert bot.fake.calls()[0][0] == "start" and "--force" in bot.fake.calls()[0]
-    assert [(e["action"], e["result"]) for e in bot.audit()] == [("start --force", "ok")]
+    assert [(e["action"], e["result"]) for e in bot.audit()] == [
+        ("start --force", "attempt"),
+        ("start --force", "ok"),
+    ]
     assert "start --force" in resp["text"]

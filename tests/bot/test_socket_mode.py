@@ -218,4 +218,7 @@ def test_operator_stop_confirmed_through_the_socket_stops_once(bot):
     assert posts[1].get("delete_original") is True
     assert posts[2]["response_type"] == "in_channel" and "stop accepted" in posts[2]["text"]
     assert bot.fake.verbs() == ["stop"]
-    assert [(e["user"], e["action"], e["result"]) for e in bot.audit()] == [(OPERATOR, "stop", "ok")]
+    assert [(e["user"], e["action"], e["result"]) for e in bot.audit()] == [
+        (OPERATOR, "stop", "attempt"),
+        (OPERATOR, "stop", "ok"),
+    ]

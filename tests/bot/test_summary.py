@@ -150,3 +150,10 @@ def test_an_answer_for_a_cause_to_fix_says_what_and_never_retrying():
     text = render_reading(r, NOW)
     assert text.startswith("GPU box refused our key — hop: target") and "retrying" not in text
     assert text.endswith("no status seen from this box yet")
+
+
+def test_escape_makes_slack_markup_plain_and_cuts_between_entities():
+    from bot.mrkdwn import escape
+
+    assert escape("<!channel> & <@U1>") == "&lt;!channel&gt; &amp; &lt;@U1&gt;"
+    assert escape("ab&", 4) == "ab" and escape("ab&", 7) == "ab&amp;" and escape("abcdef", 3) == "abc"

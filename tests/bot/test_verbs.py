@@ -94,7 +94,8 @@ def test_hsx_stop_does_not_ask_and_is_audited_as_the_terminal(fake, ops_conf, tm
     assert cli.main(["stop", "--config", ops_conf]) == 0
     assert capsys.readouterr().out == "`stop`: stop accepted\n" and fake.verbs() == ["stop"]
     with open(tmp_path / "audit.jsonl") as f:
-        (entry,) = [json.loads(line) for line in f]
+        attempt, entry = [json.loads(line) for line in f]
+    assert (attempt["user"], attempt["action"], attempt["result"]) == ("terminal", "stop", "attempt")
     assert (entry["user"], entry["action"], entry["result"]) == ("terminal", "stop", "ok")
 
 

@@ -197,6 +197,7 @@ def test_resume_button_resumes_once(fake, cfg):
         assert fake.verbs().count("resume") == 1
         assert [(e["user"], e["result"][:7]) for e in bot.audit()] == [
             (STRANGER, "refused"),
+            ("U0OPERATOR", "attempt"),
             ("U0OPERATOR", "ok"),
         ]
 

@@ -94,7 +94,7 @@ def test_deploy_start_crash_resume_verify(gpu_box, demo_assets, tmp_path):
         refusals = rec.wait_for("response", 3, timeout=30)[1:]
         assert all(r["response_type"] == "ephemeral" and "refused" in r["text"] for r in refusals), refusals
         assert _runners(on_box) == [first] and _status(out)["phase"] == "extracting"
-        assert [e["result"][:7] for e in bot.audit()] == ["ok", "refused", "refused"]
+        assert [e["result"][:7] for e in bot.audit()] == ["attempt", "ok", "refused", "refused"]
 
         # kill -9: one crash alert with a Resume button, however many times the watcher looks
         _kill9(first)

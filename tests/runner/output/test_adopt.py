@@ -138,7 +138,8 @@ def test_adopt_loose_pt_files(reference, job, tmp_path):
     assert p.returncode == 0, p.stderr
     assert p.stdout.startswith(f"adopt {foreign}: 0 adopted · 0 bad · 0 stray")
     with open(os.path.join(os.path.dirname(conf), "hsx-audit.jsonl")) as f:
-        (entry,) = [json.loads(line) for line in f]
+        attempt, entry = [json.loads(line) for line in f]
+    assert attempt["result"] == "attempt" and attempt["id"] == entry["id"]
     assert entry["user"] == "terminal" and entry["action"] == f"adopt {foreign}" and entry["result"] == "ok"
     assert status(conf)["adopted"] == 3 and len(manifest(out)) == 3
 
