@@ -140,7 +140,8 @@ def cmd_demo(args) -> int:
     server = _sglang_cpu_server(SGLANG_TARGETS[args.target], args.tp) if args.backend == "sglang" else None
     what = "a tiny model" if args.target == "demo" else f"a tiny {args.target}-shaped model"
     print(f"hsx demo: building {what}, tokenizer and {args.samples} conversations in {workdir} ...")
-    conf = demo_assets.build(workdir, args.samples, args.seed, server, args.target)
+    say = lambda m: print(f"hsx demo: {m}")  # noqa: E731
+    conf = demo_assets.build(workdir, args.samples, args.seed, server, args.target, say=say)
     came_from = demo_assets.relocate(workdir)
     if came_from:
         print(f"hsx demo: {workdir} was copied or moved from {came_from}: its files now name {workdir}")

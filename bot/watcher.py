@@ -14,7 +14,7 @@ import os
 import time
 from dataclasses import asdict, dataclass, field
 
-from remote.errors import RemoteError
+from remote.errors import BadReply, RemoteError
 from remote.live import LiveStatus
 from runner.contract import render, status
 from runner.contract.atomic import write_atomic
@@ -143,6 +143,7 @@ def _conditions(
 
 
 RESOLVES = {"stalled": "STALLED", "ratedrop": "Rate drop"}  # alerts whose end is posted too
+AGAIN = {"unreadable": "Status readable again"}  # ... in these words
 
 
 def _flow_conditions(rec: StatusRecord, lim: Limits, now: dt.datetime) -> dict[str, tuple[str, bool]]:
@@ -174,10 +175,37 @@ def _flow_conditions(rec: StatusRecord, lim: Limits, now: dt.datetime) -> dict[s
     return out
 
 
+def _answered(st: WatchState, now: dt.datetime) -> list[Action]:
+    """The box answered: an unreachable episode is over (said once)."""
+    out = []
+    if st.unreachable_since:
+        was = [k for k in st.active if k.startswith("unreachable:")]
+        if was:
+            since = status.parse_iso(st.unreachable_since)
+            after = f" after {render.human_duration((now - since).total_seconds())}" if since else ""
+            out.append(Action("recovered", f"GPU box reachable again{after}", key=was[0]))
+        st.unreachable_since = None
+    return out
+
+
+def _unreadable(st: WatchState, obs: Observation) -> tuple[list[Action], WatchState]:
+    """The box answered with a record nobody can read: said at once, once per episode (a retry
+    would read the same bytes); the episode ends, and says so, when a record reads again."""
+    actions = _answered(st, obs.now)
+    if not any(k.startswith("unreadable:") for k in st.active):
+        key = f"unreadable:{_iso(obs.now)}"
+        text = f":warning: GPU box status unreadable: {obs.error}\n(`hsx-runner status --json` on the box shows it)"
+        actions.append(Action("alert", text, key=key))
+        st.active = st.active + [key]
+    return actions, st
+
+
 def decide(prev: WatchState, obs: Observation, lim: Limits) -> tuple[list[Action], WatchState]:
     """Pure: previous state + one observation → actions to deliver and the next state."""
     st = WatchState(**asdict(prev))
     actions: list[Action] = []
+    if obs.record is None and isinstance(obs.error, BadReply):
+        return _unreadable(st, obs)
     if obs.record is None:
         since = status.parse_iso(st.unreachable_since) or min(obs.since or obs.now, obs.now)
         st.unreachable_since = _iso(since, "milliseconds")  # the alert's clock: not a second early
@@ -193,13 +221,7 @@ def decide(prev: WatchState, obs: Observation, lim: Limits) -> tuple[list[Action
         return actions, st
 
     rec, now = obs.record, obs.now
-    if st.unreachable_since:
-        was = [k for k in st.active if k.startswith("unreachable:")]
-        if was:
-            since = status.parse_iso(st.unreachable_since)
-            after = f" after {render.human_duration((now - since).total_seconds())}" if since else ""
-            actions.append(Action("recovered", f"GPU box reachable again{after}", key=was[0]))
-        st.unreachable_since = None
+    actions += _answered(st, now)
     text = render.render_text(rec, now, lim.heartbeat_stale_s)
 
     conds = _conditions(rec, prev, lim, now)
@@ -214,6 +236,9 @@ def decide(prev: WatchState, obs: Observation, lim: Limits) -> tuple[list[Action
                     key=key,
                 )
             )
+        elif key not in conds and kind in AGAIN:
+            head = f":white_check_mark: {AGAIN[kind]} on {rec.host or 'the GPU box'}"
+            actions.append(Action("recovered", f"{head}\n{text}", key=key))
     for key, (head, resume) in conds.items():
         if key not in st.active:
             body = (
@@ -293,13 +318,23 @@ class Watcher:
         return Observation(now, error=r.error, since=r.failing_since)
 
     def tick(self) -> list[Action]:
+        """One poll. No step's failure stops the later ones: the alerts are still posted and the
+        state is still saved (each failure is logged with its stack)."""
         t0 = time.monotonic()
         prev = WatchState.load(self.path)
         obs = self.observe()
         looked = time.monotonic() - t0
         if obs.record is not None:
-            history.append(self.cfg, obs.record)
-        actions, st = decide(prev, obs, self.lim)
+            try:
+                history.append(self.cfg, obs.record)
+            except Exception:
+                log.exception("could not append to the chart's history")
+        try:
+            actions, st = decide(prev, obs, self.lim)
+        except Exception as e:  # a record the renderers cannot read: reported as unreadable
+            log.exception("could not judge the status record")
+            why = BadReply(f"the record could not be read ({type(e).__name__}: {str(e)[:200]})")
+            actions, st = decide(prev, Observation(obs.now, error=why), self.lim)
         done = []
         for a in actions:
             try:
@@ -311,7 +346,10 @@ class Watcher:
                     st.active = [k for k in st.active if k != a.key]
                 if a.kind in ("milestone", "done"):
                     st.milestone = prev.milestone
-        st.save(self.path)
+        try:
+            st.save(self.path)
+        except Exception:
+            log.exception("could not save the watcher state %s", self.path)
         took = time.monotonic() - t0
         if took > max(5.0, self.cfg.watcher.interval_s):  # later ticks were skipped meanwhile
             log.warning("slow watcher tick: %.1fs (status %.1fs, %d posts)", took, looked, len(actions))

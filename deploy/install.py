@@ -19,10 +19,12 @@ import hashlib
 import json
 import os
 import posixpath
+import re
 import shutil
 import subprocess
 import sys
 import tempfile
+import unicodedata
 import zipfile
 from dataclasses import asdict, dataclass, field
 
@@ -63,7 +65,7 @@ StartLimitBurst=3
 [Service]
 Type=simple
 WorkingDirectory={prefix}
-ExecStart={venv}/bin/hsx-runner run --config {config}
+ExecStart={runner} run --config {config}
 Restart=on-failure
 RestartSec=30
 # 1 job failed with a reason, 2 config error, 3 already running: a restart would not help.
@@ -218,8 +220,43 @@ def runner_config(cfg: Config, opts: Options) -> tuple[bytes, Config]:
     return data, job
 
 
+UNIT_PLAIN = re.compile(r"[A-Za-z0-9/._+,:@=~-]*")  # needs no quotes in a unit
+UNIT_REFUSED = "\"'\\"  # systemd refuses them in an executable's name; in a path, refused alike
+
+
+def unit_path(what: str, path: str) -> str:
+    """A path as a unit file must spell it: ``%`` doubled (systemd's specifiers); control
+    characters, quotes and backslashes refused (a newline would start a new directive)."""
+    cc = next((c for c in path if unicodedata.category(c) == "Cc"), None)
+    if cc is not None:
+        raise ConfigError(f"{what} {path!r} holds a control character ({cc!r}): no unit file can hold it")
+    if any(c in UNIT_REFUSED for c in path):
+        raise ConfigError(
+            f"{what} {path!r} holds a quote or a backslash, which systemd cannot take in a unit"
+        )
+    if path != path.strip(" "):
+        raise ConfigError(f"{what} {path!r} begins or ends with a space, which systemd would drop")
+    return path.replace("%", "%%")
+
+
+def _word(text: str) -> str:
+    """One word of ExecStart or a path list: double-quoted when it holds anything but plain
+    characters (a space would split it)."""
+    return text if UNIT_PLAIN.fullmatch(text) else f'"{text}"'
+
+
 def render_unit(prefix: str, config: str, out: str) -> str:
-    return UNIT_TEMPLATE.format(prefix=prefix, venv=f"{prefix}/venv", config=config, out=out)
+    """The runner's unit, every path escaped as systemd reads it, or a ConfigError naming the
+    path it cannot hold."""
+    p = unit_path("the install prefix", prefix)
+    c = unit_path("[remote] runner_config", config)
+    o = unit_path("[job] out", out)
+    return UNIT_TEMPLATE.format(
+        prefix=p,  # WorkingDirectory takes its value whole: never quoted
+        runner=_word(f"{p}/venv/bin/hsx-runner"),  # the executable: no $ expansion there
+        config=_word(c.replace("$", "$$")),  # an argument: $ would be an environment variable
+        out=_word(o),  # RequiresMountsFor is a list of paths
+    )
 
 
 # --- the box ------------------------------------------------------------------------------------
@@ -273,6 +310,7 @@ class Box:
 def deploy(cfg: Config, opts: Options, transport) -> Report:
     prefix = prefix_of(cfg)
     conf_bytes, job = runner_config(cfg, opts)
+    unit = render_unit(prefix, cfg.remote.runner_config, job.job.out)  # refused before the box is touched
     with tempfile.TemporaryDirectory(prefix="hsx-wheel-") as tmp:
         pkg = inspect_wheel(opts.wheel or build_wheel(tmp))
         with open(pkg.path, "rb") as f:
@@ -312,7 +350,7 @@ def deploy(cfg: Config, opts: Options, transport) -> Report:
 
     supervisor = "systemd" if box.test("test", "-d", "/run/systemd/system") else "session"
     if supervisor == "systemd":
-        rep.changed += _install_unit(box, render_unit(prefix, rc, job.job.out), opts.autostart)
+        rep.changed += _install_unit(box, unit, opts.autostart)
     elif opts.autostart:
         rep.warnings.append("autostart needs systemd, which does not run on the GPU box: not set up")
 

@@ -361,10 +361,10 @@ class SSHTransport:
         t = self._opened(paramiko.Transport(sock))
         t.banner_timeout = t.handshake_timeout = t.auth_timeout = self.connect_timeout_s
         try:
-            pinned = trust.pinned(self.known_hosts, hop, ep)
-            if pinned:  # negotiate the key type we hold, so a second key type is not "changed"
+            pins = trust.pinned(self.known_hosts, hop, ep)
+            if pins.keys:  # negotiate the key type we hold, so a second key type is not "changed"
                 opts = t.get_security_options()
-                first = [k for k in opts.key_types if trust.base_type(k) in pinned]
+                first = [k for k in opts.key_types if trust.base_type(k) in pins.keys]
                 opts.key_types = first + [k for k in opts.key_types if k not in first]
             try:
                 t.start_client(timeout=self.connect_timeout_s)
@@ -373,7 +373,7 @@ class SSHTransport:
                 raise Unreachable(
                     hop, f"{ep.host}:{ep.port}: SSH handshake failed: {e or type(e).__name__}"
                 ) from None
-            trust.check_host_key(self.known_hosts, hop, ep, key, pinned)
+            trust.check_host_key(self.known_hosts, hop, ep, key, pins)
             trust.authenticate(hop, ep, t, keys)
         except BaseException:
             t.close()

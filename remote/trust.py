@@ -5,8 +5,11 @@ identity file, then the SSH agent)."""
 from __future__ import annotations
 
 import base64
+import binascii
 import hashlib
+import hmac
 import os
+from dataclasses import dataclass, field
 
 import paramiko
 
@@ -20,26 +23,95 @@ def fingerprint(key: paramiko.PKey) -> str:
     return "SHA256:" + base64.b64encode(digest).decode().rstrip("=")
 
 
-def pinned(known_hosts: str, hop: str, ep: Endpoint) -> dict[str, paramiko.PKey]:
-    """The keys known_hosts pins for ep, by key type (none when the file is missing)."""
-    hk = paramiko.HostKeys()
+@dataclass
+class Pins:
+    """What known_hosts says of one host: its pinned keys by type, and every revoked key."""
+
+    keys: dict[str, paramiko.PKey] = field(default_factory=dict)
+    revoked: dict[bytes, int] = field(default_factory=dict)  # a revoked key's bytes -> its line
+
+
+def pinned(known_hosts: str, hop: str, ep: Endpoint) -> Pins:
+    """Read known_hosts as OpenSSH writes it (none when the file is missing). Plain lines pin a
+    key for the hosts they name (exactly, or hashed); a ``@revoked`` key is refused for any host;
+    ``@cert-authority`` lines are skipped (hsx pins host keys, not certificates). A line that
+    does not parse is refused with the file and line, never skipped: a pin might be lost."""
     try:
-        hk.load(known_hosts)
+        with open(known_hosts, encoding="utf-8", errors="replace") as f:
+            lines = f.read().splitlines()
     except FileNotFoundError:
-        return {}
-    except (OSError, paramiko.SSHException) as e:
+        return Pins()
+    except OSError as e:
         raise HostKeyMismatch(hop, ep.known_hosts_name, "-", f"cannot read {known_hosts}: {e}") from None
-    entry = hk.lookup(ep.known_hosts_name)
-    return dict(entry.items()) if entry else {}
+    pins = Pins()
+    for n, raw in enumerate(lines, 1):
+        try:
+            _pin_line(raw, ep.known_hosts_name, n, pins)
+        except ValueError as e:
+            raise HostKeyMismatch(hop, ep.known_hosts_name, "-", f"{known_hosts} line {n}: {e}") from None
+    return pins
 
 
-def check_host_key(
-    known_hosts: str, hop: str, ep: Endpoint, key: paramiko.PKey, pinned: dict[str, paramiko.PKey]
-) -> None:
-    """Refuse an unknown or changed key with its fingerprint and how to trust it; never add it."""
+MARKERS = ("@revoked", "@cert-authority")
+
+
+def _pin_line(raw: str, name: str, n: int, pins: Pins) -> None:
+    fields = raw.split()
+    if not fields or fields[0].startswith("#"):
+        return
+    marker = fields.pop(0) if fields[0].startswith("@") else ""
+    if marker and marker not in MARKERS:
+        raise ValueError(f"unknown marker {marker[:40]!r} (OpenSSH knows {', '.join(MARKERS)})")
+    if len(fields) < 3:
+        raise ValueError("expected HOSTS KEYTYPE KEY [COMMENT]")
+    hosts, kind, blob = fields[:3]
+    if marker == "@cert-authority":
+        return
+    named = _names(hosts, name)
+    try:
+        data = base64.b64decode(blob, validate=True)
+    except binascii.Error:
+        raise ValueError(f"the {kind[:40]} key is not base64") from None
+    try:
+        key = paramiko.PKey.from_type_string(kind, data)
+    except paramiko.UnknownKeyType:
+        return  # a type this client cannot use: it pins nothing here, as in OpenSSH
+    except Exception as e:  # noqa: BLE001 - each key class fails its own way on bad bytes
+        raise ValueError(f"the {kind[:40]} key does not load ({type(e).__name__})") from None
+    if marker == "@revoked":
+        pins.revoked.setdefault(key.asbytes(), n)
+    elif named:
+        pins.keys[key.get_name()] = key
+
+
+def _names(hosts: str, name: str) -> bool:
+    """Whether a line's host field names ``name``: one of its comma-separated names, or its
+    hashed form (``|1|salt|hash``, ``ssh-keygen -H``). Patterns are not widened to wildcards."""
+    if not hosts.startswith("|1|"):
+        return name in hosts.split(",")
+    parts = hosts.split("|")
+    try:
+        if len(parts) != 4:
+            raise binascii.Error
+        salt, want = (base64.b64decode(x, validate=True) for x in parts[2:])
+    except binascii.Error:
+        raise ValueError("the hashed host name is not base64 (|1|SALT|HASH)") from None
+    return hmac.compare_digest(hmac.new(salt, name.encode(), hashlib.sha1).digest(), want)
+
+
+def check_host_key(known_hosts: str, hop: str, ep: Endpoint, key: paramiko.PKey, pins: Pins) -> None:
+    """Refuse a revoked, unknown or changed key with its fingerprint and how to trust it; never
+    add it."""
     name, kh = ep.known_hosts_name, known_hosts
     line = f"{name} {key.get_name()} {key.get_base64()}"
-    old = pinned.get(key.get_name())
+    if key.asbytes() in pins.revoked:
+        where = f"{kh} line {pins.revoked[key.asbytes()]}"
+        raise HostKeyMismatch(
+            hop, name, fingerprint(key),
+            f"{key.get_name()} key is REVOKED ({where} marks it @revoked); it is never accepted. "
+            f"If the host has a new key, confirm its fingerprint with whoever runs it and pin that",
+        )  # fmt: skip
+    old = pins.keys.get(key.get_name())
     if old is not None and old.asbytes() == key.asbytes():
         return
     if old is None:

@@ -3,16 +3,33 @@
 from __future__ import annotations
 
 import os
+import tempfile
+
+STATE_MODE = 0o600  # hsx's own records: read back by the same user (over SSH too), by no one else
 
 
-def write_atomic(path: str, text: str) -> None:
-    """Write text so readers see the old or the new file, never a torn one."""
-    tmp = f"{path}.{os.getpid()}.tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+def write_atomic(path: str, text: str, mode: int = STATE_MODE) -> None:
+    """Write text so readers see the old or the new file, never a torn one.
+
+    The temp file is made by ``mkstemp`` beside the target (an unpredictable name, O_EXCL: a
+    planted file or symlink is never opened, and concurrent writers never share one), gets
+    ``mode`` (owner-only by default, whatever the old file had), is fsynced, then renamed over
+    the target (a symlink there is replaced, never written through)."""
+    folder, name = os.path.split(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=folder)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            os.fchmod(f.fileno(), mode)
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
 
 
 def fsync_path(path: str) -> None:

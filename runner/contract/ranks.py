@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .errors import StatusError
+from .fields import check, plain, short
 
 
 class RankState(str, enum.Enum):
@@ -42,8 +43,6 @@ ALERTING = frozenset(
 LIVE = frozenset({RankState.RUNNING, RankState.STALE})  # its task runs: it counts in rate and phase
 QUIET = frozenset({RankState.RUNNING, RankState.DONE})  # nothing worth a line in the summary
 NAMED = (RankState.RUNNING, RankState.PENDING, RankState.DONE, RankState.STOPPED)  # any other reads "failed"
-
-_INTS = ("rank", "lo", "hi", "total", "done", "failed")
 
 
 @dataclass
@@ -81,11 +80,9 @@ class RankEntry:
     def from_dict(cls, d: Any) -> RankEntry:
         if not isinstance(d, dict):
             raise StatusError("status record field 'ranks' is not a list of objects")
-        kw = {k: v for k, v in d.items() if k in cls.__dataclass_fields__}
-        for k in _INTS:
-            if not isinstance(kw.get(k, 0), int):
-                raise StatusError(f"rank {d.get('rank')!r} field {k!r} is not an integer")
+        check("rank entry", "rank", d.get("rank", 0), "int")
+        kw = plain(cls, d, f"rank {d.get('rank', 0)}", skip=("state",))
         try:
             return cls(**kw)
         except ValueError:
-            raise StatusError(f"rank {d.get('rank')!r} has unknown state {d.get('state')!r}") from None
+            raise StatusError(f"rank {kw.get('rank', 0)} has unknown state {short(d.get('state'))}") from None

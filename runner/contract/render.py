@@ -14,6 +14,7 @@ from .replies import AdoptReport, CompactReport, PreflightReport, VerifyReport
 from .status import NOT_STARTED, STALE_S, Phase, StatusRecord, age_s, heartbeat_age, is_stale, parse_iso
 
 MAX_ERROR_CHARS = 400
+MAX_CLOCK_S = 1e9  # ~31 years: an ETA past it is shown without its clock time
 
 
 def now_utc(now: dt.datetime | None) -> dt.datetime:
@@ -159,6 +160,8 @@ def rate_line(rec: StatusRecord, now: dt.datetime) -> str:
     rate = f"{rec.rate:.2f} samples/s" + (f" {rec.rate_trend}" if rec.rate_trend else "")
     if rec.eta_s is None:
         return f"{errors} · {rate}"
+    if abs(rec.eta_s) > MAX_CLOCK_S:  # no calendar holds that moment: the duration says enough
+        return f"{errors} · {rate} · ETA ~{human_duration(rec.eta_s)}"
     eta_at = now + dt.timedelta(seconds=rec.eta_s)
     return f"{errors} · {rate} · ETA ~{human_duration(rec.eta_s)} ({clock(eta_at, now)})"
 

@@ -15,6 +15,7 @@ from typing import Any
 
 from .atomic import write_atomic
 from .errors import StatusError
+from .fields import check, plain, short
 from .ranks import RankEntry
 
 SCHEMA = 1
@@ -22,6 +23,12 @@ STATUS = "status.json"  # in the job's output directory
 EVENTS = "events.jsonl"
 STALE_S = 120.0  # an active runner whose heartbeat is older than this may be hung or gone
 NOT_STARTED = "not started yet"  # the reason of the stopped record of a job that never ran
+# a background verb's progress (runner/job/background.py writes it): the keys a renderer reads
+BACKGROUND = {
+    "verb": "str", "state": "str", "pid": "int | None", "started_at": "str | None", "done": "int | None",
+    "total": "int | None", "bytes": "int | None", "rate_bytes_s": "float | None", "eta_s": "float | None",
+    "freed": "int | None", "error": "str | None", "result": "dict | None",
+}  # fmt: skip
 
 
 class Phase(str, enum.Enum):
@@ -118,36 +125,37 @@ class StatusRecord:
 
     @classmethod
     def from_dict(cls, d: Any) -> StatusRecord:
+        """Every field checked (a malformed one is refused by name); unknown keys are ignored, so
+        a newer runner's record still reads."""
         if not isinstance(d, dict):
             raise StatusError("status record is not a JSON object")
         try:
             phase = Phase(d.get("phase"))
         except ValueError:
-            raise StatusError(f"status record has unknown phase {d.get('phase')!r}") from None
-        names = {f.name for f in dataclasses.fields(cls)}
-        kw = {k: v for k, v in d.items() if k in names}
+            raise StatusError(f"status record has unknown phase {short(d.get('phase'))}") from None
+        where = "status record"
+        kw = plain(cls, d, where, skip=("phase", "disk", "server", "log_tail", "ranks"))
         kw["phase"] = phase
-        kw["disk"] = Disk(
-            **{k: v for k, v in (d.get("disk") or {}).items() if k in Disk.__dataclass_fields__}
-        )
-        kw["server"] = ServerInfo(
-            **{k: v for k, v in (d.get("server") or {}).items() if k in ServerInfo.__dataclass_fields__}
-        )
-        tail = kw.get("log_tail")
-        if tail is not None:
-            if not isinstance(tail, list):
-                raise StatusError("status record field 'log_tail' is not a list")
-            kw["log_tail"] = [str(x) for x in tail]
-        if kw.get("background") is not None and not isinstance(kw["background"], dict):
-            raise StatusError("status record field 'background' is not an object")
-        ranks = kw.get("ranks")
+        _times(where, kw)
+        for name, sub in (("disk", Disk), ("server", ServerInfo)):
+            got = d.get(name)
+            if got is None:
+                kw[name] = sub()
+                continue
+            check(where, name, got, "dict")
+            kw[name] = sub(**_times(f"{where} {name!r}", plain(sub, got, f"{where} {name!r}")))
+        tail = d.get("log_tail")
+        if tail is not None and not (isinstance(tail, list) and all(isinstance(x, str) for x in tail)):
+            raise StatusError("status record field 'log_tail' is not a list of strings")
+        if kw.get("background") is not None:
+            for k, kinds in BACKGROUND.items():
+                if k in kw["background"]:
+                    check(f"{where} 'background'", k, kw["background"][k], kinds)
+        ranks = d.get("ranks")
         if ranks is not None:
             if not isinstance(ranks, list):
                 raise StatusError("status record field 'ranks' is not a list of objects")
             kw["ranks"] = [RankEntry.from_dict(r) for r in ranks]
-        for k in ("total", "done", "done_this_run", "adopted", "failed", "errors_this_run"):
-            if not isinstance(kw.get(k, 0), int):
-                raise StatusError(f"status record field {k!r} is not an integer")
         return cls(**kw)
 
     @property
@@ -168,6 +176,20 @@ def parse_iso(s: str | None) -> dt.datetime | None:
     except ValueError:
         return None
     return t if t.tzinfo else t.replace(tzinfo=dt.timezone.utc)
+
+
+def _times(where: str, kw: dict[str, Any]) -> dict[str, Any]:
+    """The ``*_at`` and ``*_since`` fields must be instants (a renderer does arithmetic on them)."""
+    for k, v in kw.items():
+        if k.endswith(("_at", "_since")) and v is not None:
+            t = parse_iso(v)
+            try:
+                ok = t is not None and t.astimezone(dt.timezone.utc) is not None
+            except OverflowError:
+                ok = False
+            if not ok:
+                raise StatusError(f"{where} field {k!r} is not an ISO 8601 time or null")
+    return kw
 
 
 def age_s(s: str | None, now: dt.datetime | None = None) -> float | None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import re
+from collections.abc import Callable
 
 from .tiny import build_model, build_tokenizer, make_conversations
 
@@ -129,13 +130,23 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def build(workdir: str, samples: int, seed: int, server: dict | None = None, target: str = "demo") -> str:
+def build(
+    workdir: str,
+    samples: int,
+    seed: int,
+    server: dict | None = None,
+    target: str = "demo",
+    say: Callable[[str], None] | None = None,
+) -> str:
     """Create the demo job in workdir unless it is already there; return the config path.
     ``server``: [server] keys for the real SGLang (runner.sglang_cpu), else the reference backend.
-    ``target``: "demo" (the quickest) or a real family's shape from runner/data/targets.py."""
+    ``target``: "demo" (the quickest) or a real family's shape from runner/data/targets.py.
+    What hsx derives (model/, data.jsonl, demo.json) is built again when missing; an hsx.toml
+    already there is the user's and is never overwritten (``say`` is told it was kept)."""
     os.makedirs(workdir, exist_ok=True)
     conf = os.path.join(workdir, "hsx.toml")
     stamp = os.path.join(workdir, "demo.json")
+    model_dir, data = os.path.join(workdir, "model"), os.path.join(workdir, "data.jsonl")
     want = {
         "samples": samples,
         "seed": seed,
@@ -143,18 +154,19 @@ def build(workdir: str, samples: int, seed: int, server: dict | None = None, tar
         "target": target,
         "tp": int(server.get("tp_size", 1)) if server else 1,
     }
-    if os.path.exists(conf) and os.path.exists(stamp):
+    kept = os.path.exists(conf)
+    if kept and os.path.exists(stamp):
         with open(stamp) as f:
             have = json.load(f)
         have.setdefault("backend", "reference")  # demos built before --backend
         have.setdefault("target", "demo")  # and before --target
         have.setdefault("tp", 1)  # and before --tp
-        if have == want:
+        if have != want:
+            raise SystemExit(
+                f"{workdir} holds a demo built with {have}; use another --workdir or the same options"
+            )
+        if os.path.exists(os.path.join(model_dir, "config.json")) and os.path.exists(data):
             return conf
-        raise SystemExit(
-            f"{workdir} holds a demo built with {have}; use another --workdir or the same options"
-        )
-    model_dir, data = os.path.join(workdir, "model"), os.path.join(workdir, "data.jsonl")
     if target == "demo":
         rows = make_conversations(seed, samples)
         with open(data, "w") as f:
@@ -169,8 +181,12 @@ def build(workdir: str, samples: int, seed: int, server: dict | None = None, tar
         targets.build(target, model_dir, data, samples, seed)
     from .layers import remote_code
 
-    with open(conf, "w") as f:
-        f.write(toml_for(workdir, server=server, trust=bool(remote_code(model_dir))))
+    if kept:  # edited (say, storage = "ckpt.gz") or from an older hsx: the user's, not ours
+        if say:
+            say(f"keeping {conf} as it is (your edits stay); remove it for a fresh one")
+    else:
+        with open(conf, "w") as f:
+            f.write(toml_for(workdir, server=server, trust=bool(remote_code(model_dir))))
     with open(stamp, "w") as f:
         json.dump(want, f)
     return conf

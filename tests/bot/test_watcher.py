@@ -4,11 +4,16 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import logging
+import os
+import time
 
 from slack_sdk import WebClient
 
-from bot.watcher import Limits, Observation, Watcher, WatchState, decide
-from remote.errors import Unreachable
+from bot import history
+from bot.watcher import Limits, Observation, Watcher, WatchState, decide, start_watcher
+from remote.errors import BadReply, Unreachable
+from runner.contract import render
 from runner.contract.status import StatusRecord
 
 from . import slack_api
@@ -280,3 +285,96 @@ def test_unreachable_counts_from_when_the_box_stopped_answering_not_when_the_pol
     )
     (back,) = [a for a in acts if a.kind == "recovered"]
     assert back.text == "GPU box reachable again after 5m50s"
+
+
+def _alerts(rec_, word: str) -> list[dict]:
+    posts = rec_.named("chat.postMessage")  # the progress message goes there too: alerts only
+    heads = [(p, p["text"].split("\n")[0]) for p in posts]
+    return [p for p, h in heads if h.startswith((":rotating_light:", ":warning:")) and word in h]
+
+
+def _ticks(fake, n: int, timeout: float = 20.0) -> None:
+    """Wait until the scheduler's watcher has asked the box for its status ``n`` more times."""
+    end, start = time.monotonic() + timeout, fake.verbs().count("status")
+    while fake.verbs().count("status") < start + n:
+        assert time.monotonic() < end, "the watcher stopped polling"
+        time.sleep(0.05)
+
+
+def test_a_malformed_record_is_named_once_and_the_crash_after_it_is_alerted(fake, cfg):
+    rec_ = slack_api.Recorder()
+    server, api = slack_api.start(rec_)
+    fake.set_status(heartbeat_at=5)  # passes for a record, breaks every renderer
+    scheduler = start_watcher(fake.box(), cfg, WebClient(token="xoxb-test", base_url=api))
+    try:
+        (unreadable,) = rec_.wait_for("chat.postMessage")
+        assert unreadable["channel"] == "C0ALERTS" and "status unreadable" in unreadable["text"]
+        assert "'heartbeat_at'" in unreadable["text"]
+        _ticks(fake, 3)  # the same bad record, polled again: not a second alert
+        assert len(rec_.named("chat.postMessage")) == 1
+        fake.set_status(
+            phase="crashed", heartbeat_at=_iso(T0), phase_since=_iso(T0), last_error="OSError: gone"
+        )
+        end = time.monotonic() + 20
+        while not _alerts(rec_, "CRASHED"):
+            assert time.monotonic() < end, rec_.calls
+            time.sleep(0.05)
+        (crash,) = _alerts(rec_, "CRASHED")
+        assert "OSError: gone" in crash["text"] and len(_alerts(rec_, "status unreadable")) == 1
+    finally:
+        scheduler.shutdown(wait=True)
+        server.shutdown()
+        server.server_close()
+    saved = WatchState.load(cfg.watcher.state_file)
+    assert saved.phase == "crashed" and any(k.startswith("crashed:") for k in saved.active)
+
+
+def test_a_failing_step_neither_stops_the_save_nor_the_alerts(fake, cfg, caplog):
+    os.makedirs(history.history_path(cfg))  # the chart's history cannot be appended to
+    rec_ = slack_api.Recorder()
+    server, api = slack_api.start(rec_)
+    fake.set_status(phase="crashed", heartbeat_at=_iso(T0), phase_since=_iso(T0))
+    try:
+        with caplog.at_level(logging.ERROR, logger="hsx.watcher"):
+            _watcher(fake, cfg, api, [T0]).tick()
+        (crash,) = _alerts(rec_, "CRASHED")
+        assert "history" in caplog.text and "Traceback" in caplog.text  # logged with its stack
+        assert WatchState.load(cfg.watcher.state_file).phase == "crashed"
+        _watcher(fake, cfg, api, [T0 + dt.timedelta(minutes=1)]).tick()  # saved: not posted twice
+        assert len(_alerts(rec_, "CRASHED")) == 1
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_a_record_no_renderer_can_read_is_reported_as_unreadable_once(fake, cfg, monkeypatch):
+    def broken(*a, **k):
+        raise ZeroDivisionError("a renderer bug")
+
+    monkeypatch.setattr(render, "render_text", broken)
+    rec_ = slack_api.Recorder()
+    server, api = slack_api.start(rec_)
+    try:
+        for minute in (0, 1):
+            _watcher(fake, cfg, api, [T0 + dt.timedelta(minutes=minute)]).tick()
+        (alert,) = rec_.named("chat.postMessage")
+        assert "status unreadable" in alert["text"] and "ZeroDivisionError" in alert["text"]
+        assert os.path.exists(cfg.watcher.state_file)
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_an_unreadable_record_is_its_own_alert_at_once_and_ends_when_one_reads():
+    err = BadReply("status record field 'pid' is not an integer or null (got str)")
+    acts, st = decide(WatchState(), Observation(T0, error=err, since=T0), LIM)
+    (alert,) = acts
+    assert alert.kind == "alert" and "status unreadable" in alert.text and "'pid'" in alert.text
+    assert st.unreachable_since is None  # the box answered: it is not unreachable
+    acts, st = decide(st, Observation(T0 + dt.timedelta(minutes=10), error=err, since=T0), LIM)
+    assert acts == []
+    acts, st = decide(st, Observation(T0 + dt.timedelta(minutes=11), record=rec(heartbeat_at=_iso(T0))), LIM)
+    assert [a.text.split("\n")[0] for a in acts if a.kind == "recovered"] == [
+        ":white_check_mark: Status readable again on gpu-1"
+    ]
+    assert not any(k.startswith("unreadable:") for k in st.active)

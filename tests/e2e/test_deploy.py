@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -64,6 +65,58 @@ def test_runner_unit_in_deploy_is_what_deploy_installs():
     assert (
         "Restart=on-failure" in shipped and "KillSignal=SIGTERM" in shipped and "StartLimitBurst=" in shipped
     )
+
+
+def test_unit_paths_are_escaped_as_systemd_reads_them():
+    unit = install.render_unit("/data/my hsx%1", "/data/my hsx%1/job $HOME.toml", "/data/eagle 3/hs")
+    assert "\nWorkingDirectory=/data/my hsx%%1\n" in unit  # not unquoted by systemd: taken whole
+    assert (
+        '\nExecStart="/data/my hsx%%1/venv/bin/hsx-runner" run --config "/data/my hsx%%1/job $$HOME.toml"\n'
+        in unit
+    )
+    assert '\nRequiresMountsFor="/data/eagle 3/hs"\n' in unit  # a list of paths: quoted as one
+
+
+@pytest.mark.parametrize(
+    "prefix,config,out,match",
+    [
+        ("/data/hsx", "/data/hsx/hsx.toml", "/data/out\nExecStartPre=/bin/sh", "out .* control character"),
+        ("/data/hsx", "/data/hsx/a\tb.toml", "/data/out", "runner_config .* control character"),
+        ("/data/h\x7fsx", "/data/hsx.toml", "/data/out", "prefix .* control character"),
+        ('/data/h"sx', "/data/hsx.toml", "/data/out", "prefix .* systemd cannot"),
+        ("/data/hsx", "/data/it's.toml", "/data/out", "runner_config .* systemd cannot"),
+        ("/data/hsx", "/data/hsx.toml", "/data/out\\", "out .* systemd cannot"),
+        ("/data/hsx ", "/data/hsx.toml", "/data/out", "prefix .* ends with a space"),
+    ],
+)
+def test_unit_paths_systemd_cannot_take_are_refused(prefix, config, out, match):
+    with pytest.raises(ConfigError, match=match):
+        install.render_unit(prefix, config, out)
+
+
+def test_systemd_reads_an_escaped_unit_as_meant(tmp_path):
+    """systemd's own parser (`systemd-analyze verify`): the executable is found, every path absolute."""
+    analyze = shutil.which("systemd-analyze")
+    if analyze is None:
+        pytest.skip("systemd-analyze is not installed")
+    prefix = tmp_path / "my hsx%1 $x"
+    (prefix / "venv" / "bin").mkdir(parents=True)
+    exe = prefix / "venv" / "bin" / "hsx-runner"
+    exe.write_text("#!/bin/sh\n")
+    exe.chmod(0o755)
+    unit = tmp_path / install.UNIT_NAME
+    unit.write_text(install.render_unit(str(prefix), f"{prefix}/job %n.toml", str(tmp_path / "out dir")))
+    p = subprocess.run([analyze, "verify", "--man=no", str(unit)], capture_output=True, text=True)
+    assert p.returncode == 0 and "not absolute" not in p.stderr and "not executable" not in p.stderr, p.stderr
+
+
+def test_deploy_refuses_a_path_a_unit_cannot_hold_before_touching_the_box(gpu_box, demo_assets, tmp_path):
+    out = str(tmp_path / "job" / "out\nExecStartPre=/bin/touch /tmp/hsx-injected")
+    conf = gpu_box.ops_config(str(tmp_path / "job"), demo_assets, "badunit", 5, out=out)
+    code, rep = gpu_box.deploy(conf)
+    assert code == 2 and not rep["ok"]
+    assert "[job] out" in rep["error"] and "control character" in rep["error"]
+    assert not os.path.exists(out) and not os.path.exists(f"{gpu_box.prefix}/badunit.toml")
 
 
 def test_example_config_loads_and_names_every_key():

@@ -391,3 +391,97 @@ def test_bad_identity_file_is_clear(tmp_path):
     t = SSHTransport("127.0.0.1", 22, identity_file=str(tmp_path / "junk"))
     with pytest.raises(AuthFailed, match="cannot load"):
         t.run(["/bin/true"], 5)
+
+
+# -- known_hosts as OpenSSH writes it ---------------------------------------------------------
+
+
+def _known_hosts(tmp_path, *lines: str) -> str:
+    path = tmp_path / "known_hosts"
+    path.write_text("".join(x + "\n" for x in lines))
+    return str(path)
+
+
+def _other_key(tmp_path, name: str) -> str:
+    return sshd.keygen(str(tmp_path / name), name).split()[1]
+
+
+def test_cert_authority_lines_and_comments_are_skipped(shared_pair, closing, tmp_path):
+    ca = _other_key(tmp_path, "ca")
+    kh = _known_hosts(
+        tmp_path,
+        "# hosts of the lab",
+        f"@cert-authority *.lab.example ssh-ed25519 {ca} lab CA",
+        "",
+        shared_pair.jump.known_hosts_line() + " the jump",
+        f"@cert-authority {shared_pair.target.known_hosts_name} ssh-ed25519 {ca}",
+        "\t" + shared_pair.target.known_hosts_line(),
+    )
+    t = make(shared_pair, known_hosts=kh)
+    closing.append(t)
+    assert t.run(["/bin/echo", "ok"], 10).stdout == "ok\n"
+
+
+@pytest.mark.parametrize("hop_name", ["jump", "target"])
+def test_a_revoked_host_key_is_refused_even_when_pinned(shared_pair, closing, tmp_path, hop_name):
+    hop = getattr(shared_pair, hop_name)
+    kh = _known_hosts(
+        tmp_path,
+        shared_pair.jump.known_hosts_line(),
+        shared_pair.target.known_hosts_line(),
+        "@revoked * " + " ".join(hop.known_hosts_line().split()[1:]),
+    )
+    records = []
+    t = make(shared_pair, records, known_hosts=kh)
+    closing.append(t)
+    with pytest.raises(HostKeyMismatch) as e:
+        t.run(["/bin/true"], 10)
+    assert e.value.hop == hop_name and e.value.fingerprint == hop.fingerprint()
+    assert "REVOKED" in str(e.value) and f"{kh} line 3" in str(e.value)
+    assert records == []  # never retried
+
+
+@pytest.mark.parametrize(
+    "bad,why",
+    [
+        ("[10.0.0.9]:22 ssh-ed25519", "expected HOSTS KEYTYPE KEY"),
+        ("[10.0.0.9]:22 ssh-ed25519 not*base64!", "key is not base64"),
+        ("[10.0.0.9]:22 ssh-rsa Z2FyYmFnZQ==", "key does not load"),
+        ("@trusted [10.0.0.9]:22 ssh-ed25519 AAAA", "unknown marker '@trusted'"),
+        ("@revoked", "expected HOSTS KEYTYPE KEY"),
+        ("|1|bm90IGEgc2FsdA|!! ssh-ed25519 AAAA", "hashed host name is not base64"),
+    ],
+)
+def test_an_unparsable_line_is_a_clear_error_naming_the_file_and_line(shared_pair, tmp_path, bad, why):
+    kh = _known_hosts(
+        tmp_path, shared_pair.jump.known_hosts_line(), bad, shared_pair.target.known_hosts_line()
+    )
+    t = make(shared_pair, known_hosts=kh)
+    try:
+        with pytest.raises(HostKeyMismatch) as e:
+            t.run(["/bin/true"], 10)
+    finally:
+        t.close()
+    assert f"{kh} line 2" in str(e.value) and why in str(e.value)
+
+
+def test_a_key_type_this_client_cannot_use_is_not_an_error(shared_pair, closing, tmp_path):
+    kh = _known_hosts(
+        tmp_path,
+        shared_pair.jump.known_hosts_line(),
+        f"{shared_pair.target.known_hosts_name} ssh-future-v9 AAAAB3NzaC1mdXR1cmUtdjk=",
+        shared_pair.target.known_hosts_line(),
+    )
+    t = make(shared_pair, known_hosts=kh)
+    closing.append(t)
+    assert t.run(["/bin/echo", "ok"], 10).stdout == "ok\n"
+
+
+def test_hashed_names_from_ssh_keygen_still_pin(shared_pair, closing, tmp_path):
+    kh = _known_hosts(tmp_path, shared_pair.jump.known_hosts_line(), shared_pair.target.known_hosts_line())
+    subprocess.run(["ssh-keygen", "-H", "-f", kh], check=True, capture_output=True)
+    with open(kh) as f:
+        assert f.read().count("|1|") == 2
+    t = make(shared_pair, known_hosts=kh)
+    closing.append(t)
+    assert t.run(["/bin/echo", "ok"], 10).stdout == "ok\n"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import filecmp
 import json
 import os
+import shutil
 import signal
 import subprocess
 
@@ -49,6 +50,36 @@ def test_headless_demo_runs_the_whole_loop_and_reruns_resume(tmp_path):
     p = demo(tmp_path / "d", "--headless")
     assert p.returncode == 0
     assert status(conf)["done_this_run"] == 0
+
+
+def _samples(out) -> list[str]:
+    return sorted(n for _, _, names in os.walk(out) for n in names if ".ckpt" in n)
+
+
+def test_a_rerun_keeps_the_hsx_toml_the_user_edited(tmp_path):
+    work, small = tmp_path / "d", ("--headless", "--samples", "6")
+    assert demo(work, *small).returncode == 0
+    conf = work / "hsx.toml"
+    edited = conf.read_text().replace(
+        "\nmax_length = 512\n", '\nmax_length = 512\nstorage = "ckpt.gz"  # trying it\n'
+    )
+    assert edited != conf.read_text()
+    conf.write_text(edited)
+    shutil.rmtree(work / "out")
+    p = demo(work, *small)
+    assert p.returncode == 0, p.stderr
+    assert conf.read_text() == edited and len(_samples(work / "out")) == 6
+    assert all(n.endswith(".ckpt.gz") for n in _samples(work / "out"))
+    # everything hsx built is gone too (a workdir from an older hsx has no demo.json either)
+    for name in ("out", "model"):
+        shutil.rmtree(work / name)
+    for name in ("data.jsonl", "demo.json"):
+        os.remove(work / name)
+    p = demo(work, *small)
+    assert p.returncode == 0, p.stderr
+    assert conf.read_text() == edited and f"keeping {conf}" in p.stdout and "your edits stay" in p.stdout
+    assert len(_samples(work / "out")) == 6 and all(n.endswith(".ckpt.gz") for n in _samples(work / "out"))
+    assert verify(str(conf))[0] == 0
 
 
 def test_same_seed_gives_identical_data_and_tensors(tmp_path):

@@ -42,6 +42,9 @@ def test_run_extracts_every_sample_and_verifies(job):
     seq = t["input_ids"].shape[0]
     assert t["hidden_state"].shape == (1, seq, 64) and t["aux_hidden_state"].shape == (1, seq, 192)
     assert os.listdir(os.path.join(out, ".tmp")) == []  # no temp files left
+    for name in ("status.json", "dataset.json"):  # hsx's own records: owner-only, no temp beside them
+        assert os.stat(os.path.join(out, name)).st_mode & 0o777 == 0o600
+    assert not [n for n in os.listdir(out) if n.endswith(".tmp") and n != ".tmp"]
     with open(os.path.join(out, "manifest.jsonl")) as f:  # the server process that wrote each
         assert {json.loads(line)["writer"].split(" pid ")[0] for line in f} == {"reference"}
     # rerun: nothing to do, still done, nothing rewritten
