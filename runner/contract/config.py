@@ -34,6 +34,8 @@ class JobConfig:
     dataset: str = ""  # JSONL input
     out: str = ""  # output directory = run directory (shards, manifest, status)
     max_length: int = 8192
+    # a row longer than this many bytes fails with that reason, unread (8,192 tokens are ~100 KB)
+    max_row_bytes: int = 4 << 20
     aux_layer_ids: list[int] = field(default_factory=list)  # empty: the draft config's, else SpecForge's
     draft_config: str = ""  # SpecForge draft-model config; its eagle_aux_hidden_state_layer_ids win
     dtype: str = "bfloat16"  # the files' float dtype (SpecForge trains on bf16), cast from the model's
@@ -235,6 +237,8 @@ def validate(cfg: Config) -> None:
     j, s, r = cfg.job, cfg.server, cfg.remote
     if j.max_length < 2:
         raise ConfigError("[job] max_length must be at least 2")
+    if j.max_row_bytes < 1:
+        raise ConfigError("[job] max_row_bytes must be at least 1")
     if j.concurrency < 1:
         raise ConfigError("[job] concurrency must be at least 1")
     if j.retries < 1:
