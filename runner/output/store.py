@@ -387,11 +387,11 @@ class Store:
     def adopt(self, idx: int) -> None:
         """Record a file committed just before a crash that lost its manifest line; raises
         CorruptSample or OSError when it does not load."""
-        from ..contract.ckpt import load_sample
+        from ..contract.ckpt import load_sample, output_bound
         from ..contract.sink import file_checksum
 
         path = find_sample(self.out, idx)
-        seq = int(load_sample(path)["input_ids"].shape[0])
+        seq = int(load_sample(path, max_bytes=output_bound(self.description() or {}))["input_ids"].shape[0])
         storage = "ckpt.gz" if path.endswith(".gz") else "ckpt"
         self.append_manifest(
             idx, seq, os.path.getsize(path), file_checksum(path), shard_name(idx), storage=storage

@@ -55,7 +55,7 @@ def check_contents(
     path: str, want_ids: list[int] | None, entry: dict | None, desc: dict, quick: bool
 ) -> str | None:
     """check_sample without the place: a file still to be renamed into its shard (adopt)."""
-    from ..contract.ckpt import CorruptSample, check_tensors, load_sample
+    from ..contract.ckpt import CorruptSample, check_tensors, load_sample, output_bound
     from ..contract.sink import file_checksum
 
     if entry is not None:
@@ -65,7 +65,7 @@ def check_contents(
         if not quick and file_checksum(path) != entry.get("checksum"):
             return "checksum differs from the manifest"
     try:
-        t = load_sample(path)
+        t = load_sample(path, max_bytes=output_bound(desc, None if want_ids is None else len(want_ids)))
     except CorruptSample as e:
         return f"does not load: {e}"
     seq = t["input_ids"].shape[0]
@@ -85,7 +85,11 @@ def verify(cfg: Config, repair: bool = False, quick: bool = False, progress=None
     out = cfg.job.out
     store = Store(out)
     info = layers.model_info(cfg.job.model)
-    desc = store.description() or {"hidden_size": info["hidden_size"], "dtype": cfg.job.dtype}
+    desc = store.description() or {
+        "hidden_size": info["hidden_size"],
+        "dtype": cfg.job.dtype,
+        "max_length": cfg.job.max_length,
+    }
     ds = open_dataset(cfg.job, info["vocab_size"])
     total = len(ds)
     manifest = store.manifest()
