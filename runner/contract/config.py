@@ -50,6 +50,8 @@ class JobConfig:
     rate_window_s: float = 120.0
     min_free_bytes: int = 0  # pause below this much free space on the output filesystem
     disk_recheck_s: float = 2.0  # while paused for disk: how often to look again (resume looks at once)
+    # directories `adopt DIR` may take files from (DIR at or below one); empty: the folder holding `out`
+    adopt_roots: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -152,6 +154,15 @@ _PATH_KEYS = {
     "cluster": ("python",),
     "deploy": (),  # paths on the GPU box: never resolved here
 }
+_PATH_LIST_KEYS = {"job": ("adopt_roots",)}
+
+
+def _path_list(where: str, value: list, base_dir: str) -> list[str]:
+    if not all(isinstance(v, str) and v for v in value):
+        raise ConfigError(f"{where} should be a list of paths, got {value!r}")
+    return [os.path.normpath(os.path.join(base_dir, os.path.expanduser(v))) for v in value]
+
+
 # sbatch options hsx sets itself: a second value would silently break the rank layout.
 SBATCH_OWNED = (
     "--array",
@@ -213,6 +224,8 @@ def from_dict(data: dict[str, Any], base_dir: str = ".", source: str = "<config>
                 value = os.path.expanduser(value)
                 if section == "job" or section in ("slack", "watcher"):
                     value = os.path.normpath(os.path.join(base_dir, value))
+            if key in _PATH_LIST_KEYS.get(section, ()):
+                value = _path_list(f"{source}: [{section}] {key}", value, base_dir)
             setattr(target, key, value)
     validate(cfg)
     return cfg
