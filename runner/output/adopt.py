@@ -41,7 +41,7 @@ from .verify import QUARANTINE, QUARANTINE_SUFFIX, check_contents, file_size
 
 # data_12.pt, 12.pt, sample_12.ckpt, data_12.ckpt.gz (SpecForge's --compress: gzip of a torch.save);
 # ASCII digits, whole name (fullmatch), so epoch_3.pt or a name ending in a newline is no sample
-NAME_RE = re.compile(r"(?:data_|sample_)?([0-9]+)\.(?:pt|ckpt)(\.gz)?")
+NAME_RE = re.compile(r"(?:data_|sample_)?([0-9]+)\.(?:pt|ckpt)(\.gz)?\Z")
 SUFFIXES = (".pt", ".ckpt", ".pt.gz", ".ckpt.gz")
 SKIP_DIRS = frozenset({QUARANTINE, TMP_DIR, COMPLETE_DIR})  # hsx's own bookkeeping, never samples
 MAX_LISTED = 10_000  # per report list: a huge directory of bad files must not make a huge reply

@@ -33,9 +33,9 @@ def scan(out: str) -> dict[int, list[str]]:
     if not os.path.isdir(out):
         return found
     for e in os.scandir(out):
-        if e.is_dir() and SHARD_RE.match(e.name):
+        if e.is_dir() and SHARD_RE.fullmatch(e.name):
             for name in os.listdir(e.path):
-                m = FILE_RE.match(name)
+                m = FILE_RE.fullmatch(name)
                 if m:
                     found[int(m.group(1))].append(os.path.join(e.path, name))
     return found

@@ -39,7 +39,7 @@ def files(out: str) -> dict[int, list[str]]:
     for d, _dirs, names in os.walk(out):
         for n in names:
             if n.endswith((".ckpt", ".ckpt.gz")):
-                seen.setdefault(int(FILE_RE.match(n).group(1)), []).append(os.path.join(d, n))
+                seen.setdefault(int(FILE_RE.fullmatch(n).group(1)), []).append(os.path.join(d, n))
     return seen
 
 

@@ -1,5 +1,6 @@
-"""Rows no parser should be trusted with: each is a listed failure with its reason, never a
-job that dies on it (and again on every resume)."""
+"""Input no parser should be trusted with: a hostile dataset row is a listed failure with its
+reason, a file whose name only looks like a sample is no sample; never a job that dies on it
+(and again on every resume)."""
 
 from __future__ import annotations
 
@@ -58,3 +59,23 @@ def test_hostile_rows_fail_with_reasons_and_the_job_finishes(job, demo_assets):
     code, rep = verify(conf)
     assert code == 1 and rep["corrupt"] == [3] and rep["failed"] == [0, 1, 2, 6]
     assert "unusable now" in rep["reasons"]["3"] and "nested too deeply" in rep["reasons"]["3"]
+
+
+def test_names_with_unicode_digits_or_a_newline_are_no_samples_and_the_job_starts(job):
+    conf = job(samples=8)
+    shard = os.path.join(out_dir(conf), "rows_0-2000")
+    os.makedirs(shard)
+    foreign = [
+        "data_\u0663.ckpt",
+        "data_4.ckpt\n",
+        "data_\uff15.ckpt.gz",
+    ]  # Arabic-Indic 3, a newline, fullwidth 5
+    for name in foreign:
+        with open(os.path.join(shard, name), "wb") as f:
+            f.write(b"not ours")
+    runner("run", "--config", conf, check=True)
+    st = status(conf)
+    assert st["phase"] == "done" and st["done"] == 8 and st["done_this_run"] == 8, st
+    assert all(open(os.path.join(shard, n), "rb").read() == b"not ours" for n in foreign)  # noqa: SIM115
+    code, rep = verify(conf)
+    assert code == 0 and rep["ok"] == 8 and rep["unrecorded"] == [] and rep["corrupt"] == [], rep
