@@ -37,7 +37,7 @@ from ..data.dataset import RowError, open_dataset
 from .lock import JobLock, held_any
 from .ranks import RunPaths
 from .store import COMPLETE_DIR, TMP_DIR, Store, sample_path, shard_name
-from .verify import QUARANTINE, QUARANTINE_SUFFIX, check_contents, file_size
+from .verify import QUARANTINE, check_contents, file_size, quarantine
 
 # data_12.pt, 12.pt, sample_12.ckpt, data_12.ckpt.gz (SpecForge's --compress: gzip of a torch.save);
 # ASCII digits, whole name (fullmatch), so epoch_3.pt or a name ending in a newline is no sample
@@ -106,7 +106,6 @@ class _Adopter:
         self.cfg, self.out, self.src, self.in_place = cfg, out, src, in_place
         self.progress = progress
         self.store = Store(out)
-        self.qdir = os.path.join(out, QUARANTINE)
         self.adopted: list[int] = []
         self.bad: dict[int, str] = {}
         self.stray: list[int] = []
@@ -293,13 +292,8 @@ class _Adopter:
         if not self._under_out(p):
             self.left.append({"idx": idx, "path": p, "reason": reason})
             return
-        os.makedirs(self.qdir, exist_ok=True)
         stem = f"adopt_{os.path.basename(os.path.dirname(p))}_{os.path.basename(p)}"
-        dst, n = os.path.join(self.qdir, stem + QUARANTINE_SUFFIX), 1
-        while os.path.lexists(dst):
-            n += 1
-            dst = os.path.join(self.qdir, f"{stem}.{n}{QUARANTINE_SUFFIX}")
-        shutil.move(p, dst)  # a rename, or a copy (to the .bad name) and an unlink
+        dst = quarantine(self.out, p, stem)
         self.quarantined.append({"idx": idx, "path": p, "to": dst, "reason": reason})
 
     # --- the record ----------------------------------------------------------------------

@@ -19,6 +19,28 @@ QUARANTINE = ".quarantine"
 QUARANTINE_SUFFIX = ".bad"
 
 
+def quarantine(out: str, path: str, stem: str) -> str:
+    """Move ``path`` into ``out/.quarantine`` as ``stem.bad`` (``stem.2.bad``, ... when taken);
+    never over an earlier file: a hard link claims the name or fails, then the source goes."""
+    qdir = os.path.join(out, QUARANTINE)
+    os.makedirs(qdir, exist_ok=True)
+    n = 1
+    while True:
+        dst = os.path.join(qdir, (stem if n == 1 else f"{stem}.{n}") + QUARANTINE_SUFFIX)
+        n += 1
+        try:
+            os.link(path, dst)
+        except FileExistsError:
+            continue
+        except OSError:  # no hard links here (or another filesystem): look, then move
+            if os.path.lexists(dst):
+                continue
+            shutil.move(path, dst)
+            return dst
+        os.unlink(path)
+        return dst
+
+
 def file_size(p: str) -> int:
     """Bytes of a file, 0 if it is gone (progress counting only)."""
     try:
@@ -140,13 +162,10 @@ def verify(cfg: Config, repair: bool = False, quick: bool = False, progress=None
     ds.close()
     repaired = []
     if repair:
-        qdir = os.path.join(out, QUARANTINE)
         for idx in list(corrupt) + stray:
             for p in found.get(idx, []):
-                os.makedirs(qdir, exist_ok=True)
                 # ".bad": SpecForge trains on every *.ckpt under the output directory
-                name = f"{os.path.basename(os.path.dirname(p))}_{os.path.basename(p)}{QUARANTINE_SUFFIX}"
-                shutil.move(p, os.path.join(qdir, name))
+                quarantine(out, p, f"{os.path.basename(os.path.dirname(p))}_{os.path.basename(p)}")
             store.requeue(idx, f"verify --repair: {corrupt.get(idx, 'stray')}")
             repaired.append(idx)
         for idx in missing:
