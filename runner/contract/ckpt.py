@@ -237,8 +237,48 @@ def check_tensors(
     return None
 
 
-def load_sample(path: str | os.PathLike, *, mmap: bool = True) -> dict[str, torch.Tensor]:
+SLACK_BYTES = 1 << 20  # torch.save's zip headers and pickle, with room to spare
+
+
+def max_sample_bytes(seq: int, hidden: int, dtype: str | None) -> int:
+    """The most bytes a torch.save of a ``seq``-token sample can take: int64 ids and mask, the
+    hidden state and its AUX_LAYERS-wide aux in ``dtype`` (None: the widest, 4 bytes)."""
+    width = getattr(torch, dtype).itemsize if dtype else 4
+    return seq * (2 * 8 + (1 + AUX_LAYERS) * hidden * width) + SLACK_BYTES
+
+
+def output_bound(desc: dict, seq: int | None = None) -> int | None:
+    """max_sample_bytes for an output's ``dataset.json`` (``hidden_size``, ``dtype``,
+    ``max_length``): of ``seq`` tokens when known, else of ``max_length``; None without a size."""
+    seq = seq if seq is not None else desc.get("max_length")
+    if not isinstance(seq, int) or not isinstance(desc.get("hidden_size"), int):
+        return None
+    return max_sample_bytes(seq, desc["hidden_size"], desc.get("dtype"))
+
+
+def _gunzip(path: str | os.PathLike, max_bytes: int | None) -> bytes:
+    """The file's bytes ungzipped, never more than ``max_bytes`` of them in memory."""
+    unz, out = gzip_codec().decompressobj(16 + zlib.MAX_WBITS), bytearray()
+    with open(path, "rb") as f:
+        while chunk := f.read(4 << 20):
+            left = 0 if max_bytes is None else max_bytes + 1 - len(out)  # 0: no bound
+            out += unz.decompress(chunk, left)
+            if max_bytes is not None and len(out) > max_bytes:
+                raise CorruptSample(
+                    path,
+                    f"cannot load (it ungzips to more than the {max_bytes} bytes such a sample can hold)",
+                )
+    if not unz.eof:
+        raise CorruptSample(path, "cannot load (the gzip stream ends early)")
+    return bytes(out)
+
+
+def load_sample(
+    path: str | os.PathLike, *, mmap: bool = True, max_bytes: int | None = None
+) -> dict[str, torch.Tensor]:
     """Load and check a sample; mmap (the default) maps the tensors instead of reading them.
+    ``max_bytes`` (max_sample_bytes): a ``.ckpt.gz`` that ungzips to more is corrupt, found
+    without inflating it (a gzip bomb).
 
     A missing file raises FileNotFoundError; a file that is there but cannot be loaded (or
     does not hold a sound sample) raises CorruptSample. Flipped bytes inside tensor data are not detected
@@ -247,11 +287,12 @@ def load_sample(path: str | os.PathLike, *, mmap: bool = True) -> dict[str, torc
     os.stat(path)  # a missing file is missing, not corrupt
     try:
         if is_gzip(path):  # "ckpt.gz": read whole and decompressed, as SpecForge does
-            with open(path, "rb") as f:
-                raw = gzip_codec().decompress(f.read(), 16 + zlib.MAX_WBITS)
+            raw = _gunzip(path, max_bytes)
             data = torch.load(io.BytesIO(raw), map_location="cpu", weights_only=True)
         else:
             data = torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
+    except CorruptSample:
+        raise
     except Exception as e:  # torch raises many kinds (RuntimeError, OSError, EOFError, UnpicklingError, ...)
         first_line = (str(e).strip().splitlines() or [type(e).__name__])[0]
         raise CorruptSample(path, f"cannot load ({type(e).__name__}: {first_line[:200]})") from e

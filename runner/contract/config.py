@@ -34,6 +34,8 @@ class JobConfig:
     dataset: str = ""  # JSONL input
     out: str = ""  # output directory = run directory (shards, manifest, status)
     max_length: int = 8192
+    # a row longer than this many bytes fails with that reason, unread (8,192 tokens are ~100 KB)
+    max_row_bytes: int = 4 << 20
     aux_layer_ids: list[int] = field(default_factory=list)  # empty: the draft config's, else SpecForge's
     draft_config: str = ""  # SpecForge draft-model config; its eagle_aux_hidden_state_layer_ids win
     dtype: str = "bfloat16"  # the files' float dtype (SpecForge trains on bf16), cast from the model's
@@ -48,6 +50,8 @@ class JobConfig:
     rate_window_s: float = 120.0
     min_free_bytes: int = 0  # pause below this much free space on the output filesystem
     disk_recheck_s: float = 2.0  # while paused for disk: how often to look again (resume looks at once)
+    # directories `adopt DIR` may take files from (DIR at or below one); empty: the folder holding `out`
+    adopt_roots: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -151,6 +155,15 @@ _PATH_KEYS = {
     "cluster": ("python",),
     "deploy": (),  # paths on the GPU box: never resolved here
 }
+_PATH_LIST_KEYS = {"job": ("adopt_roots",)}
+
+
+def _path_list(where: str, value: list, base_dir: str) -> list[str]:
+    if not all(isinstance(v, str) and v for v in value):
+        raise ConfigError(f"{where} should be a list of paths, got {value!r}")
+    return [os.path.normpath(os.path.join(base_dir, os.path.expanduser(v))) for v in value]
+
+
 # sbatch options hsx sets itself: a second value would silently break the rank layout.
 SBATCH_OWNED = (
     "--array",
@@ -212,6 +225,8 @@ def from_dict(data: dict[str, Any], base_dir: str = ".", source: str = "<config>
                 value = os.path.expanduser(value)
                 if section == "job" or section in ("slack", "watcher"):
                     value = os.path.normpath(os.path.join(base_dir, value))
+            if key in _PATH_LIST_KEYS.get(section, ()):
+                value = _path_list(f"{source}: [{section}] {key}", value, base_dir)
             setattr(target, key, value)
     validate(cfg)
     return cfg
@@ -236,6 +251,8 @@ def validate(cfg: Config) -> None:
     j, s, r = cfg.job, cfg.server, cfg.remote
     if j.max_length < 2:
         raise ConfigError("[job] max_length must be at least 2")
+    if j.max_row_bytes < 1:
+        raise ConfigError("[job] max_row_bytes must be at least 1")
     if j.concurrency < 1:
         raise ConfigError("[job] concurrency must be at least 1")
     if j.retries < 1:

@@ -26,7 +26,7 @@ import re
 
 from .errors import HsxError
 
-RID_RE = re.compile(r"^[A-Za-z0-9._-]{1,128}$")
+RID_RE = re.compile(r"[A-Za-z0-9._-]{1,128}\Z")  # whole (fullmatch; \Z: no trailing newline)
 DUMP_DIR_ENV = "HSX_DUMP_DIR"
 DUMP_LAYERS_ENV = "HSX_AUX_LAYER_IDS"  # comma-separated layer ids, same convention as SpecForge
 DUMP_DTYPE_ENV = "HSX_DUMP_DTYPE"  # the files' float dtype ([job] dtype); unset: the model's own
@@ -68,13 +68,18 @@ def file_storage() -> str:
 def file_mantissa_bits() -> int:
     """The mantissa bits the server's process was told to keep, from the environment."""
     text = os.environ.get(DUMP_MANTISSA_ENV) or str(BF16_MANTISSA_BITS)
-    if not text.isdigit() or not 0 <= int(text) <= BF16_MANTISSA_BITS:
+    if not _ascii_digits(text) or not 0 <= int(text) <= BF16_MANTISSA_BITS:
         raise DumpError(f"{DUMP_MANTISSA_ENV}={text!r}: want 0..{BF16_MANTISSA_BITS}")
     return int(text)
 
 
+def _ascii_digits(text: str) -> bool:
+    """str.isdigit() is true of "\u00b2" and "\u0663" too, which int() refuses or reads as 3."""
+    return text.isascii() and text.isdigit()
+
+
 def check_rid(rid: object) -> str:
-    if not isinstance(rid, str) or not RID_RE.match(rid):
+    if not isinstance(rid, str) or not RID_RE.fullmatch(rid):
         raise DumpError(f"rid must match {RID_RE.pattern}, got {rid!r}")
     return rid
 
@@ -99,7 +104,7 @@ def decode_mask(text: str, length: int) -> list[int]:
     if text:
         for part in text.split(","):
             v, _, n = part.partition(":")
-            if v not in ("0", "1") or not n.isdigit():
+            if v not in ("0", "1") or not _ascii_digits(n):
                 raise DumpError(f"bad loss-mask run {part!r}")
             out.extend([int(v)] * int(n))
     if len(out) != length:

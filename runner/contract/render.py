@@ -330,7 +330,7 @@ def render_verify(rep: VerifyReport) -> str:
 def render_adopt(rep: AdoptReport) -> str:
     lines = [
         f"adopt {rep.source}: {rep.adopted:,} adopted · {len(rep.bad):,} bad · "
-        f"{rep.stray:,} stray (quarantined, nothing deleted) · {rep.missing:,} missing"
+        f"{rep.stray:,} stray (nothing deleted) · {rep.missing:,} missing"
     ]
     for i, why in list(rep.bad.items())[:10]:
         lines.append(f"bad {i}: {why[:200]}")
@@ -338,6 +338,8 @@ def render_adopt(rep: AdoptReport) -> str:
         lines.append(f"… {len(rep.bad) - 10:,} more bad (`hsx adopt --json` lists them)")
     if rep.already:
         lines.append(f"already in the job, left alone: {rep.already:,}")
+    if rep.left:
+        lines.append(f"not adopted, left where they are (not the job's tree): {rep.left:,} files")
     if rep.loss_mask_differs:
         lines.append(f"adopted with a loss_mask unlike this job's: {indices_text(rep.loss_mask_differs)}")
     lines.append("`/extract resume` extracts the rest; the rate counts only extracted samples")

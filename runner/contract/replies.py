@@ -127,6 +127,7 @@ class AdoptReport:
     missing: int
     already: int
     loss_mask_differs: list[int]
+    left: int = 0  # files not adopted in a foreign tree, reported and left in place
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> AdoptReport:
@@ -140,6 +141,7 @@ class AdoptReport:
             missing=missing if isinstance(missing, int) and not isinstance(missing, bool) else 0,
             already=_count(d.get("already")),
             loss_mask_differs=_ints(d.get("loss_mask_differs")),
+            left=_count(d.get("left")),
         )
 
 

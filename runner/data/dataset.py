@@ -30,8 +30,25 @@ ROLE_ALIASES = {
 REASONING_KEYS = ("reasoning_content", "reasoning", "thinking")
 
 
+MAX_ROW_BYTES = 4 << 20  # [job] max_row_bytes' default
+
+
 class RowError(HsxError, ValueError):
     """This row cannot be used; the message is the reason recorded in failed.jsonl."""
+
+
+def parse_row(line: bytes) -> dict:
+    """One JSON object, or RowError: bad JSON, an integer past Python's 4,300 digits
+    (ValueError) and nesting past the recursion limit are all the row's reason."""
+    try:
+        row = json.loads(line)
+    except RecursionError:
+        raise RowError("bad JSON: nested too deeply") from None
+    except ValueError as e:  # JSONDecodeError, UnicodeDecodeError, the integer digit limit
+        raise RowError(f"bad JSON: {e}") from None
+    if not isinstance(row, dict):
+        raise RowError("row is not a JSON object")
+    return row
 
 
 @dataclass
@@ -74,12 +91,20 @@ class TokenizerLoader:
 
 
 class Dataset:
-    def __init__(self, path: str, tokenizer, max_length: int, vocab_size: int | None = None):
+    def __init__(
+        self,
+        path: str,
+        tokenizer,
+        max_length: int,
+        vocab_size: int | None = None,
+        max_row_bytes: int = MAX_ROW_BYTES,
+    ):
         """``tokenizer``: a tokenizer or a TokenizerLoader; ``vocab_size``: ids a row may use
-        (the model's; by default the tokenizer's length)."""
+        (the model's; by default the tokenizer's length); a row past ``max_row_bytes`` fails unread."""
         self.path = path
         self._tok = tokenizer
         self.max_length = max_length
+        self.max_row_bytes = max_row_bytes
         self.vocab_size = vocab_size if vocab_size is not None else len(self.tokenizer)
         self._offsets = line_offsets(path)
         self._f = open(path, "rb")  # noqa: SIM115 - held for the dataset's life
@@ -92,21 +117,38 @@ class Dataset:
     def __len__(self) -> int:
         return len(self._offsets) - 1
 
+    def row_bytes(self, idx: int) -> int:
+        return self._offsets[idx + 1] - self._offsets[idx]
+
     def raw(self, idx: int) -> bytes:
-        start, end = self._offsets[idx], self._offsets[idx + 1]
-        self._f.seek(start)
-        return self._f.read(end - start)
+        """The row's bytes; RowError, unread, past the byte cap."""
+        size = self.row_bytes(idx)
+        if size > self.max_row_bytes:
+            raise RowError(
+                f"row is {size} bytes, over the {self.max_row_bytes}-byte row limit ([job] max_row_bytes)"
+            )
+        self._f.seek(self._offsets[idx])
+        return self._f.read(size)
 
     def get(self, idx: int) -> Sample:
+        """The row as a Sample, or RowError with the reason: whatever is wrong with a row
+        (its JSON, its size, its shape) fails that row, never the caller."""
         line = self.raw(idx).strip()
         if not line:
             raise RowError("empty line")
+        row = parse_row(line)
+        if "conversations" in row:
+            self.tokenizer  # noqa: B018 - a tokenizer that cannot load is the job's fault, not the row's
         try:
-            row = json.loads(line)
-        except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            raise RowError(f"bad JSON: {e}") from None
-        if not isinstance(row, dict):
-            raise RowError("row is not a JSON object")
+            return self._sample(idx, row)
+        except RowError:
+            raise
+        except RecursionError:
+            raise RowError("row nested too deeply") from None
+        except Exception as e:  # noqa: BLE001 - anything else a row's content trips is that row's reason
+            raise RowError(f"unusable row: {type(e).__name__}: {e}") from None
+
+    def _sample(self, idx: int, row: dict) -> Sample:
         if "input_ids" in row:
             ids, mask = self._pretokenized(row)
         elif "conversations" in row:
@@ -177,6 +219,8 @@ class Dataset:
         """Load the tokenizer now if the first row needs one, so a tokenizer that cannot load
         fails the job before a server is started for it (pre-tokenized rows never load it)."""
         for idx in range(min(len(self), 16)):
+            if self.row_bytes(idx) > self.max_row_bytes:
+                continue  # fails as a row; never read whole here
             line = self.raw(idx).strip()
             if line:
                 if b'"conversations"' in line:
@@ -195,6 +239,5 @@ def load_tokenizer(path: str, trust_remote_code: bool = False):
 
 def open_dataset(job, vocab_size: int | None) -> Dataset:
     """The job's dataset; its tokenizer is loaded only if a conversation row needs it."""
-    return Dataset(
-        job.dataset, TokenizerLoader(job.tokenizer, job.trust_remote_code), job.max_length, vocab_size
-    )
+    loader = TokenizerLoader(job.tokenizer, job.trust_remote_code)
+    return Dataset(job.dataset, loader, job.max_length, vocab_size, job.max_row_bytes)

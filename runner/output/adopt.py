@@ -3,12 +3,16 @@
 DIR holds SpecForge's own layout (``rows_{g}-{g+2000}/data_{idx}.ckpt``, a plain ``torch.save``
 each) or loose ``.pt``/``.ckpt`` files whose name carries the dataset index (``data_12.pt``,
 ``12.pt``); it may be the job's own ``[job] out`` (files already in place, no manifest line) or
-another directory. Each file is checked by verify's one checker (loads; keys, shapes and the
+another directory at or below one of ``[job] adopt_roots`` (by default the folder that holds
+``out``: the config, which chat cannot change, says where adopt may reach). Each file is checked by verify's one checker (loads; keys, shapes and the
 job's dtype; ``input_ids`` equal to the dataset's tokens at that index; finite). A sound file
 is recorded as the runner records a sample: its manifest line (marked ``"adopted": true``) is
 written before it is renamed into ``rows_*/data_{idx}.ckpt``, so the output never holds a
-``*.ckpt`` without a line. A bad file (and one whose index is outside the dataset: stray) is
-moved to ``out/.quarantine/`` under a name ending in ``.bad``; nothing is deleted. Missing
+``*.ckpt`` without a line. A bad file (and one whose index is outside the dataset: stray)
+inside the job's output is moved to ``out/.quarantine/`` under a name ending in ``.bad``, where
+SpecForge never reads it; one in another tree is reported and left where it is (that tree is
+not ours to rearrange). Nothing is deleted. A ``.ckpt.gz`` is never ungzipped past the size a
+sample of its row can have. Missing
 indices are left for the job, which extracts only those (``hsx-runner run``/``resume``).
 
 Good files are moved, not copied: a rename on the same filesystem; across filesystems a copy
@@ -33,10 +37,11 @@ from ..data.dataset import RowError, open_dataset
 from .lock import JobLock, held_any
 from .ranks import RunPaths
 from .store import COMPLETE_DIR, TMP_DIR, Store, sample_path, shard_name
-from .verify import QUARANTINE, QUARANTINE_SUFFIX, check_contents, file_size
+from .verify import QUARANTINE, check_contents, file_size, quarantine
 
-# data_12.pt, 12.pt, sample_12.ckpt, data_12.ckpt.gz (SpecForge's --compress: gzip of a torch.save)
-NAME_RE = re.compile(r"^(?:[A-Za-z]+_)?(\d+)\.(?:pt|ckpt)(\.gz)?$")
+# data_12.pt, 12.pt, sample_12.ckpt, data_12.ckpt.gz (SpecForge's --compress: gzip of a torch.save);
+# ASCII digits, whole name (fullmatch), so epoch_3.pt or a name ending in a newline is no sample
+NAME_RE = re.compile(r"(?:data_|sample_)?([0-9]+)\.(?:pt|ckpt)(\.gz)?\Z")
 SUFFIXES = (".pt", ".ckpt", ".pt.gz", ".ckpt.gz")
 SKIP_DIRS = frozenset({QUARANTINE, TMP_DIR, COMPLETE_DIR})  # hsx's own bookkeeping, never samples
 MAX_LISTED = 10_000  # per report list: a huge directory of bad files must not make a huge reply
@@ -76,6 +81,12 @@ def refusal_check(cfg: Config, src: str) -> tuple[str, str, bool]:
     if not os.path.isdir(src):
         raise AdoptRefused(f"{src} is not a directory" if os.path.exists(src) else f"{src} does not exist")
     in_place = os.path.exists(out) and os.path.samefile(src, out)
+    roots = cfg.job.adopt_roots or [os.path.dirname(out)]
+    if not in_place and not any(_inside(src, r) for r in roots):
+        raise AdoptRefused(
+            f"{src} is outside the directories adopt may take files from ({', '.join(roots)}); "
+            f"add its folder to [job] adopt_roots in {cfg.path}"
+        )
     if not in_place and _inside(out, src):
         raise AdoptRefused(f"{src} holds the job's output {out}; name the directory that holds the files")
     layers.check_remote_code(cfg.job)  # ConfigError, as run and start refuse it
@@ -95,7 +106,6 @@ class _Adopter:
         self.cfg, self.out, self.src, self.in_place = cfg, out, src, in_place
         self.progress = progress
         self.store = Store(out)
-        self.qdir = os.path.join(out, QUARANTINE)
         self.adopted: list[int] = []
         self.bad: dict[int, str] = {}
         self.stray: list[int] = []
@@ -103,6 +113,7 @@ class _Adopter:
         self.unindexed: list[str] = []
         self.mask_differs: list[int] = []
         self.quarantined: list[dict] = []
+        self.left: list[dict] = []  # not adopted, in a tree that is not the job's: reported only
 
     def run(self) -> dict:
         from .store import describe
@@ -147,6 +158,7 @@ class _Adopter:
             "already": self.already[:MAX_LISTED],
             "unindexed": self.unindexed[:MAX_LISTED],
             "quarantined": self.quarantined[:MAX_LISTED],
+            "left": self.left[:MAX_LISTED],
             "loss_mask_differs": self.mask_differs[:MAX_LISTED],
             "aux_layer_ids": aux,
             "note": f"files are taken to hold aux layers {aux} ({aux_source}); a file cannot show it",
@@ -164,11 +176,11 @@ class _Adopter:
                 if not n.endswith(SUFFIXES):
                     continue
                 p = os.path.join(d, n)
-                m = NAME_RE.match(n)
+                m = NAME_RE.fullmatch(n)
                 if m is None:
                     self.unindexed.append(p)
                     if self._under_out(p) and n.endswith((".ckpt", ".ckpt.gz")):  # SpecForge would read it
-                        self._quarantine(p, None, "no dataset index in the file's name")
+                        self._set_aside(p, None, "no dataset index in the file's name")
                     continue
                 found.setdefault(int(m.group(1)), []).append(p)
         return found
@@ -193,32 +205,32 @@ class _Adopter:
     def _one(self, ds, idx: int, total: int, paths: list[str]) -> None:
         if idx >= total:
             for p in paths:
-                self._quarantine(p, idx, f"stray: index {idx} is outside the dataset ({total} rows)")
+                self._set_aside(p, idx, f"stray: index {idx} is outside the dataset ({total} rows)")
             self.stray.append(idx)
             return
         if idx in self.committed:  # the job has it already; its own file is verify's business
             for p in paths:
                 if os.path.abspath(p) != self._home(p, idx) and self._under_out(p):
-                    self._quarantine(p, idx, "a second copy of a sample the job already holds")
+                    self._set_aside(p, idx, "a second copy of a sample the job already holds")
             self.already.append(idx)
             return
         try:
             want = ds.get(idx)
         except RowError as e:
             for p in paths:
-                self._quarantine(p, idx, f"the dataset row is unusable ({e})")
+                self._set_aside(p, idx, f"the dataset row is unusable ({e})")
             self.bad[idx] = f"the dataset row is unusable ({e})"
             return
         reasons = []
         for p in sorted(paths, key=lambda p: p != self._home(p, idx)):  # a file in place is tried first
             if idx in self.adopted:
-                self._quarantine(p, idx, f"a second file for sample {idx}")
+                self._set_aside(p, idx, f"a second file for sample {idx}")
                 continue
             reason = self._check(p, want.input_ids)
             if reason is None:
                 reason = self._take(p, idx, want.loss_mask)
             if reason is not None:
-                self._quarantine(p, idx, reason)
+                self._set_aside(p, idx, reason)
                 reasons.append(reason if len(paths) == 1 else f"{os.path.basename(p)}: {reason}")
         if idx not in self.adopted:
             self.bad[idx] = "; ".join(reasons)
@@ -230,11 +242,11 @@ class _Adopter:
 
     def _take(self, p: str, idx: int, want_mask: list[int]) -> str | None:
         """Record a checked file and move it into its shard; the line comes first."""
-        from ..contract.ckpt import CorruptSample, load_sample
+        from ..contract.ckpt import CorruptSample, load_sample, output_bound
         from ..contract.sink import file_checksum
 
         try:
-            t = load_sample(p)
+            t = load_sample(p, max_bytes=output_bound(self.desc, len(want_mask)))
             seq = int(t["input_ids"].shape[0])
             if t["loss_mask"].tolist() != want_mask:
                 self.mask_differs.append(idx)  # the earlier tool's mask: reported, kept
@@ -274,15 +286,14 @@ class _Adopter:
             return False
         return True
 
-    def _quarantine(self, p: str, idx: int | None, reason: str) -> None:
-        """Move a file that will not be adopted where SpecForge never reads it; keep it."""
-        os.makedirs(self.qdir, exist_ok=True)
+    def _set_aside(self, p: str, idx: int | None, reason: str) -> None:
+        """A file that will not be adopted: in the job's output, moved where SpecForge never
+        reads it (kept); anywhere else, reported and left alone."""
+        if not self._under_out(p):
+            self.left.append({"idx": idx, "path": p, "reason": reason})
+            return
         stem = f"adopt_{os.path.basename(os.path.dirname(p))}_{os.path.basename(p)}"
-        dst, n = os.path.join(self.qdir, stem + QUARANTINE_SUFFIX), 1
-        while os.path.lexists(dst):
-            n += 1
-            dst = os.path.join(self.qdir, f"{stem}.{n}{QUARANTINE_SUFFIX}")
-        shutil.move(p, dst)  # a rename, or a copy (to the .bad name) and an unlink
+        dst = quarantine(self.out, p, stem)
         self.quarantined.append({"idx": idx, "path": p, "to": dst, "reason": reason})
 
     # --- the record ----------------------------------------------------------------------
@@ -337,10 +348,16 @@ def summary_text(report: dict) -> str:
     bad, stray = report["bad"], report["stray"]
     head = (
         f"adopted {report['adopted']:,} of {report['total']:,} from {report['source']}; "
-        f"{len(bad):,} bad, {len(stray):,} stray (quarantined in {QUARANTINE}/), "
+        f"{len(bad):,} bad, {len(stray):,} stray, "
         f"{report['missing_count']:,} missing (the job extracts them)"
     )
     lines = [head] + [f"  bad {i}: {r}" for i, r in list(bad.items())[:20]]
+    if report["quarantined"]:
+        lines.append(f"moved out of the job's reach into {QUARANTINE}/: {len(report['quarantined']):,}")
+    if report.get("left"):
+        lines.append(
+            f"not adopted, left in place in {report['source']}: {len(report['left']):,} (--json lists them)"
+        )
     if len(bad) > 20:
         lines.append(f"  … {len(bad) - 20:,} more (--json lists them)")
     if report["already"]:

@@ -7,7 +7,9 @@ One sample at a time, so it needs room for one sample's new file, not a second o
 1. the new bytes go to ``.compact/<idx>.part`` (a name SpecForge does not list), fsynced, and
    are proven to be the sample: the source's checksum equals the manifest's, and the part reads
    back to the same plain bytes (lossless) or the same tensors rounded (mantissa bits);
-2. ``.compact/inflight.json`` records the names and the manifest line to come (atomic write);
+2. ``.compact/inflight.json`` records the index, the mode it leaves and the manifest line to
+   come (atomic write); every file name is derived from the index and the store's layout, never
+   read from the journal, so an edited journal cannot move anything but that sample's files;
 3. the old file is renamed to ``.compact/<idx>.old``: the sample leaves SpecForge's view;
 4. the manifest line is appended (the last line of an index wins);
 5. the part is renamed to the sample's name in the new mode (``data_7.ckpt.gz``): it is back;
@@ -51,6 +53,10 @@ AHEAD = 2 * WORKERS
 
 class CompactRefused(HsxError):
     """Nothing was changed; the reason says what to do."""
+
+
+class JournalRefused(HsxError):
+    """The journal names something other than one sample of this output: nothing is done."""
 
 
 class Skip(Exception):
@@ -99,7 +105,10 @@ def compact(cfg: Config, progress=None) -> dict:
     except LockedError as e:
         raise CompactRefused(f"another compact runs (pid {e.pid})") from None
     try:
-        finish(out)
+        try:
+            finish(out)
+        except JournalRefused as e:
+            raise CompactRefused(str(e)) from None
         for name in os.listdir(os.path.join(out, DIR)):
             if name.endswith((PART, PARK)):  # not in the journal: the sample's file holds it whole
                 os.unlink(os.path.join(out, DIR, name))
@@ -133,6 +142,8 @@ def _run(out: str, store: Store, storage: str, bits: int, rounding: bool, progre
             skipped[str(idx)] = f"present {len(paths)} times (hsx-runner verify --repair)"
         elif entry is None:
             skipped[str(idx)] = "no manifest line yet (the next run or verify --repair records it)"
+        elif paths[0] not in {sample_path(out, idx, s) for s in STORAGE}:  # the journal derives its names
+            skipped[str(idx)] = f"not in its shard: {paths[0]} (hsx-runner verify --repair)"
         elif paths[0].endswith(STORAGE[storage]) and not (rounding and entry.get("mantissa_bits", 99) > bits):
             already += 1
         else:
@@ -239,15 +250,45 @@ def _commit(out: str, store: Store, idx: int, path: str, part: str, line: dict, 
     if not os.path.exists(path):  # gone meanwhile (verify --repair quarantined it): leave it gone
         os.unlink(part)
         raise Skip("its file went away while compacting (quarantined?)")
-    rec = {"part": part, "src": path, "park": os.path.join(out, DIR, f"{idx}{PARK}"),
-           "new": sample_path(out, idx, storage), "line": line}  # fmt: skip
+    src = next(s for s in STORAGE if path == sample_path(out, idx, s))  # scan found it by that name
+    rec = {"idx": idx, "from": src, "line": line}
     write_atomic(os.path.join(out, DIR, JOURNAL), json.dumps(rec) + "\n")
-    _roll_forward(out, store, rec, recovering=False)
+    _roll_forward(out, store, _files(out, rec), recovering=False)
+
+
+def _files(out: str, rec: object) -> dict:
+    """The journal's files, derived from its index and modes by the store's layout; JournalRefused
+    when it is not one sample of this output (a journal of an older hsx, which wrote the paths,
+    passes when they are those)."""
+    line = rec.get("line") if isinstance(rec, dict) else None
+    idx = line.get("idx") if isinstance(line, dict) else None
+    if type(idx) is not int or idx < 0:
+        raise JournalRefused("it names no sample index")
+    if line.get("storage") not in STORAGE or line.get("shard") != shard_name(idx):
+        raise JournalRefused(f"its manifest line for sample {idx} names another mode or shard")
+    if not all(type(line.get(k)) is int for k in ("seq", "bytes")) or not isinstance(
+        line.get("checksum"), str
+    ):
+        raise JournalRefused(f"its manifest line for sample {idx} is malformed")
+    legacy = rec.get("src")
+    src = rec.get("from") or next((s for s in STORAGE if legacy == sample_path(out, idx, s)), None)
+    if src not in STORAGE or rec.get("idx", idx) != idx:
+        raise JournalRefused(f"it names {legacy!r}, not sample {idx}'s file in {out}")
+    files = {"part": _part(out, idx), "src": sample_path(out, idx, src), "park": _park(out, idx),
+             "new": sample_path(out, idx, line["storage"]), "line": line}  # fmt: skip
+    for key in ("part", "src", "park", "new"):
+        if key in rec and rec[key] != files[key]:
+            raise JournalRefused(f"it names {rec[key]!r} where sample {idx}'s is {files[key]!r}")
+    return files
+
+
+def _park(out: str, idx: int) -> str:
+    return os.path.join(out, DIR, f"{idx}{PARK}")
 
 
 def _roll_forward(out: str, store: Store, rec: dict, recovering: bool) -> None:
-    """The journal's steps, each one idempotent, so a killed compact's are finished by running
-    them again; a proven copy of the sample exists at every point."""
+    """The journal's steps (on the files ``_files`` derived), each one idempotent, so a killed
+    compact's are finished by running them again; a proven copy of the sample exists at every point."""
     part, src, park, new, line = rec["part"], rec["src"], rec["park"], rec["new"], rec["line"]
     if os.path.exists(part) and os.path.exists(src):
         os.replace(src, park)  # the sample leaves discovery ...
@@ -271,13 +312,18 @@ def _append_line(store: Store, line: dict) -> None:
 
 def finish(out: str) -> str | None:
     """Finish the commit a killed compact left half done; returns what it did (None: nothing).
-    Callers hold the compact lock, or saw it free (a job's start)."""
+    Callers hold the compact lock, or saw it free (a job's start). JournalRefused, with nothing
+    done, for a journal that is not one sample of this output."""
     journal = os.path.join(out, DIR, JOURNAL)
     try:
         with open(journal) as f:
-            rec = json.load(f)  # written atomically: whole, or not there
+            rec = _files(out, json.load(f))  # written atomically: whole, or not there
     except FileNotFoundError:
         return None
+    except ValueError as e:  # not JSON
+        raise JournalRefused(f"{journal} is unreadable ({e}); look at it, then remove it") from None
+    except JournalRefused as e:
+        raise JournalRefused(f"{journal}: {e}; nothing was moved: look at it, then remove it") from None
     if not os.path.exists(rec["part"]) and not os.path.exists(rec["park"]):
         os.unlink(journal)  # all done but the journal's removal
         return None
@@ -308,5 +354,8 @@ def finish_unless_running(out: str) -> str | None:
         return None
     try:
         return finish(out)
+    except JournalRefused as e:  # the job goes on; a sample the journal held away is planned again
+        log.warning("compact journal passed over: %s", e)
+        return None
     finally:
         guard.release()

@@ -5,6 +5,7 @@ back in write order."""
 from __future__ import annotations
 
 import os
+import re
 
 import orjson
 
@@ -46,10 +47,12 @@ def append(path: str, line: bytes) -> None:
 
 
 def all_files(out: str, name: str) -> list[str]:
-    """The job's file and, after a cluster run, one per rank (manifest.rank{R}.jsonl)."""
+    """The job's file and, after a cluster run, one per rank (manifest.rank{R}.jsonl: R in
+    ASCII digits, the whole name, so no other file is read as a rank's)."""
     stem, _, ext = name.partition(".")
+    rank_re = re.compile(re.escape(stem) + r"\.rank[0-9]+\." + re.escape(ext) + r"\Z")
     try:
-        ranked = sorted(n for n in os.listdir(out) if n.startswith(stem + ".rank") and n.endswith("." + ext))
+        ranked = sorted(n for n in os.listdir(out) if rank_re.fullmatch(n))
     except FileNotFoundError:
         return []
     return [os.path.join(out, name)] + [os.path.join(out, n) for n in ranked]

@@ -33,11 +33,13 @@ log = logging.getLogger("hsx.store")
 # every module of one process agrees. Never set it for a real job.
 SHARD_ENV = "HSX_SHARD_ROWS"
 SHARD = int(os.environ.get(SHARD_ENV) or 2000)
-SHARD_RE = re.compile(r"^rows_(\d+)-(\d+)$")
-FILE_RE = re.compile(r"^data_(\d+)\.ckpt(?:\.gz)?$")
+# Names are matched whole (fullmatch; \Z, not $, which allows a trailing newline) in ASCII
+# digits: "data_\u0663.ckpt" (an Arabic-Indic 3) or "data_3.ckpt\n" is no sample of ours.
+SHARD_RE = re.compile(r"rows_([0-9]+)-([0-9]+)\Z")
+FILE_RE = re.compile(r"data_([0-9]+)\.ckpt(?:\.gz)?\Z")
 MANIFEST = "manifest.jsonl"
-_IDX_RE = re.compile(rb'\{"idx":(\d+),')
-_LINE_RE = re.compile(rb'\{"idx":(\d+),[^\n]*')
+_IDX_RE = re.compile(rb'\{"idx":([0-9]+),')
+_LINE_RE = re.compile(rb'\{"idx":([0-9]+),[^\n]*')
 _ADOPTED = b'"adopted":true'
 FAILED = "failed.jsonl"
 TMP_DIR = ".tmp"
@@ -175,7 +177,7 @@ class Store:
         overlapping [lo, hi) when given: a rank lists only its own shards)."""
         found: set[int] = set()
         try:
-            shards = [e.name for e in os.scandir(self.out) if e.is_dir() and SHARD_RE.match(e.name)]
+            shards = [e.name for e in os.scandir(self.out) if e.is_dir() and SHARD_RE.fullmatch(e.name)]
         except FileNotFoundError:
             return found
         for s in shards:
@@ -183,7 +185,7 @@ class Store:
                 continue
             for name in os.listdir(os.path.join(self.out, s)):
                 if name.startswith("data_"):
-                    m = FILE_RE.match(name)
+                    m = FILE_RE.fullmatch(name)
                     if m:
                         found.add(int(m.group(1)))
         return found
@@ -265,7 +267,7 @@ class Store:
         listed |= {i for i in away if lo <= i < hi}
         committed = set(listed)
         for name in complete:
-            m = SHARD_RE.match(name)
+            m = SHARD_RE.fullmatch(name)
             if m:
                 g = int(m.group(1))
                 committed.update(i for i in range(max(g, lo), min(g + SHARD, hi)) if i not in permanent_all)
@@ -387,11 +389,11 @@ class Store:
     def adopt(self, idx: int) -> None:
         """Record a file committed just before a crash that lost its manifest line; raises
         CorruptSample or OSError when it does not load."""
-        from ..contract.ckpt import load_sample
+        from ..contract.ckpt import load_sample, output_bound
         from ..contract.sink import file_checksum
 
         path = find_sample(self.out, idx)
-        seq = int(load_sample(path)["input_ids"].shape[0])
+        seq = int(load_sample(path, max_bytes=output_bound(self.description() or {}))["input_ids"].shape[0])
         storage = "ckpt.gz" if path.endswith(".gz") else "ckpt"
         self.append_manifest(
             idx, seq, os.path.getsize(path), file_checksum(path), shard_name(idx), storage=storage
@@ -417,7 +419,7 @@ class Store:
 
 
 def _overlaps(shard: str, lo: int, hi: int | None) -> bool:
-    m = SHARD_RE.match(shard)
+    m = SHARD_RE.fullmatch(shard)
     if not m:
         return False
     g = int(m.group(1))

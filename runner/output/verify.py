@@ -19,6 +19,28 @@ QUARANTINE = ".quarantine"
 QUARANTINE_SUFFIX = ".bad"
 
 
+def quarantine(out: str, path: str, stem: str) -> str:
+    """Move ``path`` into ``out/.quarantine`` as ``stem.bad`` (``stem.2.bad``, ... when taken);
+    never over an earlier file: a hard link claims the name or fails, then the source goes."""
+    qdir = os.path.join(out, QUARANTINE)
+    os.makedirs(qdir, exist_ok=True)
+    n = 1
+    while True:
+        dst = os.path.join(qdir, (stem if n == 1 else f"{stem}.{n}") + QUARANTINE_SUFFIX)
+        n += 1
+        try:
+            os.link(path, dst)
+        except FileExistsError:
+            continue
+        except OSError:  # no hard links here (or another filesystem): look, then move
+            if os.path.lexists(dst):
+                continue
+            shutil.move(path, dst)
+            return dst
+        os.unlink(path)
+        return dst
+
+
 def file_size(p: str) -> int:
     """Bytes of a file, 0 if it is gone (progress counting only)."""
     try:
@@ -33,9 +55,9 @@ def scan(out: str) -> dict[int, list[str]]:
     if not os.path.isdir(out):
         return found
     for e in os.scandir(out):
-        if e.is_dir() and SHARD_RE.match(e.name):
+        if e.is_dir() and SHARD_RE.fullmatch(e.name):
             for name in os.listdir(e.path):
-                m = FILE_RE.match(name)
+                m = FILE_RE.fullmatch(name)
                 if m:
                     found[int(m.group(1))].append(os.path.join(e.path, name))
     return found
@@ -55,7 +77,7 @@ def check_contents(
     path: str, want_ids: list[int] | None, entry: dict | None, desc: dict, quick: bool
 ) -> str | None:
     """check_sample without the place: a file still to be renamed into its shard (adopt)."""
-    from ..contract.ckpt import CorruptSample, check_tensors, load_sample
+    from ..contract.ckpt import CorruptSample, check_tensors, load_sample, output_bound
     from ..contract.sink import file_checksum
 
     if entry is not None:
@@ -65,7 +87,7 @@ def check_contents(
         if not quick and file_checksum(path) != entry.get("checksum"):
             return "checksum differs from the manifest"
     try:
-        t = load_sample(path)
+        t = load_sample(path, max_bytes=output_bound(desc, None if want_ids is None else len(want_ids)))
     except CorruptSample as e:
         return f"does not load: {e}"
     seq = t["input_ids"].shape[0]
@@ -85,7 +107,11 @@ def verify(cfg: Config, repair: bool = False, quick: bool = False, progress=None
     out = cfg.job.out
     store = Store(out)
     info = layers.model_info(cfg.job.model)
-    desc = store.description() or {"hidden_size": info["hidden_size"], "dtype": cfg.job.dtype}
+    desc = store.description() or {
+        "hidden_size": info["hidden_size"],
+        "dtype": cfg.job.dtype,
+        "max_length": cfg.job.max_length,
+    }
     ds = open_dataset(cfg.job, info["vocab_size"])
     total = len(ds)
     manifest = store.manifest()
@@ -136,13 +162,10 @@ def verify(cfg: Config, repair: bool = False, quick: bool = False, progress=None
     ds.close()
     repaired = []
     if repair:
-        qdir = os.path.join(out, QUARANTINE)
         for idx in list(corrupt) + stray:
             for p in found.get(idx, []):
-                os.makedirs(qdir, exist_ok=True)
                 # ".bad": SpecForge trains on every *.ckpt under the output directory
-                name = f"{os.path.basename(os.path.dirname(p))}_{os.path.basename(p)}{QUARANTINE_SUFFIX}"
-                shutil.move(p, os.path.join(qdir, name))
+                quarantine(out, p, f"{os.path.basename(os.path.dirname(p))}_{os.path.basename(p)}")
             store.requeue(idx, f"verify --repair: {corrupt.get(idx, 'stray')}")
             repaired.append(idx)
         for idx in missing:

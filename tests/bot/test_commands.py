@@ -135,7 +135,7 @@ def test_adopt_runs_in_the_background_its_report_is_rendered_and_a_refusal_is_au
               "stray": [15], "missing": [1, 5, 9], "missing_count": 3, "already": [], "loss_mask_differs": []}  # fmt: skip
     done = StatusRecord(background={"verb": "adopt", "state": "done", "started_at": "t", "result": report})
     assert background_result(done).startswith(
-        "adopt finished: adopt /data/old: 6 adopted · 1 bad · 1 stray (quarantined, nothing deleted) · 3 missing\n"
+        "adopt finished: adopt /data/old: 6 adopted · 1 bad · 1 stray (nothing deleted) · 3 missing\n"
         "bad 2: does not load: truncated"
     )
     fake.reply("adopt", {"ok": False, "refused": True, "reason": "job is already running (pid 7)"}, code=3)

@@ -166,7 +166,7 @@ def discovered(out: str) -> dict[int, list[str]]:
     for d, _dirs, names in os.walk(out):
         for n in names:
             if n.endswith((".ckpt", ".ckpt.gz")):
-                m = FILE_RE.match(n)
+                m = FILE_RE.fullmatch(n)
                 assert m, f"{n}: SpecForge would train on a file that is no sample"
                 seen.setdefault(int(m.group(1)), []).append(os.path.join(d, n))
     return seen
@@ -180,7 +180,7 @@ def specforge_items(sf, out: str) -> dict[int, dict]:
     from runner.output.store import FILE_RE
 
     paths = sf.list_local_files(out)
-    idx = [int(FILE_RE.match(os.path.basename(p)).group(1)) for p in paths]
+    idx = [int(FILE_RE.fullmatch(os.path.basename(p)).group(1)) for p in paths]
     assert len(idx) == len(set(idx)), f"SpecForge lists a sample twice: {sorted(paths)}"
     ds = sf.OfflineEagle3Dataset(paths, max_len=1 << 20)
     return {i: ds[n] for n, i in enumerate(idx)}

@@ -321,3 +321,32 @@ def test_fewer_mantissa_bits_are_written_rounded_and_checked(tmp_path):
     assert ckpt.check_tensors(loaded, H, "bfloat16", mantissa_bits=3) is None
     assert ckpt.check_tensors(loaded, H, "bfloat16", mantissa_bits=2).startswith("hidden_state holds more")
     assert ckpt.check_tensors(sample, H, "bfloat16", mantissa_bits=3).startswith("hidden_state holds more")
+
+
+def test_the_sample_size_bound_holds_a_real_sample_of_that_length(tmp_path):
+    for dtype, name in ((torch.bfloat16, "bfloat16"), (torch.float32, "float32")):
+        path = tmp_path / f"{name}.ckpt"
+        nbytes, _ = write_sample(path, **make(seq=SEQ, dtype=dtype))
+        bound = ckpt.max_sample_bytes(SEQ, H, name)
+        assert nbytes <= bound < nbytes + (2 << 20)
+
+
+def test_a_gzip_bomb_is_corrupt_past_the_bound_without_inflating_it(tmp_path):
+    import resource
+    import zlib
+
+    path = tmp_path / "data_0.ckpt.gz"
+    z = zlib.compressobj(9, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
+    block = bytes(64 << 20)
+    with open(path, "wb") as f:
+        for _ in range(8):  # 512 MiB of zeros in about half a megabyte
+            f.write(z.compress(block))
+        f.write(z.flush())
+    del block
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB
+    with pytest.raises(CorruptSample, match="more than"):
+        load_sample(path, max_bytes=ckpt.max_sample_bytes(SEQ, H, "bfloat16"))
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 100 << 10  # < 100 MiB more
+    good = tmp_path / "good.ckpt.gz"
+    write_sample(good, **make(), compress=True)
+    assert load_sample(good, max_bytes=ckpt.max_sample_bytes(SEQ, H, "bfloat16"))["input_ids"].shape == (SEQ,)

@@ -10,7 +10,7 @@ import subprocess
 
 import pytest
 
-from tests.conftest import BIN, runner, write_job
+from tests.conftest import BIN, runner
 from tests.runner.helpers import (
     assert_same_tensors,
     out_dir,
@@ -19,24 +19,7 @@ from tests.runner.helpers import (
     unrecorded_ckpts,
     verify,
 )
-
-N = 12
-
-
-@pytest.fixture(scope="module")
-def reference(tmp_path_factory, demo_assets):
-    """A (conf, tensors) of an uninterrupted 12-sample run: the ground truth."""
-    conf = write_job(tmp_path_factory.mktemp("reference"), demo_assets, N)
-    runner("run", "--config", conf, check=True)
-    return conf, tensors(conf)
-
-
-def save(path: str, t: dict) -> None:
-    """What an earlier script did: a plain torch.save straight to the final name."""
-    import torch
-
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    torch.save({k: t[k] for k in ("input_ids", "loss_mask", "hidden_state", "aux_hidden_state")}, path)
+from tests.runner.output.conftest import N, save
 
 
 def adopt(conf: str, d: str) -> tuple[int, dict]:
@@ -76,7 +59,7 @@ def test_adopt_specforge_layout_then_the_job_extracts_only_the_rest(reference, j
     os.truncate(path, os.path.getsize(path) // 2)
     save(str(foreign / "rows_0-2000" / f"data_{N + 3}.ckpt"), truth[0])  # outside the dataset
 
-    conf = job(samples=N)
+    conf = job(samples=N, job__adopt_roots=[str(tmp_path)])
     out = out_dir(conf)
     code, rep = adopt(conf, foreign)
     assert code == 0, rep
@@ -86,13 +69,13 @@ def test_adopt_specforge_layout_then_the_job_extracts_only_the_rest(reference, j
     assert "tokens" in rep["bad"][str(tokens)]
     assert "finite" in rep["bad"][str(nonfinite)]
     assert rep["stray"] == [N + 3] and rep["missing"] == missing and rep["already"] == []
-    # every bad or stray file sits in .quarantine under a name SpecForge never reads
-    q = quarantine(out)
-    assert len(q) == 4 and all(n.endswith(".ckpt.bad") for n in q), q
+    # the good files moved; every bad or stray one is reported and left where it was (not our tree)
+    left = sorted(os.path.basename(x["path"]) for x in rep["left"])
+    assert left == sorted(f"data_{i}.ckpt" for i in (truncated, tokens, nonfinite, N + 3)), rep["left"]
+    assert sorted(os.listdir(foreign / "rows_0-2000")) == left and quarantine(out) == []
     assert unrecorded_ckpts(out) == []
     lines = manifest(out)
     assert sorted(r["idx"] for r in lines) == rep["adopted_idx"] and all(r["adopted"] for r in lines)
-    assert not any(f.endswith(".ckpt") for _, _, fs in os.walk(foreign) for f in fs)  # moved, nothing left
     st = status(conf)
     assert st["adopted"] == 6 and st["done"] == 6 and st["total"] == N and st["phase"] == "stopped"
     assert "adopted 6" in st["reason"]
@@ -105,8 +88,8 @@ def test_adopt_specforge_layout_then_the_job_extracts_only_the_rest(reference, j
     code, v = verify(conf)
     assert code == 0 and v["complete"] and v["ok"] == N
     assert unrecorded_ckpts(out) == []
-    assert len(quarantine(out)) == 4  # nothing deleted
-    bad = torch.load(os.path.join(out, ".quarantine", f"adopt_rows_0-2000_data_{nonfinite}.ckpt.bad"))
+    assert len(os.listdir(foreign / "rows_0-2000")) == 4  # nothing deleted
+    bad = torch.load(foreign / "rows_0-2000" / f"data_{nonfinite}.ckpt")
     assert torch.isnan(bad["hidden_state"]).any()
     text = runner("status", "--config", conf, check=True).stdout
     assert "6 adopted" in text
@@ -120,7 +103,7 @@ def test_adopt_loose_pt_files(reference, job, tmp_path):
     save(str(foreign / "3.pt"), truth[3])
     save(str(foreign / "sub" / "sample_6.ckpt"), truth[6])
     save(str(foreign / "notes.pt"), truth[7])  # no index in the name: listed, left alone
-    conf = job(samples=N)
+    conf = job(samples=N, job__adopt_roots=[str(tmp_path)])
     out = out_dir(conf)
     code, rep = adopt(conf, foreign)
     assert code == 0 and rep["adopted"] == 3 and rep["bad"] == {} and rep["stray"] == []
@@ -178,7 +161,7 @@ def test_adopt_refuses_a_held_job_and_a_bad_dir(job, tmp_path):
     from runner.output.lock import JobLock
     from runner.output.ranks import RunPaths
 
-    conf = job(samples=4)
+    conf = job(samples=4, job__adopt_roots=[str(tmp_path)])
     out = out_dir(conf)
     d = tmp_path / "empty"
     d.mkdir()
@@ -242,7 +225,7 @@ def test_adopt_across_filesystems_copies_records_then_removes_the_source(
     foreign = tmp_path / "other-fs"
     for i in (1, 2):
         save(str(foreign / f"data_{i}.pt"), truth[i])
-    conf = job(samples=N)
+    conf = job(samples=N, job__adopt_roots=[str(tmp_path)])
     out = out_dir(conf)
     monkeypatch.setattr(
         adopt_mod._Adopter, "_commit_rename", lambda self, idx, p, seq, storage: False
@@ -268,7 +251,7 @@ def test_adopt_in_the_background_posts_its_report_through_the_status_record(refe
     foreign = tmp_path / "bg"
     for i in (1, 2, 5):
         save(str(foreign / "rows_0-2000" / f"data_{i}.ckpt"), truth[i])
-    conf = job(samples=N)
+    conf = job(samples=N, job__adopt_roots=[str(tmp_path)])
     out = out_dir(conf)
     lock = JobLock(RunPaths(out).lock)
     lock.acquire()
@@ -306,7 +289,7 @@ def test_adopt_specforge_compressed_layout_keeps_each_files_encoding(reference, 
         torch.save({k: truth[i][k] for k in truth[i]}, buf)
         (foreign / f"data_{i}.ckpt.gz").write_bytes(gzip.compress(buf.getvalue()))
     save(str(foreign / "data_6.ckpt.gz"), truth[6])  # not gzip at all, whatever its name says
-    conf = job(samples=N)
+    conf = job(samples=N, job__adopt_roots=[str(tmp_path)])
     out = out_dir(conf)
     code, rep = adopt(conf, tmp_path / "compressed")
     assert code == 0 and rep["adopted"] == 7 and rep["bad"] == {}, rep

@@ -39,7 +39,7 @@ def files(out: str) -> dict[int, list[str]]:
     for d, _dirs, names in os.walk(out):
         for n in names:
             if n.endswith((".ckpt", ".ckpt.gz")):
-                seen.setdefault(int(FILE_RE.match(n).group(1)), []).append(os.path.join(d, n))
+                seen.setdefault(int(FILE_RE.fullmatch(n).group(1)), []).append(os.path.join(d, n))
     return seen
 
 
@@ -233,3 +233,33 @@ def test_a_corrupt_sample_is_left_as_it_was_and_named(raw_job):
     assert "checksum differs from the manifest" in rep["skipped"]["5"]
     assert files(out)[5] == [bad] and open(bad, "rb").read() == bytes(data)  # as it was
     assert sorted(os.listdir(os.path.join(out, ".compact"))) == ["lock"]
+
+
+def test_an_edited_journal_moves_nothing_outside_the_sample_it_names(raw_job, tmp_path):
+    """The journal's files are derived from its index and the store's layout: one that names
+    other paths is refused (compact) or passed over (a job's start), and those files stay."""
+    conf, truth = raw_job
+    out = out_dir(conf)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    victim, part = elsewhere / "precious.db", elsewhere / "payload"
+    victim.write_bytes(b"someone's data")
+    part.write_bytes(b"what would replace it")
+    with open(os.path.join(out, "manifest.jsonl")) as f:
+        line = next(r for r in map(json.loads, f) if r["idx"] == 3) | {
+            "storage": "ckpt.gz"
+        }  # as compact writes it
+    journal = os.path.join(out, ".compact", "inflight.json")
+    os.makedirs(os.path.dirname(journal), exist_ok=True)
+    with open(journal, "w") as f:
+        json.dump({"part": str(part), "src": str(victim), "park": str(elsewhere / "parked"),
+                   "new": str(elsewhere / "precious.db.new"), "line": line}, f)  # fmt: skip
+    before = files(out)
+
+    runner("run", "--config", conf, check=True)  # a job's start would finish a killed compact
+    code, rep = compact(conf)
+    assert code == 3 and "inflight.json" in rep["reason"] and "precious.db" in rep["reason"], rep
+    assert victim.read_bytes() == b"someone's data" and part.read_bytes() == b"what would replace it"
+    assert sorted(os.listdir(elsewhere)) == ["payload", "precious.db"]
+    assert files(out) == before and os.path.exists(journal)  # left for a person to look at
+    assert_same_tensors(tensors(conf), truth)

@@ -152,3 +152,20 @@ def test_a_sample_a_running_compact_has_away_is_planned_as_committed(tmp_path):
     assert compact.away(str(tmp_path)) == {2}
     plan = store.plan(4, away=compact.away(str(tmp_path)))
     assert plan.remaining == [] and plan.committed == {0, 1, 2, 3} and plan.orphans == []
+
+
+def test_only_ascii_whole_names_are_shards_samples_or_rank_files(tmp_path):
+    """A name in other digits or with a trailing newline is nobody's sample, shard or rank file."""
+    store = Store(str(tmp_path))
+    store.prepare()
+    _commit(store, 1)
+    for shard in ("rows_0-2000", "rows_\u0662000-4000", "rows_2000-4000\n"):
+        os.makedirs(tmp_path / shard, exist_ok=True)
+        for name in ("data_\u0663.ckpt", "data_4.ckpt\n", "data_\uff15.ckpt.gz", "data_6.ckpt.bad"):
+            (tmp_path / shard / name).write_bytes(b"x")
+    for name in ("manifest.rank\u0663.jsonl", "manifest.rank3.jsonl\n", "manifest.rankx.jsonl"):
+        (tmp_path / name).write_bytes(b'{"idx":7,"seq":3}\n')
+    (tmp_path / "manifest.rank2.jsonl").write_bytes(b'{"idx":9,"seq":3}\n')
+    assert store.listing() == {1}
+    assert store.manifest_indices() == {1, 9}
+    assert store.plan(20).orphans == []
