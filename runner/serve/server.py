@@ -26,6 +26,7 @@ from ..contract.errors import ServerError, ServerExited
 from ..contract.launch import ArgsError, server_argv
 from ..contract.status import now_iso
 from ..sglang_cpu import checkout_root
+from . import pidfile
 from .shm import ShmTracker, proc_stat
 
 if TYPE_CHECKING:
@@ -221,19 +222,9 @@ class Server:
         return True
 
     def kill_stale(self) -> int | None:
-        """A server left by a runner that died (its process group) is killed before a new start."""
-        try:
-            with open(self.pid_file) as f:
-                pgid = int(f.read().strip())
-        except (OSError, ValueError):
-            return None
-        try:
-            os.killpg(pgid, signal.SIGKILL)
-        except ProcessLookupError:
-            return pgid  # gone already; its shared memory may not be
-        except PermissionError:
-            return None
-        return pgid
+        """A server left by a runner that died (its process group) is killed before a new
+        start, if the pid file proves it is that server (runner/serve/pidfile.py)."""
+        return pidfile.kill_stale(self.pid_file)
 
     async def start(self) -> None:
         """On the event loop's thread, never a worker's: PR_SET_PDEATHSIG kills the child when
@@ -252,8 +243,7 @@ class Server:
             start_new_session=True, preexec_fn=_die_with_parent,
         )  # fmt: skip
         log.close()
-        with open(self.pid_file, "w") as f:
-            f.write(str(self.proc.pid))
+        pidfile.write(self.pid_file, self.proc.pid)
         self.started_at = time.monotonic()
         self.activity = "launching"
 

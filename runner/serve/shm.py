@@ -38,6 +38,16 @@ def proc_stat(pid: int) -> tuple[str, int, int] | None:
         return None
 
 
+def start_time(pid: int) -> int | None:
+    """When a process started, in clock ticks after boot (/proc/PID/stat field 22): with the
+    boot, what tells it from a later process given the same pid. None if gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return int(f.read().rsplit(")", 1)[1].split()[19])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
 def group(pgid: int) -> set[int]:
     """The live (not zombie) processes of a process group."""
     out = set()

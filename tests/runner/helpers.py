@@ -130,8 +130,8 @@ def extract_in_process(cfg, dump_server, mode: str = "ok", vocab_size: int = 256
 def server_pid(conf: str) -> int | None:
     try:
         with open(os.path.join(out_dir(conf), "server.pid")) as f:
-            return int(f.read())
-    except (OSError, ValueError):
+            return int(json.load(f)["pid"])
+    except (OSError, ValueError, KeyError, TypeError):
         return None
 
 
