@@ -181,7 +181,8 @@ class Server:
         self.url = f"http://{cfg.server.host}:{cfg.server.port}"
         self.env = server_env(cfg, dump_dir, aux_ids)
         self.log_path, self.pid_file = paths.server_log, paths.server_pid
-        self.shm = ShmTracker(paths.server_shm)
+        j = cfg.job
+        self.shm = ShmTracker(paths.server_shm, keep=(j.model, j.tokenizer, j.dataset, j.draft_config, j.out))
         self._start_pos = 0
         self._observed_at = 0.0
         self.ranks: dict[str, int] = {}  # "TP1" -> its scheduler's pid, from the log
@@ -238,6 +239,7 @@ class Server:
         log.flush()
         self._log_pos = self._start_pos = log.tell()
         self.ranks, self.dead_rank = {}, ""
+        self.shm.begin()
         self.proc = subprocess.Popen(
             self.argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=self.env,
             start_new_session=True, preexec_fn=_die_with_parent,
