@@ -12,7 +12,7 @@ import json
 import os
 import sys
 
-from .contract.config import Config, load, require_job
+from .contract.config import Config, load, require_job, without_secrets
 from .contract.errors import HsxError, LockedError, StatusError
 from .contract.replies import LOGS, MAX_N, NOT_OK, OK, REFUSED, USAGE, Reply
 from .contract.stdout import quiet_when_stdout_closes
@@ -204,6 +204,9 @@ def parser() -> argparse.ArgumentParser:
 
 @quiet_when_stdout_closes
 def main(argv: list[str] | None = None) -> int:
+    if argv is None:  # this process is hsx-runner: every process it starts inherits this
+        for k in set(os.environ) - set(without_secrets(os.environ)):
+            del os.environ[k]
     args = parser().parse_args(argv)
     if getattr(args, "n", 1) is not None and not 1 <= getattr(args, "n", 1) <= MAX_N:
         print(f"hsx-runner: -n must be 1..{MAX_N}", file=sys.stderr)

@@ -23,6 +23,14 @@ else:  # pragma: no cover
 
 ENV_VAR = "HSX_CONFIG"
 DEFAULT_NAME = "hsx.toml"
+# The bot's secrets (SLACK_BOT_TOKEN, SLACK_APP_TOKEN, SLACK_SIGNING_SECRET) come from its
+# environment; no process on the GPU-box side is given them (SGLang, remote-code tokenizers).
+SECRET_ENV_PREFIX = "SLACK_"
+
+
+def without_secrets(env) -> dict[str, str]:
+    """A copy of an environment without the bot's secrets."""
+    return {k: v for k, v in env.items() if not k.startswith(SECRET_ENV_PREFIX)}
 
 
 @dataclass

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 import aiohttp
 
 from ..contract import dump, timing
-from ..contract.config import Config
+from ..contract.config import Config, without_secrets
 from ..contract.errors import ServerError, ServerExited
 from ..contract.launch import ArgsError, server_argv
 from ..contract.status import now_iso
@@ -160,7 +160,7 @@ def text_only(model_dir: str, extra_args: list[str]) -> list[str]:
 
 
 def server_env(cfg: Config, dump_dir: str, aux_ids: list[int]) -> dict[str, str]:
-    env = {**os.environ, **cfg.server.env}
+    env = {**without_secrets(os.environ), **cfg.server.env}
     env[dump.DUMP_DIR_ENV] = dump_dir
     env[dump.DUMP_LAYERS_ENV] = ",".join(map(str, aux_ids))
     env[dump.DUMP_DTYPE_ENV] = cfg.job.dtype
