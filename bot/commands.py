@@ -9,6 +9,7 @@ text (``runner.contract.render``; Block Kit from ``summary``).
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -27,10 +28,10 @@ from runner.contract.replies import (
     VerifyReport,
 )
 
-from . import summary
+from . import confirm, summary
 from .access import Allowance
 from .audit import AuditLog, mention
-from .verbs import DEFAULT_LOG_LINES, SLASH, TABLE, Verb, help_text
+from .verbs import CONFIRMED, DEFAULT_LOG_LINES, SLASH, TABLE, Verb, help_text
 
 MAX_INPUT_CHARS = 200
 _WORD_RE = re.compile(r"^[a-z0-9-]{1,24}$")
@@ -57,6 +58,8 @@ class Command:
         False  # verify, adopt, compact: in the foreground (a terminal); chat runs them in the background
     )
     path: str = ""  # adopt: the directory, as typed
+    units: tuple[str, ...] = ()  # free-gpus, confirmed: the units the question named
+    until: int | None = None  # free-gpus, confirmed: when that confirmation expires (epoch s)
     problem: str = ""  # why the input was not understood; the reply is help
 
     @property
@@ -84,6 +87,7 @@ class Reply:
     ephemeral: bool = False  # only the asker sees it (errors, refusals, help)
     audit: str | None = None  # audit line for the channel, after a mutating action
     confirm: str | None = None  # the verb that waits for a confirmation (stop)
+    confirm_value: str = ""  # what the confirmation carries back (confirmed_command), if not the verb
     image: bytes | None = None  # PNG for `chart`
     error: bool = False
     markup: bool = False  # text is mrkdwn hsx wrote itself (mentions), sent to Slack unescaped
@@ -349,14 +353,29 @@ class Handlers:
             what = "no other process holds a GPU" if gpus.ok else gpus.detail
             return Reply(text=f"free-gpus: nothing to stop ({what})", ephemeral=True)
         held = render.gpus_text(gpus.holders, []) or gpus.detail
+        value, until = confirm.bind(gpus.units)
+        if len(value) > confirm.MAX_VALUE_CHARS:
+            return Reply(text=f"free-gpus: {len(gpus.units)} units are too many to confirm from chat; "
+                         "run `hsx-runner preflight --free-gpus` on the GPU box", ephemeral=True)  # fmt: skip
+        when = time.strftime("%H:%M UTC", time.gmtime(until))
         return Reply(
-            text=f"Stop and disable {', '.join(gpus.units)}? GPUs held: {held}",
+            text=f"Stop and disable {', '.join(gpus.units)}? GPUs held: {held}\nThis question expires at {when}.",
             ephemeral=True,
             confirm="free-gpus",
+            confirm_value=value,
         )
 
     def _free_gpus(self, cmd: Command, user: str) -> Reply:
-        return self._act(cmd, user, lambda: free_gpus_reply(self.box.preflight(free_gpus=True)))
+        """Typed with --yes: what holds the GPUs now. Confirmed: only the units the question
+        named, and only until it expires (the box refuses if they changed)."""
+        if cmd.until is None:
+            return self._act(cmd, user, lambda: free_gpus_reply(self.box.preflight(free_gpus=True)))
+        if time.time() > cmd.until:
+            line = self.audit.record(user, cmd.action, "refused", "the confirmation expired")
+            return Reply(text="`free-gpus` refused: this confirmation expired, nothing stopped; ask again "
+                         f"(`{SLASH} free-gpus`)\n{line}", ephemeral=True, error=True, audit=line)  # fmt: skip
+        call = lambda: self.box.preflight(free_gpus=True, units=list(cmd.units), until=cmd.until)  # noqa: E731
+        return self._act(cmd, user, lambda: free_gpus_reply(call()))
 
     def _stop(self, cmd: Command, user: str) -> Reply:
         return self._act(cmd, user, self.box.stop)
@@ -397,12 +416,23 @@ def background_text(verb: str, answer: Answer) -> str:
     )
 
 
+def confirmed_command(value: object) -> Command | None:
+    """The command a confirmation runs (a button's value, the console's yes): the verb by
+    name; free-gpus bound to its question (bot/confirm.py). None: not one hsx asked for."""
+    if (b := confirm.bound(value)) is not None:
+        return Command("free-gpus", confirmed=True, units=b[0], until=b[1])
+    return Command(value, confirmed=True) if value in CONFIRMED else None
+
+
 def free_gpus_reply(report: dict) -> dict:
     """preflight --free-gpus as an action reply: ok when the GPUs are free afterwards; the
-    message names who held them and what stopping each unit did (summarised, never cut)."""
+    message names who held them and what stopping each unit did (summarised, never cut), or
+    why nothing was stopped."""
     gpus = PreflightReport.from_dict(report).check("gpus")
     if not gpus:
         return {"ok": False, "message": "no gpus check"}
+    if gpus.refused:
+        return {"ok": False, "message": f"nothing stopped: {gpus.refused}; ask again"}
     return {"ok": gpus.ok, "message": render.gpus_text(gpus.holders, gpus.results) or gpus.detail}
 
 

@@ -7,7 +7,7 @@ from typing import TextIO
 
 from runner.contract.config import Config
 
-from .commands import Command, parse
+from .commands import confirmed_command, parse
 from .wiring import make_handlers
 
 PROMPT = "hsx> "
@@ -48,7 +48,9 @@ def run_console(
                     else f"{reply.confirm}: not confirmed, nothing done\n"
                 )
                 continue
-            reply = handlers.handle(Command(reply.confirm, confirmed=True), user, operator=True)
+            reply = handlers.handle(
+                confirmed_command(reply.confirm_value or reply.confirm), user, operator=True
+            )
         out.write(reply.text + "\n")
         if reply.audit and reply.audit not in reply.text:
             out.write(reply.audit + "\n")

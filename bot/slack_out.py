@@ -10,7 +10,9 @@ from .commands import Reply
 from .mrkdwn import escape
 from .verbs import VERBS
 
-CONFIRM = "hsx_confirm"  # its value names the verb: stop, free-gpus
+CONFIRM = (
+    "hsx_confirm"  # its value: the verb (stop), or what free-gpus is bound to (commands.confirmed_command)
+)
 CONFIRM_BEFORE = "hsx_stop_confirm"  # the id stop buttons had before; messages out there still carry it
 CANCEL = "hsx_stop_cancel"
 CONFIRM_LABELS = {v.name: v.confirm for v in VERBS if v.confirm}
@@ -42,7 +44,7 @@ def blocks_with_audit(reply: Reply) -> list[dict] | None:
     return blocks
 
 
-def confirm_blocks(text: str, verb: str) -> list[dict]:
+def confirm_blocks(text: str, verb: str, value: str = "") -> list[dict]:
     return [
         {"type": "section", "text": {"type": "mrkdwn", "text": text}},
         {
@@ -53,7 +55,7 @@ def confirm_blocks(text: str, verb: str) -> list[dict]:
                     "action_id": CONFIRM,
                     "style": "danger",
                     "text": {"type": "plain_text", "text": CONFIRM_LABELS[verb]},
-                    "value": verb,
+                    "value": value or verb,
                 },
                 {
                     "type": "button",
@@ -85,7 +87,8 @@ def respond_reply(reply: Reply, respond, client, channel: str | None) -> None:
     """Answer a slash command (or anything with a response_url)."""
     if reply.confirm:
         text = slack_text(reply)
-        respond(text=text, blocks=confirm_blocks(text, reply.confirm), response_type="ephemeral")
+        blocks = confirm_blocks(text, reply.confirm, reply.confirm_value)
+        respond(text=text, blocks=blocks, response_type="ephemeral")
         return
     if reply.image is not None and channel:
         client.files_upload_v2(

@@ -113,7 +113,7 @@ VERBS = (
     Verb(
         "adopt",
         "take over samples another tool wrote in DIR (an absolute path on the GPU box); "
-        "bad files are quarantined",
+        "bad files are quarantined in out, or left in place in a foreign tree",
         (
             Flag(
                 "DIR",

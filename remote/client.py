@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from runner.contract.replies import ANSWER_CODES, LOGS, MAX_LOG_LINES, MAX_N
+from runner.contract.replies import ANSWER_CODES, LOGS, MAX_LOG_LINES, MAX_N, UNIT_NAME_RE
 from runner.contract.status import StatusRecord
 
 from .errors import BadReply, CommandFailed
@@ -108,10 +108,22 @@ class GpuBox:
             raise BadReply("`hsx-runner events` reply has no 'events' list")
         return [e for e in events if isinstance(e, dict)]
 
-    def preflight(self, free_gpus: bool = False) -> dict[str, Any]:
-        return self._call(
-            "preflight", *(["--free-gpus"] if free_gpus else []), timeout_s=max(self.timeout_s, 600.0)
-        )
+    def preflight(
+        self, free_gpus: bool = False, units: list[str] | None = None, until: float | None = None
+    ) -> dict[str, Any]:
+        """With ``units`` and ``until`` (a confirmation), the box stops nothing unless exactly
+        those units hold the GPUs and ``until`` has not passed."""
+        args = ["--free-gpus"] if free_gpus else []
+        if units is not None or until is not None:
+            if (
+                not free_gpus
+                or until is None
+                or not units
+                or not all(isinstance(u, str) and UNIT_NAME_RE.fullmatch(u) for u in units)
+            ):
+                raise ValueError(f"free-gpus: a confirmation needs unit names and an expiry, got {units!r}")
+            args += [f"--units={','.join(units)}", f"--until={int(until)}"]
+        return self._call("preflight", *args, timeout_s=max(self.timeout_s, 600.0))
 
     def close(self) -> None:
         self.transport.close()

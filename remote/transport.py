@@ -4,9 +4,12 @@ They never take shell text: argv is a list; the SSH transport quotes each elemen
 
 from __future__ import annotations
 
+import os
 import subprocess
 from dataclasses import dataclass
 from typing import Protocol
+
+from runner.contract.config import without_secrets
 
 from .errors import CommandTimeout, Unreachable
 
@@ -30,8 +33,9 @@ class LocalTransport:
     def run(self, argv: list[str], timeout_s: float) -> Result:
         try:
             p = subprocess.run(
-                argv, capture_output=True, text=True, timeout=timeout_s, stdin=subprocess.DEVNULL
-            )
+                argv, capture_output=True, text=True, timeout=timeout_s, stdin=subprocess.DEVNULL,
+                env=without_secrets(os.environ),
+            )  # fmt: skip
         except subprocess.TimeoutExpired:
             raise CommandTimeout(argv, timeout_s) from None
         except FileNotFoundError as e:

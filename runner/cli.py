@@ -12,7 +12,7 @@ import json
 import os
 import sys
 
-from .contract.config import Config, load, require_job
+from .contract.config import Config, load, require_job, without_secrets
 from .contract.errors import HsxError, LockedError, StatusError
 from .contract.replies import LOGS, MAX_N, NOT_OK, OK, REFUSED, USAGE, Reply
 from .contract.stdout import quiet_when_stdout_closes
@@ -152,7 +152,11 @@ def cmd_compact(args, cfg: Config) -> int:
 def cmd_preflight(args, cfg: Config) -> int:
     from .job.preflight import preflight
 
-    report = preflight(cfg, free_gpus=args.free_gpus)
+    if (args.units is not None or args.until is not None) and not args.free_gpus:
+        print("hsx-runner: --units and --until bind --free-gpus", file=sys.stderr)
+        return USAGE
+    expect = None if args.units is None else [u for u in args.units.split(",") if u]
+    report = preflight(cfg, free_gpus=args.free_gpus, expect=expect, until=args.until)
     text = "\n".join(f"{'ok ' if c['ok'] else 'BAD'} {c['name']}: {c['detail']}" for c in report["checks"])
     return _answer(args, Reply(report, text, OK if report["ok"] else NOT_OK))
 
@@ -199,11 +203,20 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--record", action="store_true", help=argparse.SUPPRESS)  # the detached run itself
     s = verb("preflight", cmd_preflight, "check GPUs, disk, paths, patch")
     s.add_argument("--free-gpus", action="store_true", help="stop and disable units that hold GPUs")
+    s.add_argument(
+        "--units", default=None, help="with --free-gpus: only if exactly these units (a,b) hold them"
+    )
+    s.add_argument(
+        "--until", type=float, default=None, help="with --free-gpus: refuse after this time (epoch s)"
+    )
     return p
 
 
 @quiet_when_stdout_closes
 def main(argv: list[str] | None = None) -> int:
+    if argv is None:  # this process is hsx-runner: every process it starts inherits this
+        for k in set(os.environ) - set(without_secrets(os.environ)):
+            del os.environ[k]
     args = parser().parse_args(argv)
     if getattr(args, "n", 1) is not None and not 1 <= getattr(args, "n", 1) <= MAX_N:
         print(f"hsx-runner: -n must be 1..{MAX_N}", file=sys.stderr)

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 from ..access import refusal
-from ..commands import Command
+from ..commands import Command, confirmed_command
 from ..runtime import Runtime
 from ..slack_out import CANCEL, CONFIRM, CONFIRM_BEFORE, RESUME, text_with_audit
-from ..verbs import CONFIRMED
 
 
 def _ack(ack):
@@ -28,10 +27,10 @@ def register(app, rt: Runtime) -> None:
         if _refused(rt, body, respond):
             return
         user = body["user"]["id"]
-        verb = (body.get("actions") or [{}])[0].get("value", "stop")
-        if verb not in CONFIRMED:  # the value is ours; anything else is not a button we sent
+        cmd = confirmed_command((body.get("actions") or [{}])[0].get("value", "stop"))
+        if cmd is None:  # the value is ours; anything else is not a button we sent
             return
-        reply = rt.handlers.handle(Command(verb, confirmed=True), user)
+        reply = rt.handlers.handle(cmd, user)
         if reply.ephemeral:
             respond(text=text_with_audit(reply), replace_original=True, response_type="ephemeral")
             return

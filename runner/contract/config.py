@@ -23,6 +23,14 @@ else:  # pragma: no cover
 
 ENV_VAR = "HSX_CONFIG"
 DEFAULT_NAME = "hsx.toml"
+# The bot's secrets (SLACK_BOT_TOKEN, SLACK_APP_TOKEN, SLACK_SIGNING_SECRET) come from its
+# environment; no process on the GPU-box side is given them (SGLang, remote-code tokenizers).
+SECRET_ENV_PREFIX = "SLACK_"
+
+
+def without_secrets(env) -> dict[str, str]:
+    """A copy of an environment without the bot's secrets."""
+    return {k: v for k, v in env.items() if not k.startswith(SECRET_ENV_PREFIX)}
 
 
 @dataclass
@@ -177,6 +185,25 @@ SBATCH_OWNED = (
     "--job-name",
     "-J",
 )
+# sbatch's short options that take no value: in a cluster such as -vHa0-3 the letters after
+# them are options too; after any other letter the rest is that option's value.
+_SBATCH_FLAGS = "HkOQsvWhV"
+
+
+def sbatch_owned(arg: str) -> str | None:
+    """The option of SBATCH_OWNED that sbatch would read ``arg`` as, if any: the long name or
+    an abbreviation of it (getopt_long completes an unambiguous prefix; an ambiguous one is
+    refused too), or a short one, alone, with its value attached, or after flags."""
+    if arg.startswith("--"):
+        name = arg[2:].split("=", 1)[0]
+        return next((o for o in SBATCH_OWNED if name and o.startswith("--") and o[2:].startswith(name)), None)
+    if arg.startswith("-"):
+        for c in arg[1:]:
+            if f"-{c}" in SBATCH_OWNED:
+                return f"-{c}"
+            if c not in _SBATCH_FLAGS:
+                return None  # the rest is this option's value
+    return None
 
 
 def find_path(explicit: str | None = None) -> str:
@@ -295,8 +322,11 @@ def validate_cluster(cfg: Config) -> None:
     for a in c.sbatch_args:
         if not isinstance(a, str):
             raise ConfigError(f"[cluster] sbatch_args must be strings, got {a!r}")
-        if a.split("=", 1)[0] in SBATCH_OWNED:
-            raise ConfigError(f"[cluster] sbatch_args: {a!r} is set by hsx itself; remove it")
+        owned = sbatch_owned(a)
+        if owned:
+            raise ConfigError(
+                f"[cluster] sbatch_args: {a!r} is read by sbatch as {owned}, which is set by hsx itself; remove it"
+            )
 
 
 def require_job(cfg: Config) -> None:

@@ -6,6 +6,7 @@ them from here."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,6 +20,8 @@ REFUSED = 3  # already running, not running, nothing to resume; the reply says w
 MAX_N = 5000
 LOGS = ("runner", "server", "crash", "all")
 MAX_LOG_LINES = 500
+# a systemd service's name, as free-gpus names and stops it (hsx-runner preflight --units=a,b)
+UNIT_NAME_RE = re.compile(r"[A-Za-z0-9@._:-]+\.service")
 
 # hsx-runner exits with these for answers that are not failures of the command itself.
 ANSWER_CODES = {
@@ -191,6 +194,7 @@ class Check:
     # stopping each unit did {unit, ok, detail}
     holders: list[dict] = field(default_factory=list)
     results: list[dict] = field(default_factory=list)
+    refused: str = ""  # gpus: why free-gpus stopped nothing (its confirmation expired, the holders changed)
 
 
 @dataclass
@@ -211,6 +215,7 @@ class PreflightReport:
                 units=[str(u) for u in c["units"]] if isinstance(c.get("units"), list) else [],
                 holders=_dicts(c.get("holders")),
                 results=_dicts(c.get("results")),
+                refused=str(c.get("refused") or ""),
             )
             for c in (d.get("checks") if isinstance(d.get("checks"), list) else [])
             if isinstance(c, dict)

@@ -5,6 +5,7 @@ cannot wait hours for a multi-terabyte output, so the verb runs detached, niced,
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import shutil
@@ -17,6 +18,7 @@ from ..contract.atomic import write_atomic
 from ..contract.status import now_iso
 
 RECORD = "background.json"
+LOCK = ".background.lock"
 
 
 def path(out: str) -> str:
@@ -51,7 +53,15 @@ def read(out: str) -> dict | None:
 
 def start(out: str, config: str, verb: str, args: list[str]) -> dict:
     """Spawn ``hsx-runner VERB --record ARGS`` detached and niced; answer once it has claimed
-    the record (or refuse: one background job at a time)."""
+    the record (or refuse: one background job at a time). The check and the spawn hold a lock
+    on ``OUT/.background.lock``, so starts at the same moment see each other's claim."""
+    os.makedirs(out, exist_ok=True)
+    with open(os.path.join(out, LOCK), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released on close, and by the kernel if this process dies
+        return _start(out, config, verb, args)
+
+
+def _start(out: str, config: str, verb: str, args: list[str]) -> dict:
     have = read(out)
     if have and have.get("state") == "running":
         return {

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import shutil
 import sys
+import time
 
 from ..contract.config import Config
 from ..contract.errors import ConfigError
@@ -23,15 +24,33 @@ def _check(name: str, ok: bool, detail: str, fix: str = "") -> dict:
 HELD_MIB = 2048  # a GPU with this much memory in use is held, whether or not NVML shows who
 
 
-def gpus_check(needs_gpu: bool, own_pid: int | None, free_gpus: bool) -> dict:
+def gpus_check(
+    needs_gpu: bool,
+    own_pid: int | None,
+    free_gpus: bool,
+    expect: list[str] | None = None,
+    until: float | None = None,
+) -> dict:
     """Held GPUs: other processes on them, or memory in use that no visible process explains
-    (inside a container NVML may show no PIDs). ``free_gpus`` stops the systemd units found."""
+    (inside a container NVML may show no PIDs). ``free_gpus`` stops the system units found but
+    hsx's own; bound to a question (``expect``: the units it named, ``until``: when its answer
+    expires) it stops nothing once the answer expired or the GPUs changed hands."""
     devices, err = gpus.survey()
     if err:
         return _check("gpus", not needs_gpu, err, "install the NVIDIA driver" if needs_gpu else "")
     found = gpus.holders(devices, own_pid, HELD_MIB)
-    units = sorted({h["unit"] for h in found if h["unit"]})
-    results = gpus.stop_units(units) if (free_gpus and units) else []
+    own = gpus.protected_units(devices, {os.getpid(), *([own_pid] if own_pid else [])})
+    units = sorted({h["unit"] for h in found if h["unit"]} - own)
+    refused = ""
+    if free_gpus and until is not None and time.time() > until:
+        when = time.strftime("%H:%M:%S UTC", time.gmtime(until))
+        refused = f"the confirmation expired at {when}"
+    elif free_gpus and expect is not None and sorted(set(expect)) != units:
+        refused = (
+            f"the GPUs changed hands since the question (asked about {', '.join(sorted(set(expect))) or 'none'}; "
+            f"now {', '.join(units) or 'none'})"
+        )
+    results = gpus.stop_units(units) if (free_gpus and units and not refused) else []
     stopped = {r["unit"] for r in results if r["ok"]}
     ok = all(h["unit"] in stopped for h in found)
     if units:
@@ -40,10 +59,15 @@ def gpus_check(needs_gpu: bool, own_pid: int | None, free_gpus: bool) -> dict:
         )
     else:
         fix = "stop those processes (another container or job may hold the GPUs)"
+    ours = sorted({h["unit"] for h in found if h["unit"]} & own)
+    if ours:
+        fix += f"; {', '.join(ours)} is hsx's own or this runner's: never stopped by free-gpus"
     detail = gpus_text(found, results) or f"{len(devices)} GPUs, none held"
+    if refused:
+        detail += f"; nothing stopped: {refused}; ask again"
     check = _check("gpus", ok, detail, "" if ok else fix)
-    # what /extract free-gpus offers to stop, and what it did
-    return {**check, "units": units, "holders": found, "results": results}
+    # what /extract free-gpus offers to stop, and what it did (or why it stopped nothing)
+    return {**check, "units": units, "holders": found, "results": results, "refused": refused}
 
 
 def _device(s) -> str:
@@ -118,7 +142,9 @@ def gate(report: dict, force: bool) -> list[dict]:
     return [] if force else [c for c in report["checks"] if c["name"] in GATES and not c["ok"]]
 
 
-def preflight(cfg: Config, free_gpus: bool = False) -> dict:
+def preflight(
+    cfg: Config, free_gpus: bool = False, expect: list[str] | None = None, until: float | None = None
+) -> dict:
     j, s = cfg.job, cfg.server
     checks = []
     readable = os.access(j.dataset, os.R_OK)
@@ -158,7 +184,7 @@ def preflight(cfg: Config, free_gpus: bool = False) -> dict:
         _check("lock", True, f"a runner is running (pid {pid})" if held else "no runner holds the job")
     )
 
-    checks.append(gpus_check(_device(s) != "cpu", pid, free_gpus))
+    checks.append(gpus_check(_device(s) != "cpu", pid, free_gpus, expect, until))
 
     checks.append(autostart_check(cfg))
 
@@ -198,7 +224,7 @@ def patch_problems(cfg: Config) -> list[str]:
         return [f"{python} could not check the patch: {(p.stderr or p.stdout).strip()[-300:]}"]
 
 
-UNIT = "hsx-runner.service"
+UNIT = gpus.RUNNER_UNIT
 
 
 def autostart_check(cfg: Config) -> dict:

@@ -7,17 +7,60 @@ import os
 import re
 import subprocess
 
-_UNIT_RE = re.compile(r"/([^/]+\.service)(?:/|$)")
+from ..contract.replies import UNIT_NAME_RE
+
+# A system service: the first .service under /system.slice (through its sub-slices). Never a
+# name inside a service's own sub-groups (a delegated tree names what it likes), nor anything
+# under user.slice: any user may call a unit of their own manager sshd.service.
+_UNIT_RE = re.compile(r"/system\.slice/(?:[^/]+\.slice/)*([^/]+\.service)(?:/|$)")
+RUNNER_UNIT = "hsx-runner.service"  # hsx's own (deploy/install.py UNIT_NAME): never stopped
 
 
 def unit_of(cgroup_text: str) -> str | None:
-    """The systemd service in a /proc/PID/cgroup text, if any (user sessions excluded)."""
+    """The system service in a /proc/PID/cgroup text, if any: from systemd's own tree (the
+    unified hierarchy's line, or v1's name=systemd), never a controller's."""
     for line in cgroup_text.splitlines():
-        path = line.split(":", 2)[-1]
-        units = [u for u in _UNIT_RE.findall(path) if not u.startswith(("user@", "session-"))]
-        if units:
-            return units[-1]
+        hierarchy, _, rest = line.partition(":")
+        controllers, _, path = rest.partition(":")
+        if (hierarchy, controllers) == ("0", "") or controllers == "name=systemd":
+            m = _UNIT_RE.match(path)
+            return m.group(1) if m else None
     return None
+
+
+def _ppid_pgid(pid: int) -> tuple[int, int] | None:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            rest = f.read().rsplit(")", 1)[1].split()
+        return int(rest[1]), int(rest[2])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def is_ours(pid: int, roots: set[int]) -> bool:
+    """This process's own process group, or a descendant of one of ``roots`` (the runner
+    asking, and the job's runner with the server it started)."""
+    mine = os.getpgrp()
+    for _ in range(64):  # a parent chain, never a loop
+        if pid in roots:
+            return True
+        st = _ppid_pgid(pid)
+        if st is None:
+            return False
+        if st[1] == mine:
+            return True
+        if st[0] <= 1:
+            return False
+        pid = st[0]
+    return False
+
+
+def protected_units(devices: list[dict], roots: set[int]) -> set[str]:
+    """Units free-gpus never stops: hsx's own, the one this runner runs in, and any that holds
+    a process of ours."""
+    own = {RUNNER_UNIT, unit_of(_proc(os.getpid(), "cgroup"))}
+    own |= {p["unit"] for d in devices for p in d["procs"] if p["unit"] and is_ours(p["pid"], roots)}
+    return {u for u in own if u}
 
 
 def _proc(pid: int, name: str) -> str:
@@ -153,11 +196,11 @@ def stop_units(units: list[str]) -> list[dict]:
     """systemctl stop + disable, one unit at a time; each result reported: {unit, ok, detail}."""
     results = []
     for u in units:
-        if not re.fullmatch(r"[A-Za-z0-9@._:-]+\.service", u):
+        if not UNIT_NAME_RE.fullmatch(u):
             results.append({"unit": u, "ok": False, "detail": "not a unit name"})
             continue
-        stop = subprocess.run(["systemctl", "stop", u], capture_output=True, text=True)
-        disable = subprocess.run(["systemctl", "disable", u], capture_output=True, text=True)
+        stop = subprocess.run(["systemctl", "stop", "--", u], capture_output=True, text=True)
+        disable = subprocess.run(["systemctl", "disable", "--", u], capture_output=True, text=True)
         if stop.returncode:
             detail = f"not stopped: {_why(stop)}"
         elif disable.returncode:

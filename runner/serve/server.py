@@ -21,11 +21,12 @@ from typing import TYPE_CHECKING
 import aiohttp
 
 from ..contract import dump, timing
-from ..contract.config import Config
+from ..contract.config import Config, without_secrets
 from ..contract.errors import ServerError, ServerExited
 from ..contract.launch import ArgsError, server_argv
 from ..contract.status import now_iso
 from ..sglang_cpu import checkout_root
+from . import pidfile
 from .shm import ShmTracker, proc_stat
 
 if TYPE_CHECKING:
@@ -159,7 +160,7 @@ def text_only(model_dir: str, extra_args: list[str]) -> list[str]:
 
 
 def server_env(cfg: Config, dump_dir: str, aux_ids: list[int]) -> dict[str, str]:
-    env = {**os.environ, **cfg.server.env}
+    env = {**without_secrets(os.environ), **cfg.server.env}
     env[dump.DUMP_DIR_ENV] = dump_dir
     env[dump.DUMP_LAYERS_ENV] = ",".join(map(str, aux_ids))
     env[dump.DUMP_DTYPE_ENV] = cfg.job.dtype
@@ -180,7 +181,8 @@ class Server:
         self.url = f"http://{cfg.server.host}:{cfg.server.port}"
         self.env = server_env(cfg, dump_dir, aux_ids)
         self.log_path, self.pid_file = paths.server_log, paths.server_pid
-        self.shm = ShmTracker(paths.server_shm)
+        j = cfg.job
+        self.shm = ShmTracker(paths.server_shm, keep=(j.model, j.tokenizer, j.dataset, j.draft_config, j.out))
         self._start_pos = 0
         self._observed_at = 0.0
         self.ranks: dict[str, int] = {}  # "TP1" -> its scheduler's pid, from the log
@@ -221,19 +223,9 @@ class Server:
         return True
 
     def kill_stale(self) -> int | None:
-        """A server left by a runner that died (its process group) is killed before a new start."""
-        try:
-            with open(self.pid_file) as f:
-                pgid = int(f.read().strip())
-        except (OSError, ValueError):
-            return None
-        try:
-            os.killpg(pgid, signal.SIGKILL)
-        except ProcessLookupError:
-            return pgid  # gone already; its shared memory may not be
-        except PermissionError:
-            return None
-        return pgid
+        """A server left by a runner that died (its process group) is killed before a new
+        start, if the pid file proves it is that server (runner/serve/pidfile.py)."""
+        return pidfile.kill_stale(self.pid_file)
 
     async def start(self) -> None:
         """On the event loop's thread, never a worker's: PR_SET_PDEATHSIG kills the child when
@@ -247,13 +239,13 @@ class Server:
         log.flush()
         self._log_pos = self._start_pos = log.tell()
         self.ranks, self.dead_rank = {}, ""
+        self.shm.begin()
         self.proc = subprocess.Popen(
             self.argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=self.env,
             start_new_session=True, preexec_fn=_die_with_parent,
         )  # fmt: skip
         log.close()
-        with open(self.pid_file, "w") as f:
-            f.write(str(self.proc.pid))
+        pidfile.write(self.pid_file, self.proc.pid)
         self.started_at = time.monotonic()
         self.activity = "launching"
 

@@ -6,9 +6,11 @@ crashed rank it stays in /dev/shm, a tmpfs in RAM, and repeated crash-restarts f
 SGLang's own sweep runs in its CI only. So while a server runs, the runner notes its
 processes and the files they hold (``observe``); once they are all gone, it removes
 exactly those segments (``cleanup``), plus the ones SGLang stamps with the pid of one of
-those processes (``sgl_shm_<kind>_<pid>_<rand>``). A segment some live process still has
-open or mapped is never removed. The notes are kept in a file, so a runner that was itself
-killed cleans up after its server on the next start.
+those processes (``sgl_shm_<kind>_<pid>_<rand>``). Only files the server made count: what was
+in /dev/shm before it started (``begin`` notes those inodes and the time), and the job's own
+paths (a model or dataset put in /dev/shm), are never its own, even while it has them open.
+A segment some live process still has open or mapped is never removed. The notes are kept in
+a file, so a runner that was itself killed cleans up after its server on the next start.
 """
 
 from __future__ import annotations
@@ -34,6 +36,16 @@ def proc_stat(pid: int) -> tuple[str, int, int] | None:
         with open(f"/proc/{pid}/stat") as f:
             rest = f.read().rsplit(")", 1)[1].split()
         return rest[0], int(rest[2]), int(rest[49]) if len(rest) > 49 else 0
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def start_time(pid: int) -> int | None:
+    """When a process started, in clock ticks after boot (/proc/PID/stat field 22): with the
+    boot, what tells it from a later process given the same pid. None if gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return int(f.read().rsplit(")", 1)[1].split()[19])
     except (OSError, IndexError, ValueError):
         return None
 
@@ -84,47 +96,97 @@ def held(pids, shm_dir: str = SHM_DIR) -> set[str]:
         return set()
 
 
+CTIME_SLACK_S = 1.0  # the kernel stamps ctime from a coarse clock, a tick behind time.time()
+
+
 class ShmTracker:
-    def __init__(self, state_path: str, shm_dir: str = SHM_DIR):
+    def __init__(self, state_path: str, shm_dir: str = SHM_DIR, keep: tuple[str, ...] = ()):
         self.state_path = state_path
         self.shm_dir = shm_dir
+        self.keep = tuple(os.path.realpath(p) for p in keep if p)  # the job's inputs: never removed
         self.pids: set[int] = set()
-        self.names: set[str] = set()
+        self.files: dict[str, int] = {}  # name -> inode, each made by the server after it started
+        self.since: float | None = None  # when the server started; None: nothing is its own
+        self.before: set[int] = set()  # inodes in shm_dir just before it started
         self._load()
 
     def _load(self) -> None:
         try:
             with open(self.state_path) as f:
                 data = json.load(f)
+            since = data.get("since")
+            self.since = float(since) if since is not None else None  # older notes: no start known
+            self.before = {int(i) for i in data.get("before", [])}
             self.pids = {int(p) for p in data.get("pids", [])}
-            self.names = {str(n) for n in data.get("names", []) if "/" not in str(n)}
-        except (OSError, ValueError, TypeError, AttributeError):
-            self.pids, self.names = set(), set()  # unreadable notes: nothing known, nothing removed
+            self.files = {str(n): int(i) for n, i in data.get("files", {}).items() if "/" not in str(n)}
+        except (
+            OSError,
+            ValueError,
+            TypeError,
+            AttributeError,
+        ):  # unreadable notes: nothing known, nothing removed
+            self.pids, self.files, self.since, self.before = set(), {}, None, set()
 
     def _save(self) -> None:
-        data = {"pids": sorted(self.pids), "names": sorted(self.names)}
+        data = {
+            "since": self.since,
+            "pids": sorted(self.pids),
+            "files": self.files,
+            "before": sorted(self.before),
+        }
         try:
             write_atomic(self.state_path, json.dumps(data))
         except OSError:
             pass
 
+    def begin(self) -> None:
+        """Just before the server starts: everything in shm_dir now is someone else's."""
+        self.since = time.time()
+        try:
+            self.before = {e.inode() for e in os.scandir(self.shm_dir)}
+        except OSError:
+            self.before = set()
+        self._save()
+
+    def _made_by_server(self, name: str) -> int | None:
+        """The file's inode if it appeared after the server started and is not the job's."""
+        path = os.path.join(self.shm_dir, name)
+        try:
+            st = os.lstat(path)
+        except OSError:
+            return None
+        real = os.path.realpath(path)
+        if (
+            self.since is None
+            or st.st_ino in self.before
+            or st.st_ctime < self.since - CTIME_SLACK_S
+            or any(real == k or real.startswith(k + "/") or k.startswith(real + "/") for k in self.keep)
+        ):
+            return None
+        return st.st_ino
+
     def observe(self, pgid: int) -> None:
-        """Note the server's processes and the segments they hold now."""
+        """Note the server's processes and the segments they made and hold now."""
         pids = group(pgid)
-        names = held(pids, self.shm_dir)
-        if not (pids <= self.pids and names <= self.names):
+        new = {n: ino for n in held(pids, self.shm_dir) - set(self.files) if (ino := self._made_by_server(n))}
+        if not pids <= self.pids or new:
             self.pids |= pids
-            self.names |= names
+            self.files.update(new)
             self._save()
 
     def own(self) -> set[str]:
-        """Segments of this server's processes that are still in /dev/shm."""
+        """Segments of this server's processes that are still in /dev/shm (the same files)."""
         try:
-            present = set(os.listdir(self.shm_dir))
+            present = {e.name: e.inode() for e in os.scandir(self.shm_dir)}
         except OSError:
             return set()
-        stamped = {n for n in present if (m := _STAMPED.match(n)) and int(m.group(1)) in self.pids}
-        return (self.names & present) | stamped
+        noted = {n for n, ino in self.files.items() if present.get(n) == ino}
+        stamped = {
+            n
+            for n in present
+            if (m := _STAMPED.match(n)) and int(m.group(1)) in self.pids and self._made_by_server(n)
+        }
+        return noted | stamped
 
     def cleanup(self, pgid: int | None = None, wait_s: float = 5.0) -> list[str]:
         """Once the group ``pgid`` is gone (waits up to ``wait_s``), remove its segments that no
@@ -145,7 +207,7 @@ class ShmTracker:
                 except OSError:
                     pass  # not ours to remove after all (another user's file)
         left = mine - set(removed)  # held by a process still alive: tried again next time
-        self.names = left
+        self.files = {n: ino for n in left if (ino := self.files.get(n) or self._made_by_server(n))}
         if not left:
             self.pids = set()
         self._save()

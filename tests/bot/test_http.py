@@ -318,15 +318,40 @@ def test_free_gpus_names_the_unit_asks_then_stops_it_once_and_audits(bot):
     ask = bot.rec.wait_for("response", 2)[1]
     assert ask["text"].startswith("Stop and disable vllm-autostart.service?")
     button = ask["blocks"][1]["elements"][0]
-    assert (button["action_id"], button["value"]) == ("hsx_confirm", "free-gpus")
+    value = json.loads(button["value"])  # bound to the units shown, until it expires
+    assert button["action_id"] == "hsx_confirm" and value["verb"] == "free-gpus", button
+    assert value["units"] == ["vllm-autostart.service"] and 0 < value["until"] - time.time() <= 300
     assert [c[-1] for c in bot.fake.calls()] == [bot.fake.config]  # asked: a plain preflight, nothing stopped
-    assert bot.click("hsx_confirm", "free-gpus") == 200
+    assert bot.click("hsx_confirm", button["value"]) == 200
     done = bot.rec.wait_for("response", 4)[-1]
     assert "free-gpus" in done["text"] and "stopped and disabled" in done["text"], done
-    assert bot.fake.calls()[-1][-1] == "--free-gpus"
+    assert bot.fake.calls()[-1][-3:] == ["--free-gpus", "--units=vllm-autostart.service",
+                                         f"--until={value['until']}"]  # fmt: skip
     assert [(e["action"], e["result"]) for e in bot.audit()] == [("free-gpus", "refused: not an operator"),
                                                                 ("free-gpus", "attempt"),
                                                                 ("free-gpus", "ok")]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        "free-gpus",
+        json.dumps({"verb": "free-gpus", "units": ["vllm-autostart.service"], "until": int(time.time()) - 1}),
+    ],
+    ids=["an-older-unbound-button", "expired"],
+)
+def test_a_free_gpus_button_that_expired_stops_nothing(bot, value):
+    """A click long after the question (or on a button from before buttons were bound) is
+    refused and audited; the box is not asked to stop anything."""
+    bot.fake.reply("preflight", HELD, code=1)
+    assert bot.click("hsx_confirm", value) == 200
+    (refused,) = bot.rec.wait_for("response")
+    assert "refused" in refused["text"] and "expired" in refused["text"] and "ask again" in refused["text"], (
+        refused
+    )
+    assert not [c for c in bot.fake.calls() if "--free-gpus" in c]
+    (entry,) = bot.audit()
+    assert entry["action"] == "free-gpus" and entry["result"] == "refused", entry
 
 
 def test_start_force_passes_the_flag_and_the_audit_says_so(bot):

@@ -117,3 +117,32 @@ def test_the_summary_and_the_watcher_read_typed_ranks():
     assert (
         alerts[0].text.startswith(":rotating_light: Rank 1 NODE_FAIL (node gpu-3) on ") and alerts[0].resume
     )
+
+
+@pytest.mark.parametrize(
+    "arg, owned",
+    [
+        ("--out=/tmp/x", "--output"),  # a prefix sbatch completes
+        ("--outp", "--output"),
+        ("--arr=0-3", "--array"),
+        ("--job-n=x", "--job-name"),
+        ("--parsab", "--parsable"),
+        ("--wra=echo", "--wrap"),
+        ("-a0-3", "-a"),  # a short option with its value attached
+        ("-o/tmp/x", "-o"),
+        ("-HJname", "-J"),  # after a flag that takes no value
+        ("-vve/tmp/err", "-e"),
+    ],
+)
+def test_sbatch_options_hsx_owns_are_refused_under_any_spelling_sbatch_reads(arg, owned):
+    with pytest.raises(ConfigError, match=f"{arg!r}.*{owned}.*set by hsx"):
+        from_dict({"cluster": {"engine": "slurm", "sbatch_args": [arg]}})
+
+
+@pytest.mark.parametrize(
+    "arg",
+    ["--partition=gpu", "--parti=gpu", "-pgpu-a", "-c4", "--comment=x", "--exclusive", "-H", "--open-mode=append",
+     "--account=research", "-Aresearch", "--time-min=10", "gpu-a"],
+)  # fmt: skip
+def test_sbatch_options_hsx_does_not_own_pass(arg):
+    assert from_dict({"cluster": {"engine": "slurm", "sbatch_args": [arg]}}).cluster.sbatch_args == [arg]

@@ -130,8 +130,8 @@ def extract_in_process(cfg, dump_server, mode: str = "ok", vocab_size: int = 256
 def server_pid(conf: str) -> int | None:
     try:
         with open(os.path.join(out_dir(conf), "server.pid")) as f:
-            return int(f.read())
-    except (OSError, ValueError):
+            return int(json.load(f)["pid"])
+    except (OSError, ValueError, KeyError, TypeError):
         return None
 
 
@@ -200,28 +200,31 @@ def assert_items_equal(items: dict[int, dict], truth: dict[int, dict]) -> None:
 
 def held_box(tmp_path, monkeypatch, holders: dict[str, int], refuse: dict[str, str] | None = None) -> str:
     """A GPU box for hsx-runner processes started from here: NVML (the stub) shows one 70 GB
-    process per GPU, in the systemd units given ({unit: GPUs}), and `systemctl` on PATH stops
-    and disables any unit but those in ``refuse`` ({unit: stderr}). Returns the file where
+    process per GPU, in the systemd units given ({unit: GPUs}; a key that begins with '/' is
+    the whole cgroup path), and `systemctl` on PATH stops and disables any unit but those in
+    ``refuse`` ({unit: stderr}). Called again, the GPUs change hands. Returns the file where
     each systemctl call is recorded."""
     from runner.serve import gpus
 
     units = [u for u, n in holders.items() for _ in range(n)]
     devices = [
         {"used_mib": 70_000, "total_mib": 81_559, "procs": [{"pid": 9000 + i, "used_mib": 70_000, "comm": "python3",
-                                                              "cgroup": f"0::/system.slice/{u}\n"}]}
+                                                              "cgroup": f"0::{u if u.startswith('/') else '/system.slice/' + u}\n"}]}
         for i, u in enumerate(units)
     ]  # fmt: skip
     (tmp_path / "nvml.json").write_text(json.dumps({"gpus": devices}))
     monkeypatch.setenv(gpus.STUB_ENV, str(tmp_path / "nvml.json"))
     calls = tmp_path / "systemctl.calls"
     bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
+    bin_dir.mkdir(exist_ok=True)
     script = bin_dir / "systemctl"
     script.write_text(
         "#!/bin/sh\n"
         f'echo "$@" >> {calls}\n'
+        "for unit; do :; done\n"  # the last argument
         + "".join(
-            f'if [ "$2" = "{u}" ]; then echo "{why}" >&2; exit 1; fi\n' for u, why in (refuse or {}).items()
+            f'if [ "$unit" = "{u}" ]; then echo "{why}" >&2; exit 1; fi\n'
+            for u, why in (refuse or {}).items()
         )
     )
     script.chmod(0o755)

@@ -129,3 +129,42 @@ def test_a_verb_that_dies_or_raises_leaves_a_record_that_says_so(tmp_path):
         raise ValueError("boom")
     rec = background.read(out)
     assert rec["verb"] == "adopt" and rec["state"] == "failed" and rec["error"] == "ValueError: boom"
+
+
+def _verifies(conf: str) -> list[int]:
+    """The detached verify processes of this job (hsx-runner verify --record)."""
+    found = []
+    for d in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            argv = open(f"/proc/{d}/cmdline", "rb").read().split(b"\0")
+        except OSError:
+            continue
+        if b"--record" in argv and conf.encode() in argv and b"verify" in argv:
+            found.append(int(d))
+    return found
+
+
+def test_simultaneous_background_starts_run_exactly_one(job):
+    """Four `hsx-runner verify --background` at once: one runs, the others are refused and
+    name it. The dataset is a FIFO, so the one that runs waits there, running, until killed."""
+    from runner.job import background
+
+    conf = job(samples=3)
+    data = os.path.join(os.path.dirname(conf), "data.jsonl")
+    os.remove(data)
+    os.mkfifo(data)
+    starts = [
+        subprocess.Popen([RUNNER, "verify", "--background", "--json", "--config", conf], stdout=subprocess.PIPE,
+                         text=True)
+        for _ in range(4)
+    ]  # fmt: skip
+    try:
+        replies = [json.loads(p.communicate(timeout=120)[0]) for p in starts]
+        (one,) = [r for r in replies if r["started"]]
+        refused = [r["reason"] for r in replies if not r["started"]]
+        assert refused == [f"a background verify is running (pid {one['pid']})"] * 3, replies
+        assert background.read(out_dir(conf))["pid"] == one["pid"]
+        assert _verifies(conf) == [one["pid"]]
+    finally:
+        for pid in _verifies(conf):
+            os.killpg(pid, signal.SIGKILL)

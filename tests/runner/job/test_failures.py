@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
+import time
 
 import pytest
 
@@ -150,8 +151,75 @@ def test_free_gpus_on_eight_gpus_says_per_unit_who_held_them_and_what_stopping_d
     assert not done["ok"] and done["detail"].endswith(
         "; old-sglang.service: not stopped: Failed to stop old-sglang.service: Access denied"
         "; vllm.service: stopped and disabled"), done["detail"]  # fmt: skip
-    assert open(calls).read().split("\n")[:3] == ["stop old-sglang.service", "disable old-sglang.service",
-                                                   "stop vllm.service"]  # fmt: skip
+    assert open(calls).read().split("\n")[:3] == ["stop -- old-sglang.service", "disable -- old-sglang.service",
+                                                   "stop -- vllm.service"]  # fmt: skip
+
+
+def _gpus(p) -> dict:
+    (gpus,) = [c for c in json.loads(p.stdout)["checks"] if c["name"] == "gpus"]
+    return gpus
+
+
+def test_free_gpus_bound_to_the_units_asked_about_stops_nothing_once_they_changed_or_it_expired(
+    job, tmp_path, monkeypatch
+):
+    """What chat's confirm button runs: --units names the units the question showed, --until
+    when the button expires. Expired, or the GPUs since in other hands: refused, nothing stopped."""
+    calls = held_box(tmp_path, monkeypatch, {"vllm.service": 6, "old-sglang.service": 2})
+    conf = job(samples=3, server__device="cuda")
+    bound = ["--units=old-sglang.service,vllm.service", f"--until={int(time.time()) + 600}"]
+    expired = _gpus(runner("preflight", "--free-gpus", bound[0], f"--until={int(time.time()) - 5}", "--json",
+                           "--config", conf))  # fmt: skip
+    assert expired["refused"].startswith("the confirmation expired at "), expired
+    assert not expired["ok"] and expired["results"] == [] and not os.path.exists(calls)
+    held_box(tmp_path, monkeypatch, {"vllm.service": 6, "old-sglang.service": 1, "llama-serve.service": 1})
+    changed = _gpus(runner("preflight", "--free-gpus", *bound, "--json", "--config", conf))
+    assert changed["refused"] == (
+        "the GPUs changed hands since the question (asked about old-sglang.service, vllm.service; now "
+        "llama-serve.service, old-sglang.service, vllm.service)"
+    ), changed
+    assert changed["results"] == [] and not os.path.exists(calls)
+    held_box(tmp_path, monkeypatch, {"vllm.service": 6, "old-sglang.service": 2})
+    done = _gpus(runner("preflight", "--free-gpus", *bound, "--json", "--config", conf))
+    assert done["ok"] and not done.get("refused") and [r["unit"] for r in done["results"]] == [
+        "old-sglang.service", "vllm.service"
+    ]  # fmt: skip
+    assert open(calls).read().split() == ["stop", "--", "old-sglang.service", "disable", "--", "old-sglang.service",
+                                          "stop", "--", "vllm.service", "disable", "--", "vllm.service"]  # fmt: skip
+
+
+def test_free_gpus_never_offers_a_user_unit_hsxs_own_unit_or_the_runners_process_group(
+    job, tmp_path, monkeypatch
+):
+    """A user's own unit named sshd.service, hsx's hsx-runner.service, and a unit holding a
+    process of the runner's own process group (this test process, the runner's parent) hold
+    GPUs beside vllm.service: only vllm.service is offered and stopped; the others are shown."""
+    from runner.serve import gpus
+
+    def gpu(pid, cgroup):
+        return {
+            "used_mib": 70_000,
+            "procs": [{"pid": pid, "used_mib": 70_000, "comm": "python3", "cgroup": cgroup}],
+        }
+
+    calls = held_box(tmp_path, monkeypatch, {})
+    monkeypatch.setenv(gpus.STUB_ENV, _nvml_stub(tmp_path, [
+        gpu(9000, "0::/user.slice/user-1000.slice/user@1000.service/app.slice/sshd.service\n"),
+        gpu(9001, "0::/system.slice/hsx-runner.service\n"),
+        gpu(os.getpid(), "0::/system.slice/ops-terminal.service\n"),
+        gpu(9003, "0::/system.slice/vllm.service\n"),
+    ]))  # fmt: skip
+    conf = job(samples=3, server__device="cuda")
+    asked = _gpus(runner("preflight", "--json", "--config", conf))
+    assert asked["units"] == ["vllm.service"], asked
+    assert (
+        "pid 9000 python3 holds 1 GPU (0)" in asked["detail"]
+        and "hsx-runner.service holds 1 GPU (1)" in asked["detail"]
+    )
+    assert "ops-terminal.service holds 1 GPU (2)" in asked["detail"], asked["detail"]
+    done = _gpus(runner("preflight", "--free-gpus", "--json", "--config", conf))
+    assert [r["unit"] for r in done["results"]] == ["vllm.service"] and not done["ok"]
+    assert open(calls).read().split() == ["stop", "--", "vllm.service", "disable", "--", "vllm.service"]
 
 
 def test_many_holders_are_summarised_within_slack_limits():

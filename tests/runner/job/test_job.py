@@ -343,3 +343,26 @@ def test_pretokenized_rows_need_no_tokenizer(job, tmp_path):
     code, rep = verify(conf)
     assert rep["ok"] == 6 and rep["failed"] == [6] and rep["corrupt"] == rep["missing"] == [], rep
     assert "outside the vocabulary" in json.dumps(rep["failed_reasons"]), rep["failed_reasons"]
+
+
+def _env_names(pid: int) -> list[str]:
+    with open(f"/proc/{pid}/environ", "rb") as f:
+        return [e.split(b"=", 1)[0].decode() for e in f.read().split(b"\0") if e]
+
+
+@pytest.mark.slow
+def test_no_process_the_runner_starts_is_given_a_slack_secret(job, monkeypatch):
+    """hsx-runner started with the bot's tokens in its environment (the local transport of an
+    older hsx, a shell that has them): the detached runner and its server have none."""
+    monkeypatch.setenv("SLACK_BOT_TOKEN", "xoxb-secret")
+    monkeypatch.setenv("SLACK_APP_TOKEN", "xapp-secret")
+    conf = job(samples=300)
+    rep = json.loads(runner("start", "--json", "--config", conf, check=True).stdout)
+    try:
+        spid = wait_for(lambda: server_pid(conf), timeout=120, what="the server")
+        for pid in (rep["pid"], spid):
+            names = _env_names(pid)
+            assert "PATH" in names and [n for n in names if n.startswith("SLACK_")] == [], (pid, names)
+    finally:
+        runner("stop", "--json", "--config", conf)
+        wait_for(lambda: not status(conf)["alive"], timeout=60, what="the runner to exit")

@@ -111,7 +111,8 @@ def test_unit_of_finds_the_service_owning_a_process():
     from runner.serve.gpus import unit_of
 
     assert unit_of("0::/system.slice/vllm.service\n") == "vllm.service"
-    assert unit_of("12:pids:/system.slice/vllm-kimi.service/worker\n") == "vllm-kimi.service"
+    v1 = "12:pids:/system.slice/vllm-kimi.service/worker\n1:name=systemd:/system.slice/vllm-kimi.service/worker\n"
+    assert unit_of(v1) == "vllm-kimi.service"  # systemd's own tree (name=systemd), not a controller's
     assert unit_of("0::/user.slice/user-0.slice/session-3.scope\n") is None
     assert unit_of("0::/user.slice/user-0.slice/user@0.service/app.slice\n") is None
 

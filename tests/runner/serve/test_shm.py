@@ -50,13 +50,16 @@ def test_a_dead_servers_files_are_removed_and_nothing_else(tmp_path):
     d.mkdir()
     (d / "someone_elses").write_bytes(b"y")  # not held by the group, not stamped with its pid
     (d / "sgl_shm_mq_1_0123abcd").write_bytes(b"y")  # stamped with a pid that is not the group's
+    tracker = shm.ShmTracker(str(tmp_path / "server.shm.json"), shm_dir=str(d))
+    tracker.begin()  # as the server starts
     held_here = open(d / "held_by_a_live_process", "wb")  # noqa: SIM115 - held open on purpose
     p = _child(d)
-    tracker = shm.ShmTracker(str(tmp_path / "server.shm.json"), shm_dir=str(d))
     tracker.observe(p.pid)
-    assert tracker.names >= OURS
+    assert set(tracker.files) >= OURS
     assert p.pid in tracker.pids
-    tracker.names.add("held_by_a_live_process")  # even if noted: a live holder keeps it
+    tracker.files["held_by_a_live_process"] = os.stat(
+        d / "held_by_a_live_process"
+    ).st_ino  # a live holder keeps it
     os.killpg(p.pid, signal.SIGKILL)
     p.wait()
     removed = tracker.cleanup(p.pid)
@@ -68,8 +71,10 @@ def test_a_dead_servers_files_are_removed_and_nothing_else(tmp_path):
 def test_a_killed_runners_notes_let_the_next_one_clean_up(tmp_path):
     d = tmp_path / "shm"
     d.mkdir()
+    dead_runners = shm.ShmTracker(str(tmp_path / "notes.json"), shm_dir=str(d))
+    dead_runners.begin()
     p = _child(d)
-    shm.ShmTracker(str(tmp_path / "notes.json"), shm_dir=str(d)).observe(p.pid)  # the runner that died
+    dead_runners.observe(p.pid)
     os.killpg(p.pid, signal.SIGKILL)
     p.wait()
     again = shm.ShmTracker(str(tmp_path / "notes.json"), shm_dir=str(d))  # the next runner's start
@@ -117,3 +122,61 @@ def test_the_server_log_names_the_rank_when_sglangs_watchdog_saw_it():
         "detokenizer (pid 7) died, exit code 1"
     )
     assert srv.death_reason("nothing about it") == ""
+
+
+# A server process that opens a file it finds in /dev/shm (a model or dataset put there) and
+# makes one of its own; both held until it is killed.
+OPENER = textwrap.dedent(
+    """
+    import mmap, os, sys, time
+    found, made = sys.argv[1], sys.argv[2]
+    m = mmap.mmap(os.open(found, os.O_RDONLY), 0, prot=mmap.PROT_READ)
+    with open(made, "wb") as f:
+        f.write(b"x" * 4096)
+    fd = os.open(made, os.O_RDONLY)
+    print("ready", flush=True)
+    time.sleep(600)
+    """
+)
+
+
+def test_files_that_were_in_dev_shm_before_the_server_started_are_never_removed(tmp_path):
+    """In the real /dev/shm: the weights an operator put there before the start (mapped by the
+    server) stay; the segment the server made after it started goes."""
+    tag = f"hsx-test-{os.getpid()}-{time.monotonic_ns()}"
+    found, made = os.path.join(shm.SHM_DIR, f"{tag}-weights"), os.path.join(shm.SHM_DIR, f"{tag}-segment")
+    with open(found, "wb") as f:
+        f.write(b"w" * 8192)
+    try:
+        tracker = shm.ShmTracker(str(tmp_path / "server.shm.json"))
+        tracker.begin()  # as the server starts
+        p = subprocess.Popen([sys.executable, "-c", OPENER, found, made], stdout=subprocess.PIPE, text=True,
+                             start_new_session=True)  # fmt: skip
+        assert p.stdout.readline().strip() == "ready"
+        tracker.observe(p.pid)
+        os.killpg(p.pid, signal.SIGKILL)
+        p.wait()
+        again = shm.ShmTracker(str(tmp_path / "server.shm.json"))  # the next runner's start, from the notes
+        assert again.cleanup(p.pid) == [os.path.basename(made)]
+        assert os.path.exists(found) and not os.path.exists(made)
+    finally:
+        for f in (found, made):
+            if os.path.exists(f):
+                os.unlink(f)
+
+
+def test_the_jobs_own_paths_in_dev_shm_are_never_removed(tmp_path):
+    """[job] model (or dataset, tokenizer) in the shm folder itself, put there even after the
+    start: the job's input, never the server's segment."""
+    d = tmp_path / "shm"
+    d.mkdir()
+    tracker = shm.ShmTracker(str(tmp_path / "notes.json"), shm_dir=str(d), keep=(str(d / "model.bin"),))
+    tracker.begin()
+    (d / "model.bin").write_bytes(b"w" * 8192)
+    p = subprocess.Popen([sys.executable, "-c", OPENER, str(d / "model.bin"), str(d / "segment")],
+                         stdout=subprocess.PIPE, text=True, start_new_session=True)  # fmt: skip
+    assert p.stdout.readline().strip() == "ready"
+    tracker.observe(p.pid)
+    os.killpg(p.pid, signal.SIGKILL)
+    p.wait()
+    assert tracker.cleanup(p.pid) == ["segment"] and os.listdir(d) == ["model.bin"]
