@@ -8,6 +8,7 @@ import re
 import subprocess
 
 from ..contract.replies import UNIT_NAME_RE
+from .procs import parent_and_group
 
 # A system service: the first .service under /system.slice (through its sub-slices). Never a
 # name inside a service's own sub-groups (a delegated tree names what it likes), nor anything
@@ -28,15 +29,6 @@ def unit_of(cgroup_text: str) -> str | None:
     return None
 
 
-def _ppid_pgid(pid: int) -> tuple[int, int] | None:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            rest = f.read().rsplit(")", 1)[1].split()
-        return int(rest[1]), int(rest[2])
-    except (OSError, IndexError, ValueError):
-        return None
-
-
 def is_ours(pid: int, roots: set[int]) -> bool:
     """This process's own process group, or a descendant of one of ``roots`` (the runner
     asking, and the job's runner with the server it started)."""
@@ -44,7 +36,7 @@ def is_ours(pid: int, roots: set[int]) -> bool:
     for _ in range(64):  # a parent chain, never a loop
         if pid in roots:
             return True
-        st = _ppid_pgid(pid)
+        st = parent_and_group(pid)
         if st is None:
             return False
         if st[1] == mine:

@@ -27,7 +27,8 @@ from ..contract.launch import ArgsError, server_argv
 from ..contract.status import now_iso
 from ..sglang_cpu import checkout_root
 from . import pidfile
-from .shm import ShmTracker, proc_stat
+from .procs import proc_stat
+from .shm import ShmTracker
 
 if TYPE_CHECKING:
     from ..output.ranks import RunPaths

@@ -21,43 +21,10 @@ import re
 import time
 
 from ..contract.atomic import write_atomic
+from .procs import group, pids
 
 SHM_DIR = "/dev/shm"
-_STAMPED = re.compile(r"^sgl_shm_.+_(\d+)_[0-9a-f]+$")
-
-
-def _pids() -> list[int]:
-    return [int(d) for d in os.listdir("/proc") if d.isdigit()]
-
-
-def proc_stat(pid: int) -> tuple[str, int, int] | None:
-    """(state, process group, wait status once a zombie) of a process, None if gone."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            rest = f.read().rsplit(")", 1)[1].split()
-        return rest[0], int(rest[2]), int(rest[49]) if len(rest) > 49 else 0
-    except (OSError, IndexError, ValueError):
-        return None
-
-
-def start_time(pid: int) -> int | None:
-    """When a process started, in clock ticks after boot (/proc/PID/stat field 22): with the
-    boot, what tells it from a later process given the same pid. None if gone."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return int(f.read().rsplit(")", 1)[1].split()[19])
-    except (OSError, IndexError, ValueError):
-        return None
-
-
-def group(pgid: int) -> set[int]:
-    """The live (not zombie) processes of a process group."""
-    out = set()
-    for pid in _pids():
-        st = proc_stat(pid)
-        if st and st[1] == pgid and st[0] != "Z":
-            out.add(pid)
-    return out
+_STAMPED = re.compile(r"sgl_shm_.+_([0-9]+)_[0-9a-f]+")  # fullmatch: ASCII digits, no newline
 
 
 def _inodes(pids, shm_dir: str) -> set[int]:
@@ -184,7 +151,7 @@ class ShmTracker:
         stamped = {
             n
             for n in present
-            if (m := _STAMPED.match(n)) and int(m.group(1)) in self.pids and self._made_by_server(n)
+            if (m := _STAMPED.fullmatch(n)) and int(m.group(1)) in self.pids and self._made_by_server(n)
         }
         return noted | stamped
 
@@ -197,7 +164,7 @@ class ShmTracker:
         mine = self.own()
         removed = []
         if mine:
-            busy = held(_pids(), self.shm_dir)
+            busy = held(pids(), self.shm_dir)
             for name in sorted(mine - busy):
                 try:
                     os.unlink(os.path.join(self.shm_dir, name))

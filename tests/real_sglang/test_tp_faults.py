@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 import signal
 
-from runner.serve import shm
+from runner.serve import procs, shm
 from tests.conftest import runner
 from tests.real_sglang.compare import compare
 from tests.real_sglang.test_equal_to_reference import jobs, writers
@@ -25,7 +25,7 @@ from tests.runner.helpers import (
 
 
 def _scheduler(pgid: int, rank: int) -> int | None:
-    for pid in shm.group(pgid):
+    for pid in procs.group(pgid):
         try:
             with open(f"/proc/{pid}/cmdline", "rb") as f:
                 if f"scheduler_TP{rank}".encode() in f.read():
@@ -51,7 +51,7 @@ def test_a_dead_non_writing_rank_is_named_cleaned_up_and_restarted(
         first = server_pid(sg)
         tp1 = _scheduler(first, 1)
         assert tp1 is not None and done_count(sg) < samples
-        held = shm.held(shm.group(first))
+        held = shm.held(procs.group(first))
         assert any(n.startswith("sgl_shm_") for n in held), held  # the TP group's message queue
         os.kill(tp1, signal.SIGKILL)
         wait_for(lambda: server_pid(sg) not in (None, first), timeout=120, what="a new server")

@@ -13,8 +13,8 @@ import pytest
 from runner.contract.config import load
 from runner.output.ranks import RunPaths
 from runner.serve import pidfile
+from runner.serve.procs import group, proc_stat
 from runner.serve.server import Server
-from runner.serve.shm import group, proc_stat
 from tests.conftest import runner
 from tests.runner.helpers import out_dir, wait_for
 

@@ -10,8 +10,8 @@ import sys
 import textwrap
 import time
 
+from runner.serve import procs, shm
 from runner.serve import server as srv
-from runner.serve import shm
 
 # A child in its own process group: maps one file, holds another open, makes a semaphore-like
 # file (mapped under a temporary name, then linked under its real one and the temporary name
@@ -98,7 +98,7 @@ def test_a_rank_killed_by_a_signal_is_named_before_one_that_exited_after_it():
     try:
         os.kill(killed.pid, signal.SIGKILL)
         deadline = time.monotonic() + 10  # both zombies, not reaped: their status is still there
-        while time.monotonic() < deadline and any(shm.proc_stat(q.pid)[0] != "Z" for q in (killed, exited)):
+        while time.monotonic() < deadline and any(procs.proc_stat(q.pid)[0] != "Z" for q in (killed, exited)):
             time.sleep(0.02)
         ranks = {"TP0": exited.pid, "TP1": killed.pid, "TP2": alive.pid}
         assert srv.rank_death(ranks) == f"TP1 scheduler (pid {killed.pid}) died, killed by SIGKILL"
