@@ -32,8 +32,9 @@ PY=${PYTHON:-python3}
   .venv/bin/pip download -q --no-deps specforge==0.2.0 -d .cache/specforge
 
 .venv/bin/python -m runner.sglang_cpu .cache >/dev/null   # several minutes the first time
+.venv/bin/python -m runner.specforge_cpu .cache >/dev/null   # SpecForge's trainer on this CPU: a minute or two
 
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
-export HSX_REQUIRE_SSHD=1 HSX_REQUIRE_SGLANG_WHEEL=1 HSX_REQUIRE_SLURM=1 HSX_REQUIRE_SGLANG_CPU=1 HSX_REQUIRE_SPECFORGE=1
+export HSX_REQUIRE_SSHD=1 HSX_REQUIRE_SGLANG_WHEEL=1 HSX_REQUIRE_SLURM=1 HSX_REQUIRE_SGLANG_CPU=1 HSX_REQUIRE_SPECFORGE=1 HSX_REQUIRE_SPECFORGE_TRAIN=1
 .venv/bin/python -m pytest -q -p no:cacheprovider "$@"
