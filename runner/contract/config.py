@@ -140,6 +140,24 @@ class ClusterConfig:
 
 
 @dataclass
+class TrainConfig:
+    """SpecForge's trainer on the job's output (runner/train). Off until ``python`` is set."""
+
+    python: str = ""  # an interpreter whose specforge is the 0.2.0 unified runtime
+    run_dir: str = ""  # default: <out>-train (outside out: SpecForge trains on every .ckpt under it)
+    export_dir: str = ""  # default: <run_dir>/export
+    epochs: int = 1
+    max_steps: int = 0  # 0: the epochs decide
+    batch_size: int = 1
+    learning_rate: float = 1e-4
+    save_interval: int = 200  # > 0: SpecForge's default 0 saves only at the end
+    max_checkpoints: int = 2  # >= 2: a save cut short leaves the previous one
+    log_interval: int = 10
+    seed: int = 0
+    specforge: dict = field(default_factory=dict)  # [train.specforge]: run.yaml keys, merged last
+
+
+@dataclass
 class Config:
     job: JobConfig = field(default_factory=JobConfig)
     server: ServerConfig = field(default_factory=ServerConfig)
@@ -148,6 +166,7 @@ class Config:
     watcher: WatcherConfig = field(default_factory=WatcherConfig)
     cluster: ClusterConfig = field(default_factory=ClusterConfig)
     deploy: DeployConfig = field(default_factory=DeployConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
     path: str = ""  # where it was loaded from
 
     @property
@@ -162,6 +181,7 @@ _PATH_KEYS = {
     "watcher": ("state_file",),
     "cluster": ("python",),
     "deploy": (),  # paths on the GPU box: never resolved here
+    "train": ("python", "run_dir", "export_dir"),
 }
 _PATH_LIST_KEYS = {"job": ("adopt_roots",)}
 
@@ -247,10 +267,17 @@ def from_dict(data: dict[str, Any], base_dir: str = ".", source: str = "<config>
         for key, value in body.items():
             if key not in known:
                 raise ConfigError(f"{source}: unknown key {key!r} in [{section}] (known: {', '.join(known)})")
+            if (section, key) == ("train", "specforge"):  # SpecForge's own keys: it checks them
+                if not isinstance(value, dict):
+                    raise ConfigError(f"{source}: [train.specforge] must be a table")
+                setattr(target, key, value)
+                continue
             value = _check_type(f"{source}: [{section}] {key}", getattr(target, key), value)
             if key in _PATH_KEYS.get(section, ()) and value:
                 value = os.path.expanduser(value)
-                if section == "job" or section in ("slack", "watcher"):
+                if section == "train" and key == "python" and os.sep not in value:
+                    pass  # a name on PATH
+                elif section in ("job", "slack", "watcher", "train"):
                     value = os.path.normpath(os.path.join(base_dir, value))
             if key in _PATH_LIST_KEYS.get(section, ()):
                 value = _path_list(f"{source}: [{section}] {key}", value, base_dir)
@@ -307,6 +334,7 @@ def validate(cfg: Config) -> None:
     if r.transport == "ssh" and not r.host:
         raise ConfigError("[remote] host is required when transport = 'ssh'")
     validate_cluster(cfg)
+    validate_train(cfg)
     if not j.tokenizer:
         j.tokenizer = j.model
 
@@ -327,6 +355,19 @@ def validate_cluster(cfg: Config) -> None:
             raise ConfigError(
                 f"[cluster] sbatch_args: {a!r} is read by sbatch as {owned}, which is set by hsx itself; remove it"
             )
+
+
+def validate_train(cfg: Config) -> None:
+    t = cfg.train
+    for key in ("epochs", "batch_size", "save_interval", "log_interval"):
+        if getattr(t, key) < 1:
+            raise ConfigError(f"[train] {key} must be at least 1")
+    if t.max_steps < 0:
+        raise ConfigError("[train] max_steps must not be negative (0: the epochs decide)")
+    if t.max_checkpoints < 2:
+        raise ConfigError("[train] max_checkpoints must be at least 2 (a cut-short save keeps the previous)")
+    if t.learning_rate <= 0:
+        raise ConfigError("[train] learning_rate must be positive")
 
 
 def require_job(cfg: Config) -> None:
