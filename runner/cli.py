@@ -161,6 +161,16 @@ def cmd_preflight(args, cfg: Config) -> int:
     return _answer(args, Reply(report, text, OK if report["ok"] else NOT_OK))
 
 
+def cmd_train(args, cfg: Config) -> int:
+    from .train import control
+
+    if args.action == "setup":
+        return _answer(args, control.setup(cfg, args.root))
+    if args.action == "stop":
+        return _answer(args, control.stop(cfg, args.wait))
+    return _answer(args, getattr(control, args.action)(cfg))
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="hsx-runner", description="hsx on the GPU box")
     sub = p.add_subparsers(dest="verb", required=True)
@@ -209,6 +219,11 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument(
         "--until", type=float, default=None, help="with --free-gpus: refuse after this time (epoch s)"
     )
+    s = verb("train", cmd_train, "train the EAGLE-3 draft on the output with SpecForge ([train])")
+    s.add_argument("action", choices=("setup", "start", "resume", "stop", "status", "export"))
+    s.add_argument("--wait", type=float, default=30.0, help="stop: how long to wait for the trainer to end")
+    s.add_argument("--root", default=os.path.expanduser("~/.cache/hsx"),
+                   help="setup without [train] python: where the CPU lane's venv is built")  # fmt: skip
     return p
 
 

@@ -28,9 +28,9 @@ TORCH_CONTRACT = {  # GPU-box deps of the sample file and of its bytes
 # bot reaches runner's machinery for `hsx demo` only (it runs a runner here), always lazily.
 BOT_DEMO = {"runner.data.demo_assets", "runner.sglang_cpu"}
 # runner's stages, lowest first: each may import the contract, the ones before it and itself.
-STAGES = ("runner.data", "runner.output", "runner.serve", "runner.job", "runner.engines")
+STAGES = ("runner.data", "runner.output", "runner.serve", "runner.job", "runner.train", "runner.engines")
 # runner's top-level modules a stage may import: leaves that import nothing of ours but the contract.
-TOP_LEAVES = {"runner.sglang_cpu"}
+TOP_LEAVES = {"runner.sglang_cpu", "runner.specforge_cpu"}
 MAX_TOP = 10  # modules left at runner's top: cli and what truly spans the stages
 MAX_LINES = 450
 STDLIB = sys.stdlib_module_names | {"__future__", "tomli"}  # tomli: tomllib before Python 3.11

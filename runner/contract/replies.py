@@ -35,6 +35,7 @@ ANSWER_CODES = {
     "logs": (OK,),
     "events": (OK,),
     "preflight": (OK, NOT_OK),  # some check failed, reply lists them
+    "train": (OK, NOT_OK, REFUSED),  # export/setup failed; start/resume/stop refused, reply says why
 }
 
 

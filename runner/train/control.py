@@ -1,0 +1,223 @@
+"""``hsx-runner train setup|start|resume|stop|status|export``: each answers a Reply.
+
+start refuses a run dir that holds checkpoints (SpecForge's fresh start deletes them) and
+deletes nothing; resume reuses the first launch's run.yaml unchanged and adds only
+``training.resume_from=<run root>``, and only when a complete checkpoint is there.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+from .. import specforge_cpu
+from ..contract.atomic import write_atomic
+from ..contract.config import Config
+from ..contract.errors import ConfigError
+from ..contract.replies import NOT_OK, OK, REFUSED, Reply
+from ..output.lock import is_held_at
+from . import progress, runspec
+from .record import ACTIVE, Record, now, read
+
+VERSION = "0.2.0"
+# The unified runtime has specforge.cli with a ``train`` command; the legacy 0.2.0 has neither.
+CHECK = """
+import contextlib, importlib.metadata as m, io, specforge.cli as c
+print(m.version("specforge"))
+code = 1
+with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+    try:
+        c.main(["train", "--help"])
+    except SystemExit as e:
+        code = e.code
+print(code == 0)
+"""
+
+
+def _refused(why: str, **kw) -> Reply:
+    return Reply({"started": False, "reason": why, **kw}, why, REFUSED)
+
+
+def check_python(python: str) -> str | None:
+    """Why ``python`` cannot train (None: its specforge is the 0.2.0 unified runtime)."""
+    if not python:
+        return "[train] python is not set (hsx-runner train setup builds one)"
+    try:
+        p = subprocess.run([python, "-c", CHECK], capture_output=True, text=True, timeout=120)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return f"{python} does not run ({e})"
+    if p.returncode != 0:
+        last = (p.stderr.strip().splitlines() or ["no output"])[-1]
+        return f"{python} has no SpecForge unified runtime (specforge.cli): {last}"
+    version, has_train = (p.stdout.split() + ["", ""])[:2]
+    if version != VERSION:
+        return f"{python} has specforge {version}, hsx trains with {VERSION}"
+    if has_train != "True":
+        return f"{python}'s specforge {version} is the legacy one: its specforge.cli has no train entry"
+    return None
+
+
+def setup(cfg: Config, root: str) -> Reply:
+    """Check ``[train] python``; unset, build the CPU lane's venv under ``root``."""
+    python = cfg.train.python or specforge_cpu.build(root)
+    why = check_python(python)
+    if why:
+        return Reply({"ok": False, "python": python, "reason": why}, f"refused: {why}", NOT_OK)
+    lane = " (the CPU lane)" if specforge_cpu.shims_of(python) else ""
+    return Reply(
+        {"ok": True, "python": python, "version": VERSION}, f"specforge {VERSION} ready: {python}{lane}"
+    )
+
+
+def _running(paths: runspec.RunPaths) -> int | None:
+    held, pid = is_held_at(paths.lock)
+    return pid if held else None
+
+
+def _launch(cfg: Config, paths: runspec.RunPaths, launch: str) -> Reply:
+    rec = Record.load(paths.root)
+    rec.update(phase="preflight", launch=launch, launches=(rec.d.get("launches") or 0) + 1, reason="",
+               run_dir=paths.root, export_dir=runspec.export_dir(cfg), python=cfg.train.python,
+               heartbeat=now(), pid=None)  # fmt: skip
+    rec.write()
+    with open(os.path.join(paths.root, "supervisor.log"), "ab") as log:
+        p = subprocess.Popen(
+            [sys.executable, "-m", "runner.train.supervisor", paths.root], stdout=log, stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL, start_new_session=True,
+        )  # fmt: skip
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        d = read(paths.root)
+        if Record.load(paths.root).d.get("supervisor_pid") == p.pid:
+            text = f"training {launch}ed (trainer pid {d.get('pid')}); log {paths.log}"
+            return Reply(
+                {"started": True, "pid": d.get("pid"), "supervisor_pid": p.pid, "run_dir": paths.root}, text
+            )
+        if p.poll() is not None:
+            rec.update(phase="crashed", reason=f"the supervisor exited with code {p.returncode} at once; "
+                       f"see {paths.root}/supervisor.log")  # fmt: skip
+            rec.write()
+            return Reply({"started": False, "reason": rec.d["reason"]}, rec.d["reason"], REFUSED)
+        time.sleep(0.1)
+    return Reply({"started": True, "supervisor_pid": p.pid, "run_dir": paths.root}, f"training {launch}ed")
+
+
+def start(cfg: Config) -> Reply:
+    why = check_python(cfg.train.python)
+    if why:
+        return _refused(why)
+    paths = runspec.RunPaths(runspec.run_dir(cfg))
+    if (pid := _running(paths)) is not None:
+        return _refused(f"a training run is going in {paths.root} (supervisor pid {pid})")
+    held = progress.checkpoints(paths.output, runspec.RUN_ID)
+    if held or os.path.isdir(paths.output) and os.listdir(paths.output):
+        return _refused(
+            f"{paths.root} holds checkpoints ({', '.join(f'step {s}' for s in held) or 'files in output/'}): "
+            "a fresh start would delete them; resume it (hsx-runner train resume) or set another [train] run_dir"
+        )
+    try:
+        paths, spec = runspec.prepare(cfg)
+    except ConfigError as e:
+        return _refused(str(e))
+    files = runspec.feature_files(cfg.job.out)
+    if not files:
+        return _refused(f"no feature files under {cfg.job.out}: extract first")
+    total = runspec.total_steps(spec, files)
+    world = int(spec["deployment"]["trainer"].get("nproc_per_node", 1))
+    epochs = int(spec["training"]["num_epochs"])
+    cmd = runspec.command(cfg, paths, resume=False)
+    write_atomic(paths.command, json.dumps(cmd, indent=1) + "\n", 0o644)
+    rec = Record(paths.root, {})
+    rec.update(total_steps=total, epochs=epochs, steps_per_epoch=max(1, total // epochs), world=world,
+               output_dir=paths.output, run_id=spec.get("run_id", runspec.RUN_ID), started_at=now(),
+               checkpoint_step=None, step=0)  # fmt: skip
+    rec.write()
+    return _launch(cfg, paths, "start")
+
+
+def resume(cfg: Config) -> Reply:
+    paths = runspec.RunPaths(runspec.run_dir(cfg))
+    if (pid := _running(paths)) is not None:
+        return _refused(f"a training run is going in {paths.root} (supervisor pid {pid})")
+    d = read(paths.root)
+    if not os.path.exists(paths.yaml) or d.get("run_id") is None:
+        return _refused(f"nothing to resume in {paths.root}: start it first (hsx-runner train start)")
+    if d.get("phase") == "done":
+        return _refused(f"the training in {paths.root} is done; export it (hsx-runner train export)")
+    ckpt = progress.durable(d["output_dir"], d["run_id"], d.get("world") or 1, set())
+    if ckpt is None:
+        return _refused(f"no complete checkpoint in {d['output_dir']}: nothing to resume from")
+    cmd = runspec.command(cfg, paths, resume=True)
+    write_atomic(paths.command, json.dumps(cmd, indent=1) + "\n", 0o644)
+    return _launch(cfg, paths, "resume")
+
+
+def stop(cfg: Config, wait: float) -> Reply:
+    paths = runspec.RunPaths(runspec.run_dir(cfg))
+    pid = _running(paths)
+    if pid is None:
+        return Reply(
+            {"stopped": False, "reason": "no training run is going"}, "no training run is going", REFUSED
+        )
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + wait
+    while time.monotonic() < deadline and _running(paths) is not None:
+        time.sleep(0.2)
+    d = read(paths.root)
+    gone = _running(paths) is None
+    text = (
+        d.get("reason") or "stopped" if gone else f"asked the supervisor (pid {pid}) to stop; still stopping"
+    )
+    return Reply({"stopped": True, "done": gone, "phase": d.get("phase"), "checkpoint_step": d.get("checkpoint_step")},
+                 text)  # fmt: skip
+
+
+def status(cfg: Config) -> Reply:
+    root = runspec.run_dir(cfg)
+    d = read(root)
+    d.setdefault("run_dir", root)
+    d["run_dir"] = d["run_dir"] or root
+    d["export_dir"] = d["export_dir"] or runspec.export_dir(cfg)
+    d["python"] = d["python"] or cfg.train.python
+    step = f"step {d['step']}/{d['total_steps']}" if d.get("total_steps") else ""
+    bits = [d["phase"], step, f"loss {d['loss']:.4g}" if d.get("loss") is not None else "",
+            f"acc {d['acc']:.3f}" if d.get("acc") is not None else "",
+            f"checkpoint step {d['checkpoint_step']}" if d.get("checkpoint_step") is not None else "",
+            d.get("reason") or ""]  # fmt: skip
+    return Reply(d, " · ".join(b for b in bits if b), OK)
+
+
+def export(cfg: Config) -> Reply:
+    paths = runspec.RunPaths(runspec.run_dir(cfg))
+    if (pid := _running(paths)) is not None:
+        return _refused(f"a training run is going (supervisor pid {pid}): export when it is done")
+    d = read(paths.root)
+    if d.get("phase") in ACTIVE or d.get("run_id") is None:
+        return _refused(f"nothing to export in {paths.root}")
+    ckpt = progress.durable(d["output_dir"], d["run_id"], d.get("world") or 1, set())
+    if ckpt is None:
+        return _refused(f"no complete checkpoint in {d['output_dir']}")
+    out = runspec.export_dir(cfg)
+    argv = [cfg.train.python, "-m", "specforge.cli", "export", "--to", "sglang",
+            "--checkpoint", progress.step_dir(d["output_dir"], d["run_id"], ckpt),
+            "--draft-config", paths.draft, "--output-dir", out]  # fmt: skip
+    env = {**os.environ, **specforge_cpu.env(cfg.train.python)}
+    p = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=paths.root)
+    if p.returncode != 0:
+        why = (p.stderr.strip().splitlines() or ["no output"])[-1]
+        return Reply({"ok": False, "reason": why, "argv": argv}, f"export failed: {why}", NOT_OK)
+    want = runspec.description(cfg)["aux_layer_ids"]
+    with open(os.path.join(out, "config.json")) as f:
+        got = (json.load(f).get("eagle_config") or {}).get("eagle_aux_hidden_state_layer_ids")
+    if got != want:
+        why = f"the exported draft's layer ids {got} differ from the extraction's {want}"
+        return Reply({"ok": False, "reason": why, "export_dir": out}, why, NOT_OK)
+    flags = ["--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", out]
+    text = f"exported step {ckpt} to {out}; serve it with: {' '.join(flags)}"
+    return Reply(
+        {"ok": True, "export_dir": out, "checkpoint_step": ckpt, "aux_layer_ids": got, "flags": flags}, text
+    )

@@ -1,0 +1,83 @@
+"""The training run's status record, ``status.json`` in the run dir.
+
+Written by the supervisor (atomically), read by ``hsx-runner train status``. Phases in the
+extraction's words: ``preflight`` (the run dir written, the supervisor starting), ``loading``
+(the trainer up, no step yet: SpecForge is silent while it loads the target head and counts
+the vocab), ``training``, then ``done``, ``stopped`` or ``crashed``. A reader that finds an
+active phase whose supervisor no longer holds the lock says crashed, as the extraction does.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import math
+import os
+
+from ..contract.atomic import write_atomic
+from ..contract.status import NOT_STARTED
+from ..output.lock import is_held_at
+from .progress import number
+
+ACTIVE = ("preflight", "loading", "training")
+FIELDS = (
+    "phase", "step", "total_steps", "epoch", "epochs", "loss", "acc", "acceptance_rate",
+    "checkpoint_step", "pid", "supervisor_pid", "run_dir", "export_dir", "python", "heartbeat",
+    "reason", "exit_code", "launch", "launches", "started_at", "launched_at", "ended_at",
+    "last_step_at", "nan_loss", "output_dir", "run_id", "world", "steps_per_epoch",
+)  # fmt: skip
+
+
+def now() -> str:
+    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+class Record:
+    def __init__(self, root: str, d: dict):
+        self.root = root
+        self.d = d
+
+    @classmethod
+    def load(cls, root: str) -> Record:
+        return cls(root, _raw(root) or {})
+
+    def update(self, **kw) -> None:
+        self.d.update(kw)
+
+    def step_line(self, step: int, m: dict) -> None:
+        loss = m.get("loss")
+        per = self.d.get("steps_per_epoch") or 0
+        epochs = self.d.get("epochs") or 1
+        self.d.update(
+            phase="training", step=step, loss=number(loss), acc=number(m.get("acc")),
+            acceptance_rate=number(m.get("acceptance_rate")), last_step_at=now(),
+            epoch=min(epochs, (step - 1) // per + 1) if per and step > 0 else None,
+            nan_loss=isinstance(loss, float) and not math.isfinite(loss),
+        )  # fmt: skip
+
+    def write(self) -> None:
+        write_atomic(os.path.join(self.root, "status.json"), json.dumps(self.d, indent=1) + "\n")
+
+
+def _raw(root: str) -> dict | None:
+    try:
+        with open(os.path.join(root, "status.json")) as f:
+            d = json.load(f)
+    except (OSError, ValueError):
+        return None
+    return d if isinstance(d, dict) else None
+
+
+def read(root: str) -> dict:
+    """The record as a reader should see it: every field present, an active phase without its
+    supervisor said to be crashed."""
+    d = _raw(root)
+    if d is None:
+        d = {"phase": "stopped", "reason": NOT_STARTED, "run_dir": root}
+    out = {k: d.get(k) for k in FIELDS}
+    if out["phase"] in ACTIVE:
+        held, _ = is_held_at(os.path.join(root, ".lock"))
+        if not held:
+            out["reason"] = "the supervisor is gone (it no longer holds the run's lock)"
+            out["phase"] = "crashed"
+    return out

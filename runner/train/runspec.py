@@ -1,0 +1,202 @@
+"""The run directory, from the job's facts: ``run.yaml``, the draft config, the target view,
+``command.json``.
+
+The target view is a folder in the run dir with the target's files linked and an index
+written (SpecForge's target head refuses a model dir without ``*.index.json``); SpecForge's
+resume checks the target's identity, so the view is written once and kept for the run's life.
+``run.yaml`` is JSON (YAML's subset), so hsx needs no YAML library.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+from dataclasses import dataclass
+
+from .. import specforge_cpu
+from ..contract.atomic import write_atomic
+from ..contract.config import Config
+from ..contract.errors import ConfigError
+from ..output.store import DESCRIPTION
+
+RUN_ID = "hsx-eagle3"
+# the target's config keys a draft shares (SpecForge's own list for a generated draft config)
+SHARED = (
+    "vocab_size", "hidden_size", "num_attention_heads", "num_key_value_heads", "intermediate_size",
+    "max_position_embeddings", "rms_norm_eps", "hidden_act", "initializer_range", "attention_bias",
+    "attention_dropout", "head_dim", "rope_theta", "rope_scaling", "bos_token_id", "eos_token_id",
+    "pad_token_id",
+)  # fmt: skip
+DRAFT_VOCAB = 32000  # SpecForge's EAGLE-3 default
+
+
+@dataclass
+class RunPaths:
+    root: str
+
+    def __getattr__(self, name: str) -> str:
+        files = {
+            "yaml": "run.yaml", "command": "command.json", "log": "train.log", "status": "status.json",
+            "lock": ".lock", "draft": "draft.json", "target": "target", "output": "output",
+            "cache": "cache",
+        }  # fmt: skip
+        if name in files:
+            return os.path.join(self.root, files[name])
+        raise AttributeError(name)
+
+
+def run_dir(cfg: Config) -> str:
+    return os.path.abspath(cfg.train.run_dir or cfg.job.out.rstrip("/") + "-train")
+
+
+def export_dir(cfg: Config) -> str:
+    return os.path.abspath(cfg.train.export_dir or os.path.join(run_dir(cfg), "export"))
+
+
+def description(cfg: Config) -> dict:
+    try:
+        with open(os.path.join(cfg.job.out, DESCRIPTION)) as f:
+            d = json.load(f)
+    except (OSError, ValueError) as e:
+        raise ConfigError(f"no readable {DESCRIPTION} in {cfg.job.out} ({e}): extract first") from None
+    if not isinstance(d, dict) or len(d.get("aux_layer_ids") or []) != 3:
+        raise ConfigError(f"{cfg.job.out}/{DESCRIPTION} names no three aux_layer_ids")
+    return d
+
+
+def feature_files(out: str) -> int:
+    """The files SpecForge's offline reader trains on: every .ckpt / .ckpt.gz below ``out``."""
+    return sum(f.endswith((".ckpt", ".ckpt.gz")) for _, _, fs in os.walk(out) for f in fs)
+
+
+def _text_config(model: str) -> dict:
+    with open(os.path.join(model, "config.json")) as f:
+        c = json.load(f)
+    return c.get("text_config", c) if isinstance(c.get("text_config"), dict) else c
+
+
+def _weight_map(model: str) -> dict[str, str]:
+    """The target's tensor → file map: its own index, else read from its safetensors headers."""
+    for name in sorted(os.listdir(model)):
+        if name.endswith(".index.json"):
+            with open(os.path.join(model, name)) as f:
+                return json.load(f)["weight_map"]
+    out: dict[str, str] = {}
+    for name in sorted(os.listdir(model)):
+        if name.endswith(".safetensors"):
+            with open(os.path.join(model, name), "rb") as f:
+                n = int.from_bytes(f.read(8), "little")
+                header = json.loads(f.read(n))
+            out.update({k: name for k in header if k != "__metadata__"})
+    if not out:
+        raise ConfigError(f"{model}: no *.index.json and no *.safetensors: SpecForge needs the weights")
+    return out
+
+
+def _key(weights: dict[str, str], suffix: str, what: str) -> str:
+    hits = sorted(k for k in weights if k == suffix or k.endswith("." + suffix))
+    if not hits:
+        raise ConfigError(f"the target's weights have no {what} ({suffix})")
+    return min(hits, key=len)
+
+
+def target_view(model: str, dest: str) -> tuple[str, str]:
+    """Link the target's files into ``dest`` and write its index; (embedding key, lm_head key)."""
+    weights = _weight_map(model)
+    emb = _key(weights, "embed_tokens.weight", "embedding")
+    head = _key(weights, "lm_head.weight", "lm_head")
+    if not os.path.isdir(dest):
+        tmp = dest + ".tmp"
+        shutil.rmtree(tmp, ignore_errors=True)
+        os.makedirs(tmp)
+        for name in os.listdir(model):
+            os.symlink(os.path.join(os.path.abspath(model), name), os.path.join(tmp, name))
+        if not any(n.endswith(".index.json") for n in os.listdir(model)):
+            index = {"metadata": {}, "weight_map": weights}
+            write_atomic(os.path.join(tmp, "model.safetensors.index.json"), json.dumps(index), 0o644)
+        os.rename(tmp, dest)
+    return emb, head
+
+
+def draft_config(model: str, aux: list[int]) -> dict:
+    t = _text_config(model)
+    d = {k: t[k] for k in SHARED if t.get(k) is not None}
+    d.update(
+        architectures=["LlamaForCausalLMEagle3"], model_type="llama", num_hidden_layers=1,
+        tie_word_embeddings=False, use_cache=True, torch_dtype="bfloat16",
+        draft_vocab_size=min(DRAFT_VOCAB, int(t["vocab_size"])),
+        eagle_config={"eagle_aux_hidden_state_layer_ids": list(aux), "use_aux_hidden_state": True},
+    )  # fmt: skip
+    d.setdefault("pad_token_id", 0)
+    return d
+
+
+def merge(base: dict, over: dict) -> dict:
+    out = dict(base)
+    for k, v in over.items():
+        out[k] = merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
+def total_steps(spec: dict, files: int) -> int:
+    t = spec["training"]
+    if t.get("max_steps"):
+        return int(t["max_steps"])
+    world = int(spec["deployment"]["trainer"].get("nproc_per_node", 1))
+    per_epoch = math.ceil(files / (int(t["batch_size"]) * world * int(t.get("accumulation_steps", 1))))
+    return per_epoch * int(t["num_epochs"])
+
+
+def spec_for(cfg: Config, paths: RunPaths, desc: dict, emb: str, head: str) -> dict:
+    t = cfg.train
+    training = {
+        "strategy": "eagle3", "num_epochs": t.epochs, "batch_size": t.batch_size,
+        "learning_rate": t.learning_rate, "save_interval": t.save_interval,
+        "max_checkpoints": t.max_checkpoints, "log_interval": t.log_interval, "seed": t.seed,
+    }  # fmt: skip
+    if t.max_steps:
+        training["max_steps"] = t.max_steps
+    spec = {
+        "run_id": RUN_ID,
+        "output_dir": paths.output,
+        "model": {
+            "target_model_path": paths.target,
+            "draft_model_config": paths.draft,
+            "embedding_key": emb,
+            "lm_head_key": head,
+            "torch_dtype": "bfloat16",
+            "trust_remote_code": cfg.job.trust_remote_code,
+        },  # fmt: skip
+        "data": {
+            "hidden_states_path": os.path.abspath(cfg.job.out),
+            "max_length": int(desc.get("max_length") or cfg.job.max_length),
+            "cache_dir": paths.cache,
+        },
+        "training": training,
+        "tracking": {"report_to": "none"},
+        "deployment": {"mode": "local_colocated", "trainer": {"nnodes": 1, "nproc_per_node": 1}},
+    }
+    if specforge_cpu.shims_of(cfg.train.python):
+        spec = merge(spec, specforge_cpu.yaml_keys())
+    return merge(spec, t.specforge)
+
+
+def command(cfg: Config, paths: RunPaths, resume: bool) -> dict:
+    argv = [cfg.train.python, "-m", "specforge.cli", "train", "-c", paths.yaml]
+    if resume:
+        argv.append(f"training.resume_from={paths.output}")
+    return {"argv": argv, "env": {"PYTHONUNBUFFERED": "1", **specforge_cpu.env(cfg.train.python)}}
+
+
+def prepare(cfg: Config) -> tuple[RunPaths, dict]:
+    """Write the run dir's files for a first start (the view is kept if there); (paths, spec)."""
+    desc = description(cfg)
+    paths = RunPaths(run_dir(cfg))
+    os.makedirs(paths.root, exist_ok=True)
+    emb, head = target_view(cfg.job.model, paths.target)
+    write_atomic(paths.draft, json.dumps(draft_config(cfg.job.model, desc["aux_layer_ids"]), indent=1), 0o644)
+    spec = spec_for(cfg, paths, desc, emb, head)
+    write_atomic(paths.yaml, json.dumps(spec, indent=1) + "\n", 0o644)
+    return paths, spec

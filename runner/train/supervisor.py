@@ -1,0 +1,165 @@
+"""The detached supervisor of one trainer launch: ``python -m runner.train.supervisor RUN_DIR``.
+
+It holds the run dir's lock for the launch's life, starts ``command.json``'s argv in its own
+process group with stdout and stderr appended to ``train.log``, reads the log's step lines
+and the checkpoint folders into ``status.json``, and ends the record with the trainer's exit.
+
+The trainer dies with the supervisor (PR_SET_PDEATHSIG, as the extraction's server does): a
+supervisor gone by kill -9 then leaves no trainer running unwatched, and since SpecForge's
+resume is exact from its last checkpoint, re-adopting a live trainer would buy only the steps
+since that checkpoint, at the price of a second way for a run to be watched.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+from ..output.lock import JobLock
+from . import progress
+from .record import Record, now
+
+POLL_S = 0.5
+STOP_GRACE_S = 20.0  # SIGTERM to the trainer's group, then SIGKILL
+REPLACE_S = 1.0  # status.json at most this often while steps flow
+
+
+def _die_with_parent() -> None:
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass
+
+
+def last_error(log_path: str, start: int) -> str:
+    """The traceback's last line of this launch's log, else its last line."""
+    try:
+        with open(log_path, "rb") as f:
+            f.seek(start)
+            lines = [ln.decode("utf-8", "replace").rstrip() for ln in f.read().splitlines()[-200:]]
+    except OSError:
+        return ""
+    lines = [ln for ln in lines if ln.strip()]
+    for i in range(len(lines) - 1, -1, -1):
+        if lines[i].startswith("Traceback"):
+            tail = [ln for ln in lines[i + 1 :] if not ln.startswith((" ", "\t"))]
+            if tail:
+                return tail[-1][:500]
+    return lines[-1][:500] if lines else ""
+
+
+class Supervisor:
+    def __init__(self, root: str):
+        self.root = root
+        self.rec = Record.load(root)
+        self.log = os.path.join(root, "train.log")
+        self.synced: set[int] = set()
+        self.stop_asked = False
+        self.proc: subprocess.Popen | None = None
+
+    def _on_term(self, signum, _frame) -> None:
+        self.stop_asked = True
+        if self.proc and self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+
+    def run(self) -> int:
+        lock = JobLock(os.path.join(self.root, ".lock"))
+        lock.acquire()  # LockedError: another supervisor has the run
+        signal.signal(signal.SIGTERM, self._on_term)
+        signal.signal(signal.SIGINT, self._on_term)
+        with open(os.path.join(self.root, "command.json")) as f:
+            cmd = json.load(f)
+        with open(self.log, "ab") as log:
+            log.write(f"--- hsx: {self.rec.d.get('launch', 'start')} at {now()}\n".encode())
+            log.flush()
+            start = log.tell()
+            self.rec.update(phase="loading", supervisor_pid=os.getpid(), reason="", exit_code=None,
+                            heartbeat=now(), launched_at=now())  # fmt: skip
+            self.proc = subprocess.Popen(
+                cmd["argv"], env={**os.environ, **cmd["env"]}, cwd=self.root, stdout=log,
+                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+                preexec_fn=_die_with_parent,
+            )  # fmt: skip
+        self.rec.update(pid=self.proc.pid)
+        self.rec.write()
+        rc = self._watch(start)
+        self._finish(rc, start)
+        lock.release()
+        return 0
+
+    def _watch(self, offset: int) -> int:
+        grace_until = None
+        last_write = 0.0
+        buf = b""
+        while True:
+            rc = self.proc.poll()
+            with open(self.log, "rb") as f:
+                f.seek(offset)
+                chunk = f.read()
+            offset += len(chunk)
+            buf += chunk
+            *lines, buf = buf.split(b"\n")
+            for raw in lines:
+                got = progress.parse_step(raw.decode("utf-8", "replace"))
+                if got:
+                    self.rec.step_line(*got)
+            self.rec.update(checkpoint_step=self._durable(), heartbeat=now())
+            if rc is not None:
+                if buf:
+                    got = progress.parse_step(buf.decode("utf-8", "replace"))
+                    if got:
+                        self.rec.step_line(*got)
+                return rc
+            if time.monotonic() - last_write >= REPLACE_S:
+                self.rec.write()
+                last_write = time.monotonic()
+            if self.stop_asked:
+                grace_until = grace_until or time.monotonic() + STOP_GRACE_S
+                if time.monotonic() > grace_until:
+                    os.killpg(self.proc.pid, signal.SIGKILL)
+            time.sleep(POLL_S)
+
+    def _durable(self) -> int | None:
+        d = self.rec.d
+        return progress.durable(d["output_dir"], d["run_id"], d.get("world", 1), self.synced)
+
+    def _finish(self, rc: int, start: int) -> None:
+        ckpt = self._durable()
+        at = (
+            f"; the last complete checkpoint is step {ckpt}"
+            if ckpt is not None
+            else "; no complete checkpoint"
+        )
+        if rc == 0:
+            phase, reason = "done", ""
+        elif self.stop_asked:
+            phase, reason = "stopped", f"stopped on request (SpecForge saves nothing on a stop){at}"
+        elif rc < 0:
+            name = signal.Signals(-rc).name if -rc in signal.Signals._value2member_map_ else str(-rc)
+            phase, reason = "crashed", f"the trainer was killed by signal {-rc} ({name}){at}"
+        else:
+            why = last_error(self.log, start) or "no output"
+            phase, reason = "crashed", f"the trainer exited with code {rc}: {why}{at}"
+        self.rec.update(phase=phase, reason=reason, exit_code=rc, checkpoint_step=ckpt, heartbeat=now(),
+                        ended_at=now())  # fmt: skip
+        self.rec.write()
+
+
+def main(argv: list[str]) -> int:
+    root = os.path.abspath(argv[0])
+    if Record.load(root).d.get("phase") != "preflight":  # control wrote the launch before us
+        print(f"runner.train.supervisor: {root} has no launch waiting", file=sys.stderr)
+        return 2
+    return Supervisor(root).run()
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

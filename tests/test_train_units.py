@@ -1,0 +1,167 @@
+"""The training stage's parts that need no trainer: step lines, checkpoint completeness, the
+[train] config, the run dir's files, the record's crash rule and the interpreter check (real
+files, real processes; SpecForge's own run is tests/test_train_specforge.py)."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import stat
+import subprocess
+import sys
+
+import pytest
+
+from runner.contract.config import from_dict
+from runner.contract.errors import ConfigError
+from runner.output.lock import JobLock
+from runner.train import control, progress, record, runspec
+from tests.conftest import RUNNER
+
+
+def test_step_line_with_nan_and_inf_is_parsed_never_evaluated(tmp_path):
+    step, m = progress.parse_step(
+        "step 12: {'loss': nan, 'acc': 0.5, 'grad_norm': inf, 'x': -inf, 'lr': -1e-4}"
+    )
+    assert step == 12 and math.isnan(m["loss"]) and m["acc"] == 0.5 and m["grad_norm"] == math.inf
+    assert m["x"] == -math.inf and m["lr"] == -1e-4
+    planted = tmp_path / "planted"
+    line = f"step 1: {{'loss': __import__('os').mkdir({str(planted)!r})}}"
+    assert progress.parse_step(line) is None and not planted.exists()
+    assert progress.parse_step("step 3: {'loss': 1.0") is None  # cut short
+    assert progress.parse_step("[rank0] loading target head") is None
+    assert progress.number(math.nan) is None and progress.number(2) == 2.0
+
+
+def _ckpt(out, step, files):
+    d = out / f"hsx-eagle3-step{step}"
+    d.mkdir(parents=True)
+    for f in files:
+        (d / f).write_bytes(b"x")
+    return d
+
+
+def test_a_checkpoint_counts_only_with_every_ranks_file_and_no_tmp(tmp_path):
+    out = tmp_path / "output"
+    _ckpt(out, 10, ["training_state.pt", "training_state_rank0.pt", "training_state_rank1.pt"])
+    _ckpt(out, 20, ["training_state.pt", "training_state_rank0.pt"])  # rank 1 still writing
+    _ckpt(out, 30, ["training_state.pt", "training_state_rank0.pt", "training_state_rank1.pt.tmp"])
+    synced: set[int] = set()
+    assert progress.checkpoints(str(out), "hsx-eagle3") == [10, 20, 30]
+    assert progress.durable(str(out), "hsx-eagle3", 2, synced) == 10 and synced == {10}
+    assert progress.durable(str(out), "hsx-eagle3", 1, set()) == 20  # one rank: 20 is whole
+
+
+def _cfg(tmp_path, **train):
+    out = tmp_path / "out"
+    out.mkdir(exist_ok=True)
+    body = {"job": {"model": str(tmp_path / "model"), "dataset": "d.jsonl", "out": str(out)}, "train": train}
+    return from_dict(body, base_dir=str(tmp_path))
+
+
+def test_train_config_defaults_keep_a_crash_from_losing_everything(tmp_path):
+    t = _cfg(tmp_path).train
+    assert t.save_interval > 0 and t.max_checkpoints >= 2 and t.log_interval <= 10
+    for bad in ({"save_interval": 0}, {"max_checkpoints": 1}, {"specforge": 3}, {"epoch": 2}):
+        with pytest.raises(ConfigError):
+            _cfg(tmp_path, **bad)
+    cfg = _cfg(tmp_path, run_dir="runs/a", python="venv/bin/python")
+    assert cfg.train.run_dir == str(tmp_path / "runs/a") and cfg.train.python == str(
+        tmp_path / "venv/bin/python"
+    )
+    assert runspec.run_dir(_cfg(tmp_path)) == str(tmp_path / "out-train")  # beside out, never inside
+
+
+def _model(tmp_path, index=False):
+    """A target dir as the demo's: config.json and one safetensors file (a real header)."""
+    m = tmp_path / "model"
+    m.mkdir(exist_ok=True)
+    cfg = {"architectures": ["LlamaForCausalLM"], "hidden_size": 64, "vocab_size": 265, "num_attention_heads": 4,
+           "num_key_value_heads": 2, "intermediate_size": 128, "rms_norm_eps": 1e-5, "num_hidden_layers": 8}  # fmt: skip
+    (m / "config.json").write_text(json.dumps(cfg))
+    header = {n: {"dtype": "BF16", "shape": [2], "data_offsets": [0, 4]}
+              for n in ("model.embed_tokens.weight", "lm_head.weight", "model.norm.weight")}  # fmt: skip
+    raw = json.dumps(header).encode()
+    (m / "model.safetensors").write_bytes(len(raw).to_bytes(8, "little") + raw + b"\0" * 4)
+    return m
+
+
+def test_the_run_dir_holds_a_target_view_with_an_index_and_a_draft_with_the_extractions_layers(tmp_path):
+    _model(tmp_path)
+    cfg = _cfg(tmp_path, specforge={"training": {"ttt_length": 3, "save_interval": 5}, "run_id": "mine"})
+    (tmp_path / "out" / "dataset.json").write_text(
+        json.dumps({"aux_layer_ids": [1, 3, 4], "max_length": 256})
+    )
+    paths, spec = runspec.prepare(cfg)
+    index = json.load(open(os.path.join(paths.target, "model.safetensors.index.json")))
+    assert index["weight_map"]["lm_head.weight"] == "model.safetensors"
+    assert os.path.islink(os.path.join(paths.target, "model.safetensors"))
+    assert not os.listdir(tmp_path / "model") == os.listdir(paths.target)  # the model dir is untouched
+    draft = json.load(open(paths.draft))
+    assert draft["eagle_config"]["eagle_aux_hidden_state_layer_ids"] == [1, 3, 4]
+    assert draft["hidden_size"] == 64 and draft["architectures"] == ["LlamaForCausalLMEagle3"]
+    written = json.load(open(paths.yaml))
+    assert written == spec and spec["model"]["target_model_path"] == paths.target
+    assert spec["model"]["embedding_key"] == "model.embed_tokens.weight" and spec["data"]["max_length"] == 256
+    assert spec["training"]["ttt_length"] == 3 and spec["training"]["save_interval"] == 5  # operator's last
+    assert spec["training"]["max_checkpoints"] == 2 and spec["run_id"] == "mine"
+    assert spec["data"]["hidden_states_path"] == str(tmp_path / "out")
+
+
+def test_an_active_record_whose_supervisor_is_gone_reads_crashed(tmp_path):
+    rec = record.Record(str(tmp_path), {"phase": "training", "step": 4})
+    rec.write()
+    lock = JobLock(str(tmp_path / ".lock"))
+    lock.acquire()
+    assert record.read(str(tmp_path))["phase"] == "training"
+    lock.release()
+    got = record.read(str(tmp_path))
+    assert got["phase"] == "crashed" and "supervisor is gone" in got["reason"] and got["step"] == 4
+    assert record.read(str(tmp_path / "nowhere"))["phase"] == "stopped"
+
+
+UNIFIED = """import argparse
+def main(argv=None):
+    p = argparse.ArgumentParser(prog="specforge")
+    p.add_subparsers(dest="command").add_parser("train")
+    p.parse_args(argv)
+"""
+
+
+def _fake_python(tmp_path, name, version, cli):
+    """An interpreter whose ``specforge`` is ``version`` with ``cli`` as its specforge/cli.py."""
+    site = tmp_path / name
+    (site / "specforge").mkdir(parents=True)
+    (site / "specforge" / "__init__.py").write_text("")
+    if cli is not None:
+        (site / "specforge" / "cli.py").write_text(cli)
+    dist = site / f"specforge-{version}.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text(f"Metadata-Version: 2.1\nName: specforge\nVersion: {version}\n")
+    py = tmp_path / f"{name}-python"
+    py.write_text(f'#!/bin/sh\nPYTHONPATH={site} exec {sys.executable} "$@"\n')
+    py.chmod(py.stat().st_mode | stat.S_IEXEC)
+    return str(py)
+
+
+@pytest.mark.parametrize(
+    "version,cli,why",
+    [
+        ("0.2.0", None, "no SpecForge unified runtime (specforge.cli)"),
+        ("0.2.0", "def main(argv=None):\n    raise SystemExit(2)  # no train command\n", "legacy"),
+        ("0.1.9", UNIFIED, "hsx trains with 0.2.0"),
+    ],
+)
+def test_setup_refuses_an_interpreter_without_the_unified_runtime_and_says_why(tmp_path, version, cli, why):
+    py = _fake_python(tmp_path, "sf", version, cli)
+    (tmp_path / "out").mkdir()
+    (tmp_path / "hsx.toml").write_text(
+        f'[job]\nmodel = "m"\ndataset = "d.jsonl"\nout = "out"\n[train]\npython = "{py}"\n'
+    )
+    p = subprocess.run([RUNNER, "train", "setup", "--json", "--config", str(tmp_path / "hsx.toml")],
+                       capture_output=True, text=True, timeout=120)  # fmt: skip
+    rep = json.loads(p.stdout)
+    assert p.returncode == 1 and not rep["ok"] and why in rep["reason"], p.stdout + p.stderr
+    good = _fake_python(tmp_path, "ok", "0.2.0", UNIFIED)
+    assert control.check_python(good) is None
