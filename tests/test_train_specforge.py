@@ -1,0 +1,182 @@
+"""SpecForge 0.2.0's real trainer under ``hsx-runner train``, on a real extraction's output, in
+the CPU lane's venv (``python -m runner.specforge_cpu .cache``; scripts/test.sh builds it).
+Skipped when that venv is absent, failed instead when HSX_REQUIRE_SPECFORGE_TRAIN=1.
+
+Small on purpose: 12 samples, 72 steps, a checkpoint every 6."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+
+import pytest
+
+from runner import specforge_cpu
+from runner.train import progress
+from tests.conftest import ROOT, runner, write_job
+from tests.sshd import skip_or_fail
+
+pytestmark = pytest.mark.slow
+SAMPLES, EPOCHS, SAVE, LOG = 12, 6, 6, 2
+TOTAL = SAMPLES * EPOCHS
+
+
+@pytest.fixture(scope="module")
+def train_python():
+    py = specforge_cpu.python_of(os.path.join(ROOT, ".cache"))
+    if py is None:
+        skip_or_fail(
+            "no SpecForge CPU venv (python -m runner.specforge_cpu .cache)", "HSX_REQUIRE_SPECFORGE_TRAIN"
+        )
+    return py
+
+
+@pytest.fixture(scope="module")
+def extracted(tmp_path_factory, demo_assets, train_python):
+    """A real extraction's output and a config to train on it (each test adds its own run_dir)."""
+    path = write_job(tmp_path_factory.mktemp("trainjob"), demo_assets, SAMPLES)
+    runner("run", "--config", path, timeout=300, check=True)
+    return path
+
+
+def _config(extracted, run_dir, python) -> str:
+    text = open(extracted).read() + (
+        f'[train]\npython = "{python}"\nrun_dir = "{run_dir}"\nepochs = {EPOCHS}\nsave_interval = {SAVE}\n'
+        f"log_interval = {LOG}\nlearning_rate = 0.001\n[train.specforge.training]\nttt_length = 3\n"
+    )
+    path = os.path.join(os.path.dirname(extracted), f"train-{os.path.basename(run_dir)}.toml")
+    with open(path, "w") as f:
+        f.write(text)
+    return path
+
+
+def _train(cfg, action, *args, code=0) -> dict:
+    p = runner("train", action, "--json", "--config", cfg, *args, timeout=300)
+    assert p.returncode == code, f"train {action} -> {p.returncode}\n{p.stdout}\n{p.stderr}"
+    return json.loads(p.stdout)
+
+
+def _until(cfg, ok, what, timeout=240) -> dict:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        st = _train(cfg, "status")
+        if ok(st):
+            return st
+        time.sleep(0.2)
+    raise AssertionError(f"no {what} in {timeout}s; last status {st}")
+
+
+def _losses(run_dir) -> dict[int, set]:
+    """Every logged loss, by step, as the log printed it (each launch's lines)."""
+    out: dict[int, set] = {}
+    for line in open(os.path.join(run_dir, "train.log"), errors="replace"):
+        got = progress.parse_step(line)
+        if got:
+            out.setdefault(got[0], set()).add(repr(got[1]["loss"]))
+    return out
+
+
+def _alive(pid) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().split(")")[-1].split()[0] != "Z"
+
+
+def _snapshot(root) -> dict:
+    return {
+        os.path.join(d, f): os.stat(os.path.join(d, f)).st_mtime_ns
+        for d, _, fs in os.walk(root)
+        for f in fs
+        if f != "status.json"
+    }
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(extracted, train_python, tmp_path_factory):
+    run_dir = str(tmp_path_factory.mktemp("runs") / "whole")
+    cfg = _config(extracted, run_dir, train_python)
+    assert _train(cfg, "start")["started"]
+    st = _until(cfg, lambda s: s["phase"] not in ("preflight", "loading", "training"), "end")
+    return cfg, run_dir, st
+
+
+def test_the_extractions_output_trains_to_the_end_and_is_exported(uninterrupted, extracted):
+    cfg, run_dir, st = uninterrupted
+    assert st["phase"] == "done", st
+    assert (
+        st["step"] == st["total_steps"] == TOTAL and st["checkpoint_step"] == TOTAL and st["epoch"] == EPOCHS
+    )
+    assert isinstance(st["loss"], float) and st["run_dir"] == run_dir and st["python"]
+    assert sorted(_losses(run_dir)) == list(range(LOG, TOTAL + 1, LOG))
+    cmd = json.load(open(os.path.join(run_dir, "command.json")))
+    assert (
+        cmd["argv"][-2:] == ["-c", os.path.join(run_dir, "run.yaml")]
+        and cmd["env"]["SPECFORGE_DEVICE"] == "cpu"
+    )
+    rep = _train(cfg, "export")
+    out = os.path.join(run_dir, "export")
+    want = json.load(open(os.path.join(os.path.dirname(extracted), "out", "dataset.json")))["aux_layer_ids"]
+    got = json.load(open(os.path.join(out, "config.json")))["eagle_config"][
+        "eagle_aux_hidden_state_layer_ids"
+    ]
+    assert rep["ok"] and rep["export_dir"] == out and got == want == rep["aux_layer_ids"]
+    assert rep["flags"] == ["--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", out]
+    assert os.path.getsize(os.path.join(out, "model.safetensors")) > 0
+    text = runner("train", "export", "--config", cfg).stdout
+    assert "--speculative-algorithm EAGLE3 --speculative-draft-model-path" in text
+
+
+def test_a_second_start_into_the_run_is_refused_and_deletes_nothing(uninterrupted):
+    cfg, run_dir, _ = uninterrupted
+    before = _snapshot(run_dir)
+    rep = _train(cfg, "start", code=3)
+    assert not rep["started"] and "holds checkpoints" in rep["reason"] and f"step {TOTAL}" in rep["reason"]
+    assert _snapshot(run_dir) == before
+    assert _train(cfg, "status")["phase"] == "done"
+
+
+def test_kills_leave_crashed_records_and_resume_logs_the_uninterrupted_runs_losses(
+    uninterrupted, extracted, train_python, tmp_path_factory
+):
+    run_dir = str(tmp_path_factory.mktemp("runs") / "killed")
+    cfg = _config(extracted, run_dir, train_python)
+    assert _train(cfg, "start")["started"]
+    # kill -9 of the trainer once a checkpoint is durable, before the end
+    st = _until(cfg, lambda s: s["checkpoint_step"] is not None, "checkpoint")
+    assert st["step"] < TOTAL, "the run ended before the test could kill it"
+    os.kill(st["pid"], signal.SIGKILL)
+    st = _until(cfg, lambda s: s["phase"] == "crashed", "crashed record")
+    assert "killed by signal 9 (SIGKILL)" in st["reason"] and st["checkpoint_step"] >= SAVE
+    assert f"checkpoint is step {st['checkpoint_step']}" in st["reason"]
+    assert _train(cfg, "start", code=3)["reason"].count("holds checkpoints") == 1
+    yaml_before = open(os.path.join(run_dir, "run.yaml")).read()
+    # resume; then kill -9 of the supervisor: its trainer must not go on unwatched
+    assert _train(cfg, "resume")["started"]
+    st = _until(cfg, lambda s: s["phase"] == "training" and s["pid"], "resumed training")
+    assert st["step"] < TOTAL - SAVE, "the run was about to end before the test could kill it"
+    os.kill(st["supervisor_pid"], signal.SIGKILL)
+    deadline = time.monotonic() + 120
+    while _alive(st["pid"]) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _alive(st["pid"]), "the trainer outlived its supervisor"
+    output = os.path.join(run_dir, "output")
+    assert TOTAL not in progress.checkpoints(output, "hsx-eagle3"), "the trainer went on to the end unwatched"
+    st = _train(cfg, "status")
+    assert st["phase"] == "crashed" and "supervisor is gone" in st["reason"]
+    # resume again, to the end: run.yaml as the first launch wrote it, only resume_from added
+    assert _train(cfg, "resume")["started"]
+    st = _until(cfg, lambda s: s["phase"] not in ("preflight", "loading", "training"), "end")
+    assert st["phase"] == "done" and st["step"] == TOTAL, st
+    assert open(os.path.join(run_dir, "run.yaml")).read() == yaml_before
+    argv = json.load(open(os.path.join(run_dir, "command.json")))["argv"]
+    assert argv[-1] == f"training.resume_from={os.path.join(run_dir, 'output')}"
+    whole, cut = _losses(uninterrupted[1]), _losses(run_dir)
+    assert sorted(cut) == sorted(whole)
+    assert all(cut[s] == whole[s] for s in whole), {
+        s: (cut[s], whole[s]) for s in whole if cut[s] != whole[s]
+    }
