@@ -180,3 +180,37 @@ def test_kills_leave_crashed_records_and_resume_logs_the_uninterrupted_runs_loss
     assert all(cut[s] == whole[s] for s in whole), {
         s: (cut[s], whole[s]) for s in whole if cut[s] != whole[s]
     }
+
+
+def test_setup_builds_or_finds_the_cpu_lane_and_accepts_the_real_wheel(extracted, train_python):
+    rep = json.loads(runner("train", "setup", "--json", "--root", os.path.join(ROOT, ".cache"),
+                            "--config", extracted, check=True).stdout)  # fmt: skip
+    assert rep["ok"] and rep["python"] == train_python and rep["version"] == "0.2.0"
+    st = _train(extracted, "status")
+    assert st["phase"] == "stopped" and st["reason"] == "not started yet"
+
+
+def test_a_trainer_that_fails_at_once_reads_crashed_with_its_errors_last_line(
+    extracted, train_python, tmp_path
+):
+    cfg = _config(extracted, str(tmp_path / "bad"), train_python)
+    with open(cfg, "a") as f:
+        f.write("no_such_key = 1\n")  # into [train.specforge.training]: SpecForge refuses it
+    assert _train(cfg, "start")["started"]
+    st = _until(cfg, lambda s: s["phase"] not in ("preflight", "loading", "training"), "end")
+    assert st["phase"] == "crashed" and "exited with code" in st["reason"], st
+    assert "ValidationError" in st["reason"] and "no_such_key" in st["reason"], st["reason"]
+    assert "no complete checkpoint" in st["reason"]
+    assert _train(cfg, "resume", code=3)["reason"].startswith("no complete checkpoint")
+
+
+def test_stop_ends_the_trainer_and_says_stopped_with_the_checkpoint_kept(extracted, train_python, tmp_path):
+    cfg = _config(extracted, str(tmp_path / "stopped"), train_python)
+    assert _train(cfg, "start")["started"]
+    st = _until(cfg, lambda s: s["phase"] == "training", "training")
+    rep = _train(cfg, "stop")
+    assert rep["stopped"] and rep["done"] and rep["phase"] == "stopped", rep
+    assert not _alive(st["pid"])
+    st = _train(cfg, "status")
+    assert st["phase"] == "stopped" and "stopped on request" in st["reason"]
+    assert _train(cfg, "stop", code=3)["reason"] == "no training run is going"

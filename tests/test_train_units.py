@@ -165,3 +165,23 @@ def test_setup_refuses_an_interpreter_without_the_unified_runtime_and_says_why(t
     assert p.returncode == 1 and not rep["ok"] and why in rep["reason"], p.stdout + p.stderr
     good = _fake_python(tmp_path, "ok", "0.2.0", UNIFIED)
     assert control.check_python(good) is None
+
+
+def test_the_crash_reason_is_the_tracebacks_exception_with_what_it_prints_below(tmp_path):
+    from runner.train.supervisor import last_error
+
+    log = tmp_path / "train.log"
+    log.write_text(
+        'an earlier launch\nTraceback (most recent call last):\n  File "a.py", line 1\nOldError: gone\n'
+        "step 2: {'loss': 1.0}\nTraceback (most recent call last):\n  File \"cli.py\", line 9, in main\n"
+        "    cfg = load()\n           ^^^^\npydantic_core.ValidationError: 1 validation error for Config\n"
+        "training.no_such_key\n  Extra inputs are not permitted [type=extra_forbidden]\n"
+    )
+    start = len("an earlier launch\n")
+    want = (
+        "pydantic_core.ValidationError: 1 validation error for Config training.no_such_key "
+        "Extra inputs are not permitted [type=extra_forbidden]"
+    )
+    assert last_error(str(log), start) == want
+    log.write_text("loading\nKilled\n")
+    assert last_error(str(log), 0) == "Killed"

@@ -47,9 +47,12 @@ def last_error(log_path: str, start: int) -> str:
     lines = [ln for ln in lines if ln.strip()]
     for i in range(len(lines) - 1, -1, -1):
         if lines[i].startswith("Traceback"):
-            tail = [ln for ln in lines[i + 1 :] if not ln.startswith((" ", "\t"))]
-            if tail:
-                return tail[-1][:500]
+            tail = lines[i + 1 :]
+            frames = [j for j, ln in enumerate(tail) if ln.startswith("  File ")]
+            after = tail[frames[-1] + 1 :] if frames else tail
+            first = next((j for j, ln in enumerate(after) if not ln.startswith((" ", "\t"))), None)
+            if first is not None:  # the exception's line and what it prints below it (pydantic's)
+                return " ".join(ln.strip() for ln in after[first:])[:500]
     return lines[-1][:500] if lines else ""
 
 
