@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
 import time
 
 import pytest
@@ -214,3 +215,19 @@ def test_stop_ends_the_trainer_and_says_stopped_with_the_checkpoint_kept(extract
     st = _train(cfg, "status")
     assert st["phase"] == "stopped" and "stopped on request" in st["reason"]
     assert _train(cfg, "stop", code=3)["reason"] == "no training run is going"
+
+
+def test_the_cpu_lanes_loss_shim_replaces_the_triton_kernel_with_the_same_maths(train_python):
+    code = (
+        "import torch, specforge.algorithms.eagle3.model as m\n"
+        "torch.manual_seed(0); x = torch.randn(2, 5, 7); t = torch.softmax(torch.randn(2, 5, 7), -1)\n"
+        "mask = (torch.rand(2, 5, 1) > 0.3).float()\n"
+        "ref = -torch.sum(mask * t * torch.nn.LogSoftmax(dim=2)(x.float()), 2).mean()\n"
+        "print(m.LogSoftmaxLoss.__name__, "
+        "torch.allclose(m.LogSoftmaxLoss.apply(x, t, mask), ref))\n"
+    )
+    env = {**os.environ, **specforge_cpu.env(train_python)}
+    p = subprocess.run([train_python, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    assert p.returncode == 0 and p.stdout.split() == ["_TorchLogSoftmaxLoss", "True"], (
+        p.stdout + p.stderr[-2000:]
+    )

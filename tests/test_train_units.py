@@ -185,3 +185,22 @@ def test_the_crash_reason_is_the_tracebacks_exception_with_what_it_prints_below(
     assert last_error(str(log), start) == want
     log.write_text("loading\nKilled\n")
     assert last_error(str(log), 0) == "Killed"
+
+
+def test_the_cpu_shims_reach_only_the_cpu_lanes_own_venv(tmp_path):
+    from runner import specforge_cpu
+
+    _model(tmp_path)
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "dataset.json").write_text(json.dumps({"aux_layer_ids": [1, 3, 4]}))
+    lane = tmp_path / "lane"
+    (lane / "bin").mkdir(parents=True)
+    (lane / specforge_cpu.SHIMS).mkdir()
+    (lane / specforge_cpu.SHIMS / "sitecustomize.py").write_text(specforge_cpu.SITECUSTOMIZE)
+    for python, cpu in ((str(tmp_path / "gpu-venv/bin/python"), False), (str(lane / "bin/python"), True)):
+        cfg = _cfg(tmp_path, python=python, run_dir=str(tmp_path / f"run-{cpu}"))
+        paths, spec = runspec.prepare(cfg)
+        env = runspec.command(cfg, paths, resume=False)["env"]
+        assert ("SPECFORGE_DEVICE" in env) is cpu and ("TORCHDYNAMO_DISABLE" in env) is cpu
+        assert (spec["training"].get("attention_backend") == "sdpa") is cpu
+        assert ("dataloader_num_workers" in spec["data"]) is cpu

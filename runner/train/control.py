@@ -98,6 +98,8 @@ def _launch(cfg: Config, paths: runspec.RunPaths, launch: str) -> Reply:
                 {"started": True, "pid": d.get("pid"), "supervisor_pid": p.pid, "run_dir": paths.root}, text
             )
         if p.poll() is not None:
+            if _running(paths) is not None:  # another start's supervisor won the lock: its record stands
+                return _refused(f"a training run is going in {paths.root} (supervisor pid {_running(paths)})")
             rec.update(phase="crashed", reason=f"the supervisor exited with code {p.returncode} at once; "
                        f"see {paths.root}/supervisor.log")  # fmt: skip
             rec.write()
