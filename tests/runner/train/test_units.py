@@ -1,6 +1,6 @@
 """The training stage's parts that need no trainer: step lines, checkpoint completeness, the
 [train] config, the run dir's files, the record's crash rule and the interpreter check (real
-files, real processes; SpecForge's own run is tests/test_train_specforge.py)."""
+files, real processes; SpecForge's own run is tests/runner/train/test_specforge.py)."""
 
 from __future__ import annotations
 
