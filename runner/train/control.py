@@ -115,10 +115,11 @@ def start(cfg: Config) -> Reply:
     paths = runspec.RunPaths(runspec.run_dir(cfg))
     if (pid := _running(paths)) is not None:
         return _refused(f"a training run is going in {paths.root} (supervisor pid {pid})")
-    held = progress.checkpoints(paths.output, runspec.RUN_ID)
-    if held or os.path.isdir(paths.output) and os.listdir(paths.output):
+    run_id = Record.load(paths.root).d.get("run_id") or runspec.RUN_ID
+    held = progress.checkpoints(paths.output, run_id)  # a run cut short before its first save: none
+    if held:
         return _refused(
-            f"{paths.root} holds checkpoints ({', '.join(f'step {s}' for s in held) or 'files in output/'}): "
+            f"{paths.root} holds checkpoints ({', '.join(f'step {s}' for s in held)}): "
             "a fresh start would delete them; resume it (hsx-runner train resume) or set another [train] run_dir"
         )
     try:

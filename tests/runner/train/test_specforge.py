@@ -231,3 +231,18 @@ def test_the_cpu_lanes_loss_shim_replaces_the_triton_kernel_with_the_same_maths(
     assert p.returncode == 0 and p.stdout.split() == ["_TorchLogSoftmaxLoss", "True"], (
         p.stdout + p.stderr[-2000:]
     )
+
+
+def test_a_run_killed_before_its_first_checkpoint_starts_again(extracted, train_python, tmp_path):
+    cfg = _config(extracted, str(tmp_path / "early"), train_python)
+    assert _train(cfg, "start")["started"]
+    st = _until(cfg, lambda s: s["pid"] and s["checkpoint_step"] is None, "a trainer before its first save")
+    os.kill(st["pid"], signal.SIGKILL)
+    st = _until(cfg, lambda s: s["phase"] == "crashed", "crashed record")
+    assert st["checkpoint_step"] is None and "no complete checkpoint" in st["reason"]
+    assert _train(cfg, "resume", code=3)["reason"].startswith("no complete checkpoint")
+    assert _train(cfg, "start")["started"]  # nothing to lose: a fresh start is the way on
+    st = _until(cfg, lambda s: s["phase"] not in ("preflight", "loading", "training"), "end")
+    assert st["phase"] == "done" and st["step"] == TOTAL, st
+    log = open(os.path.join(str(tmp_path / "early"), "train.log")).read()
+    assert log.count("--- hsx: start at ") == 2  # the cut-short launch's log is kept
