@@ -24,6 +24,7 @@ from . import progress, runspec
 from .record import ACTIVE, Record, now, read
 
 VERSION = "0.2.0"
+DID = {"start": "started", "resume": "resumed"}
 # The unified runtime has specforge.cli with a ``train`` command; the legacy 0.2.0 has neither.
 CHECK = """
 import contextlib, importlib.metadata as m, io, specforge.cli as c
@@ -93,7 +94,7 @@ def _launch(cfg: Config, paths: runspec.RunPaths, launch: str) -> Reply:
     while time.monotonic() < deadline:
         d = read(paths.root)
         if Record.load(paths.root).d.get("supervisor_pid") == p.pid:
-            text = f"training {launch}ed (trainer pid {d.get('pid')}); log {paths.log}"
+            text = f"training {DID[launch]} (trainer pid {d.get('pid')}); log {paths.log}"
             return Reply(
                 {"started": True, "pid": d.get("pid"), "supervisor_pid": p.pid, "run_dir": paths.root}, text
             )
@@ -105,7 +106,7 @@ def _launch(cfg: Config, paths: runspec.RunPaths, launch: str) -> Reply:
             rec.write()
             return Reply({"started": False, "reason": rec.d["reason"]}, rec.d["reason"], REFUSED)
         time.sleep(0.1)
-    return Reply({"started": True, "supervisor_pid": p.pid, "run_dir": paths.root}, f"training {launch}ed")
+    return Reply({"started": True, "supervisor_pid": p.pid, "run_dir": paths.root}, f"training {DID[launch]}")
 
 
 def start(cfg: Config) -> Reply:

@@ -157,7 +157,8 @@ def test_kills_leave_crashed_records_and_resume_logs_the_uninterrupted_runs_loss
     assert _train(cfg, "start", code=3)["reason"].count("holds checkpoints") == 1
     yaml_before = open(os.path.join(run_dir, "run.yaml")).read()
     # resume; then kill -9 of the supervisor: its trainer must not go on unwatched
-    assert _train(cfg, "resume")["started"]
+    rep = _train(cfg, "resume")
+    assert rep["started"] and rep["message"].startswith("training resumed"), rep
     st = _until(cfg, lambda s: s["phase"] == "training" and s["pid"], "resumed training")
     assert st["step"] < TOTAL - SAVE, "the run was about to end before the test could kill it"
     os.kill(st["supervisor_pid"], signal.SIGKILL)
