@@ -3,18 +3,16 @@
 The venv holds the pinned SGLang on the torch pair it pins, apart from hsx's venv (SGLang
 needs torchvision, which fails to import beside hsx's CPU torch wheel).
 
-Built once under a folder keyed on the pin file's hash, so a changed pin builds anew and an
-unchanged one is reused; a half-built venv is never taken for a built one (the marker file
-is written last). ``python -m runner.sglang_cpu [ROOT]`` builds it and prints its python.
+Built once, as every lane is (``runner.lanes``). ``python -m runner.sglang_cpu [ROOT]`` builds it
+and prints its python.
 """
 
 from __future__ import annotations
 
-import hashlib
 import os
-import subprocess
 import sys
-from importlib import resources
+
+from .lanes import Lane, to_stderr
 
 MARKER = "hsx-sglang-ready"
 # SGLang's CPU engine (``--device cpu`` alone fails in its rotary embedding), eager, small.
@@ -66,54 +64,22 @@ def server_section(arch: str, python: str, kernels: str, tp: int = 1) -> dict:
     }
 
 
-def pins() -> str:
-    return resources.files("runner").joinpath("assets/sglang-cpu.txt").read_text()
+LANE = Lane("sglang-cpu", "SGLang CPU venv", MARKER)
+venv_dir, python_of = LANE.venv_dir, LANE.python_of
 
 
-def _pinned(text: str, tag: str) -> list[str]:
-    for line in text.splitlines():
-        if line.startswith(f"#@{tag} "):
-            return line.split()[1:]
-    raise ValueError(f"sglang-cpu.txt has no #@{tag} line")
-
-
-def venv_dir(root: str) -> str:
-    key = hashlib.sha256(pins().encode()).hexdigest()[:12]
-    return os.path.join(os.path.abspath(root), f"sglang-cpu-{key}")
-
-
-def python_of(root: str) -> str | None:
-    """The lane's interpreter if its venv is built, else None."""
-    d = venv_dir(root)
-    py = os.path.join(d, "bin", "python")
-    return py if os.path.exists(os.path.join(d, MARKER)) and os.path.exists(py) else None
-
-
-def _say(msg: str) -> None:
-    print(msg, file=sys.stderr, flush=True)
-
-
-def build(root: str, say=_say) -> str:
+def build(root: str, say=to_stderr) -> str:
     """Build the venv (several minutes, ~6 GB) unless built; return its python."""
-    done = python_of(root)
-    if done:
-        return done
-    d = venv_dir(root)
-    text = pins()
-    reqs = [ln for ln in text.splitlines() if ln.strip() and not ln.startswith("#")]
-    py = os.path.join(d, "bin", "python")
-    steps = [
-        ("creating the venv", [sys.executable, "-m", "venv", "--clear", d]),
-        ("torch and torchvision", [py, "-m", "pip", "install", "-q", *_pinned(text, "torch")]),
-        ("SGLang (no deps)", [py, "-m", "pip", "install", "-q", "--no-deps", *_pinned(text, "sglang")]),
-        (f"{len(reqs)} pure-Python dependencies", [py, "-m", "pip", "install", "-q", *reqs]),
-    ]
-    for i, (what, argv) in enumerate(steps, 1):
-        say(f"SGLang CPU venv {d}: step {i}/{len(steps)}: {what}")
-        subprocess.run(argv, check=True)
-    with open(os.path.join(d, MARKER), "w") as f:
-        f.write(text)
-    return py
+    reqs = LANE.requirements()
+    return LANE.build(
+        root,
+        lambda py: [
+            ("torch and torchvision", [py, "-m", "pip", "install", "-q", *LANE.pinned("torch")]),
+            ("SGLang (no deps)", [py, "-m", "pip", "install", "-q", "--no-deps", *LANE.pinned("sglang")]),
+            (f"{len(reqs)} pure-Python dependencies", [py, "-m", "pip", "install", "-q", *reqs]),
+        ],
+        say=say,
+    )
 
 
 if __name__ == "__main__":

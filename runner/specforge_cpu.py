@@ -2,8 +2,7 @@
 
 The venv holds the ``specforge==0.2.0`` wheel with ``--no-deps`` on this machine's CPU torch,
 apart from hsx's venv (its pins, torch 2.11 and sglang 0.5.14, would break extraction).
-Built once under a folder keyed on the pin file's hash; the marker file is written last, so a
-half-built venv is never taken for a built one. ``python -m runner.specforge_cpu [ROOT]``
+Built once, as every lane is (``runner.lanes``); ``python -m runner.specforge_cpu [ROOT]``
 builds it and prints its python.
 
 The CPU shims (shared/notes/specforge-0.2.0-training.md) are here only: ``env()`` and
@@ -12,11 +11,10 @@ The CPU shims (shared/notes/specforge-0.2.0-training.md) are here only: ``env()`
 
 from __future__ import annotations
 
-import hashlib
 import os
-import subprocess
 import sys
-from importlib import resources
+
+from .lanes import Lane, to_stderr
 
 MARKER = "hsx-specforge-ready"
 SHIMS = "hsx-cpu-shims"  # a folder in the venv holding the sitecustomize below
@@ -67,27 +65,8 @@ sys.meta_path.insert(0, _Patch())
 '''
 
 
-def pins() -> str:
-    return resources.files("runner").joinpath("assets/specforge-cpu.txt").read_text()
-
-
-def _pinned(text: str, tag: str) -> list[str]:
-    for line in text.splitlines():
-        if line.startswith(f"#@{tag} "):
-            return line.split()[1:]
-    raise ValueError(f"specforge-cpu.txt has no #@{tag} line")
-
-
-def venv_dir(root: str) -> str:
-    key = hashlib.sha256((pins() + SITECUSTOMIZE).encode()).hexdigest()[:12]
-    return os.path.join(os.path.abspath(root), f"specforge-cpu-{key}")
-
-
-def python_of(root: str) -> str | None:
-    """The lane's interpreter if its venv is built, else None."""
-    d = venv_dir(root)
-    py = os.path.join(d, "bin", "python")
-    return py if os.path.exists(os.path.join(d, MARKER)) and os.path.exists(py) else None
+LANE = Lane("specforge-cpu", "SpecForge CPU venv", MARKER, extra_key=SITECUSTOMIZE)
+venv_dir, python_of = LANE.venv_dir, LANE.python_of
 
 
 def shims_of(python: str) -> str | None:
@@ -112,34 +91,28 @@ def yaml_keys() -> dict[str, dict]:
     }
 
 
-def _say(msg: str) -> None:
-    print(msg, file=sys.stderr, flush=True)
-
-
-def build(root: str, say=_say) -> str:
+def build(root: str, say=to_stderr) -> str:
     """Build the venv (a few minutes) unless built; return its python."""
-    done = python_of(root)
-    if done:
-        return done
-    d = venv_dir(root)
-    text = pins()
-    reqs = [ln for ln in text.splitlines() if ln.strip() and not ln.startswith("#")]
-    py = os.path.join(d, "bin", "python")
-    steps = [
-        ("creating the venv", [sys.executable, "-m", "venv", "--clear", d]),
-        ("torch (CPU)", [py, "-m", "pip", "install", "-q", *_pinned(text, "torch")]),
-        ("SpecForge (no deps)", [py, "-m", "pip", "install", "-q", "--no-deps", *_pinned(text, "specforge")]),
-        (f"{len(reqs)} dependencies", [py, "-m", "pip", "install", "-q", *reqs, *_pinned(text, "torch")]),
-    ]
-    for i, (what, argv) in enumerate(steps, 1):
-        say(f"SpecForge CPU venv {d}: step {i}/{len(steps)}: {what}")
-        subprocess.run(argv, check=True)
-    os.makedirs(os.path.join(d, SHIMS), exist_ok=True)
-    with open(os.path.join(d, SHIMS, "sitecustomize.py"), "w") as f:
-        f.write(SITECUSTOMIZE)
-    with open(os.path.join(d, MARKER), "w") as f:
-        f.write(text)
-    return py
+    reqs, torch = LANE.requirements(), LANE.pinned("torch")
+
+    def shims(d: str) -> None:
+        os.makedirs(os.path.join(d, SHIMS), exist_ok=True)
+        with open(os.path.join(d, SHIMS, "sitecustomize.py"), "w") as f:
+            f.write(SITECUSTOMIZE)
+
+    return LANE.build(
+        root,
+        lambda py: [
+            ("torch (CPU)", [py, "-m", "pip", "install", "-q", *torch]),
+            (
+                "SpecForge (no deps)",
+                [py, "-m", "pip", "install", "-q", "--no-deps", *LANE.pinned("specforge")],
+            ),
+            (f"{len(reqs)} dependencies", [py, "-m", "pip", "install", "-q", *reqs, *torch]),
+        ],
+        finish=shims,
+        say=say,
+    )
 
 
 if __name__ == "__main__":

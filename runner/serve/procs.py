@@ -3,7 +3,9 @@ the server's lifecycle, the shared-memory cleanup and free-gpus ask of it."""
 
 from __future__ import annotations
 
+import ctypes
 import os
+import signal
 
 
 def pids() -> list[int]:
@@ -55,3 +57,13 @@ def group(pgid: int) -> set[int]:
         if st and st[1] == pgid and st[0] != "Z":
             out.add(pid)
     return out
+
+
+def die_with_parent() -> None:
+    """In a child before exec (``preexec_fn``): SIGKILL it when the thread that started it dies,
+    so a runner or supervisor killed by SIGKILL never leaves its server or trainer running
+    unwatched (PR_SET_PDEATHSIG)."""
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)
+    except OSError:
+        pass

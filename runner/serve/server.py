@@ -5,7 +5,6 @@ HTTP health, process exit code), restart with a cap, stop with SIGTERM then SIGK
 from __future__ import annotations
 
 import asyncio
-import ctypes
 import errno
 import json
 import os
@@ -27,7 +26,7 @@ from ..contract.launch import ArgsError, server_argv
 from ..contract.status import now_iso
 from ..sglang_cpu import checkout_root
 from . import pidfile
-from .procs import proc_stat
+from .procs import die_with_parent, proc_stat
 from .shm import ShmTracker
 
 if TYPE_CHECKING:
@@ -99,14 +98,6 @@ def port_in_use(host: str, port: int) -> bool:
         except OSError as e:
             return e.errno == errno.EADDRINUSE
     return False
-
-
-def _die_with_parent() -> None:
-    # A runner killed with SIGKILL must not leave a server holding the GPUs.
-    try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except OSError:
-        pass
 
 
 def build_argv(cfg: Config, aux_ids: list[int]) -> list[str]:
@@ -243,7 +234,7 @@ class Server:
         self.shm.begin()
         self.proc = subprocess.Popen(
             self.argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=self.env,
-            start_new_session=True, preexec_fn=_die_with_parent,
+            start_new_session=True, preexec_fn=die_with_parent,
         )  # fmt: skip
         log.close()
         pidfile.write(self.pid_file, self.proc.pid)

@@ -6,7 +6,7 @@ view from the job's facts, command.json), ``progress`` (step lines, complete che
 ``record`` (the run's status.json), ``supervisor`` (the detached process that runs and watches
 one trainer launch), ``control`` (the ``hsx-runner train`` verbs).
 
-Imports the contract, ``output`` (the lock, dataset.json's name) and ``runner.specforge_cpu``
-(the CPU lane's venv and shims); SpecForge itself runs only in its own interpreter,
-``[train] python``, never imported here.
+Imports the contract, ``output`` (the lock, dataset.json's name), ``serve.procs`` (the trainer
+dies with its supervisor) and ``runner.specforge_cpu`` (the CPU lane's venv and shims);
+SpecForge itself runs only in its own interpreter, ``[train] python``, never imported here.
 """

@@ -12,7 +12,6 @@ since that checkpoint, at the price of a second way for a run to be watched.
 
 from __future__ import annotations
 
-import ctypes
 import json
 import os
 import signal
@@ -21,19 +20,13 @@ import sys
 import time
 
 from ..output.lock import JobLock
+from ..serve.procs import die_with_parent
 from . import progress
 from .record import Record, now
 
 POLL_S = 0.5
 STOP_GRACE_S = 20.0  # SIGTERM to the trainer's group, then SIGKILL
 REPLACE_S = 1.0  # status.json at most this often while steps flow
-
-
-def _die_with_parent() -> None:
-    try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except OSError:
-        pass
 
 
 def last_error(log_path: str, start: int) -> str:
@@ -89,7 +82,7 @@ class Supervisor:
             self.proc = subprocess.Popen(
                 cmd["argv"], env={**os.environ, **cmd["env"]}, cwd=self.root, stdout=log,
                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
-                preexec_fn=_die_with_parent,
+                preexec_fn=die_with_parent,
             )  # fmt: skip
         self.rec.update(pid=self.proc.pid)
         self.rec.write()

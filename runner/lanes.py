@@ -1,0 +1,73 @@
+"""A CPU lane's own venv (the real SGLang's, SpecForge's trainer's), apart from hsx's: built
+once, in named steps, under a folder keyed on its pin file's hash, so a changed pin builds anew
+and an unchanged one is reused; the marker file is written last, so a half-built venv is never
+taken for a built one. Stdlib only: a leaf every stage may use."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from importlib import resources
+
+
+def to_stderr(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+@dataclass(frozen=True)
+class Lane:
+    name: str  # the folder's prefix and the name said while building: "sglang-cpu"
+    title: str  # "SGLang CPU venv"
+    marker: str  # written last, inside the venv
+    extra_key: str = ""  # more than the pins that makes a venv differ (a shim's source)
+
+    def pins(self) -> str:
+        return resources.files("runner").joinpath(f"assets/{self.name}.txt").read_text()
+
+    def pinned(self, tag: str) -> list[str]:
+        """The requirements on the pin file's ``#@TAG`` line."""
+        for line in self.pins().splitlines():
+            if line.startswith(f"#@{tag} "):
+                return line.split()[1:]
+        raise ValueError(f"{self.name}.txt has no #@{tag} line")
+
+    def requirements(self) -> list[str]:
+        """The pin file's plain lines (comments and #@ lines left out)."""
+        return [ln for ln in self.pins().splitlines() if ln.strip() and not ln.startswith("#")]
+
+    def venv_dir(self, root: str) -> str:
+        key = hashlib.sha256((self.pins() + self.extra_key).encode()).hexdigest()[:12]
+        return os.path.join(os.path.abspath(root), f"{self.name}-{key}")
+
+    def python_of(self, root: str) -> str | None:
+        """The lane's interpreter if its venv is built, else None."""
+        d = self.venv_dir(root)
+        py = os.path.join(d, "bin", "python")
+        return py if os.path.exists(os.path.join(d, self.marker)) and os.path.exists(py) else None
+
+    def build(
+        self,
+        root: str,
+        steps: Callable[[str], list[tuple[str, list[str]]]],
+        finish: Callable[[str], None] = lambda d: None,
+        say: Callable[[str], None] = to_stderr,
+    ) -> str:
+        """Build the venv unless built; return its python. ``steps(python)``: (what, argv) after
+        the venv is created; ``finish(venv)`` runs before the marker is written."""
+        done = self.python_of(root)
+        if done:
+            return done
+        d = self.venv_dir(root)
+        py = os.path.join(d, "bin", "python")
+        todo = [("creating the venv", [sys.executable, "-m", "venv", "--clear", d]), *steps(py)]
+        for i, (what, argv) in enumerate(todo, 1):
+            say(f"{self.title} {d}: step {i}/{len(todo)}: {what}")
+            subprocess.run(argv, check=True)
+        finish(d)
+        with open(os.path.join(d, self.marker), "w") as f:
+            f.write(self.pins())
+        return py
