@@ -18,7 +18,7 @@ from runner.contract.errors import HsxError
 from runner.contract.stdout import quiet_when_stdout_closes
 
 from .commands import Command, command_of
-from .verbs import TABLE, VERBS
+from .verbs import TABLE, TRAIN_VERBS, VERBS
 
 
 def _box(cfg: Config):
@@ -81,6 +81,30 @@ def _json_reply(box, cmd: Command) -> dict:
     if cmd.verb in ("start", "resume"):
         return getattr(box, cmd.verb)(force=cmd.force)
     return getattr(box, cmd.verb)()
+
+
+def cmd_train(args) -> int:
+    """`hsx train VERB`: the runner's reply as it is with --json; otherwise the chat's text."""
+    from remote.errors import RemoteError
+
+    from . import train
+
+    cfg = load(args.config)
+    box = _box(cfg)
+    try:
+        if args.json:
+            print(json.dumps(box.train(args.action)))
+            return 0
+        from .wiring import make_handlers
+
+        reply = train.handle(make_handlers(cfg, box), Command(args.action), "terminal", operator=True)
+        print(reply.text)
+        return 1 if reply.error else 0
+    except RemoteError as e:
+        print(f"hsx: {e}", file=sys.stderr)
+        return 2
+    finally:
+        box.close()
 
 
 def cmd_bot(args) -> int:
@@ -261,6 +285,11 @@ def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="hsx", description="run and watch hidden-state extraction")
     sub = p.add_subparsers(dest="verb", required=True)
     _add_verbs(sub)
+    s = sub.add_parser("train", help="train the EAGLE-3 draft on the output with SpecForge ([train])")
+    s.add_argument("action", choices=[v.name for v in TRAIN_VERBS if v.terminal])
+    s.add_argument("--config", default=None)
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(fn=cmd_train)
     s = sub.add_parser("bot", help="run the Slack bot (Socket Mode, or HTTP with --http PORT)")
     s.add_argument("--config", default=None)
     s.add_argument("--http", type=int, default=None, metavar="PORT")

@@ -20,6 +20,7 @@ from remote.errors import (
 from remote.live import Reading
 from runner.contract.render import MAX_ERROR_CHARS, clock, human_duration, now_utc, percent, render_text
 from runner.contract.status import STALE_S, Phase, StatusRecord, heartbeat_age
+from runner.contract.train import TrainRecord, render_train
 
 from .mrkdwn import escape
 
@@ -140,3 +141,24 @@ def render_reading(r: Reading, now: dt.datetime | None = None, stale_s: float = 
 
 def render_reading_blocks(r: Reading, now: dt.datetime | None = None, stale_s: float = STALE_S) -> list[dict]:
     return [_section(":warning: " + render_reading(r, now, stale_s))]
+
+
+TRAIN_ICON = {"loading": ":hourglass_flowing_sand:", "training": ":arrows_counterclockwise:",
+              "done": ":white_check_mark:", "stopped": ":black_square_for_stop:", "crashed": ":boom:"}  # fmt: skip
+
+
+def text_blocks(text: str) -> list[dict]:
+    return [_section(text)]
+
+
+def train_blocks(rec: TrainRecord, now: dt.datetime | None = None) -> list[dict]:
+    """The training's summary (runner/contract/train.py) with a bar of its steps."""
+    blocks = []
+    if rec.total_steps and rec.step is not None:
+        filled = min(BAR_CELLS, int(BAR_CELLS * rec.step / rec.total_steps))
+        pct = 100.0 * rec.step / rec.total_steps
+        blocks.append(_section(f"`{'▓' * filled + '░' * (BAR_CELLS - filled)}` *{pct:.1f}%* trained"))
+    blocks.append(_section(render_train(rec, now_utc(now))))
+    context = f"{TRAIN_ICON.get(rec.phase, ':mag:')} training {rec.phase} · run {rec.run_dir or '?'}"
+    blocks.append({"type": "context", "elements": [{"type": "mrkdwn", "text": escape(context, 2900)}]})
+    return blocks

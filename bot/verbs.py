@@ -44,6 +44,7 @@ class Verb:
     json: bool = True  # `hsx VERB --json` prints the runner's reply as it is
     report: bool = False  # with --json, the reply's complete/ok is the exit status
     aside: str = ""  # after the usage in chat help
+    slash: str = SLASH  # the slash command it belongs to
 
     @property
     def usage(self) -> str:
@@ -64,7 +65,7 @@ class Verb:
 
     def chat_help(self) -> str:
         aside = f" {self.aside}" if self.aside else ""
-        line = f"`{SLASH} {self.name}{self.usage}`{aside} — {self.help}"
+        line = f"`{self.slash} {self.name}{self.usage}`{aside} — {self.help}"
         line += ", asks to confirm" if self.confirm else ""
         return line + (" (operators)" if self.for_operators else "")
 
@@ -157,19 +158,38 @@ VERBS = (
 TABLE = {v.name: v for v in VERBS}
 CONFIRMED = tuple(v.name for v in VERBS if v.confirm)
 
+# `/train VERB` and `hsx train VERB`: each runs `hsx-runner train VERB` (bot/train.py).
+TRAIN_SLASH = "/train"
+TRAIN_DESCRIPTION = "Train, resume, stop, query or export the EAGLE-3 draft"
+TRAIN_VERBS = tuple(
+    Verb(name, help_, operator=operator, slash=TRAIN_SLASH, terminal=name != "help", json=name != "help")
+    for name, help_, operator in (
+        ("status", "where the training is: step, loss, acc, rate, ETA, the last checkpoint", False),
+        ("start", "start SpecForge's trainer on the output (refused where checkpoints exist)", True),
+        ("resume", "continue from the last complete checkpoint, with the first launch's YAML", True),
+        ("stop", "stop the trainer (the last complete checkpoint stays)", True),
+        ("export", "export the draft for SGLang, with the flags to serve it", True),
+        ("help", "this text", False),
+    )
+)
+TRAIN_TABLE = {v.name: v for v in TRAIN_VERBS}
 
-def help_text() -> str:
-    return "\n".join(v.chat_help() for v in VERBS)
+
+def help_text(verbs: tuple[Verb, ...] = VERBS) -> str:
+    return "\n".join(v.chat_help() for v in verbs)
 
 
-def usage_hint() -> str:
-    return " | ".join(v.name + v.usage for v in VERBS)
+def usage_hint(verbs: tuple[Verb, ...] = VERBS) -> str:
+    return " | ".join(v.name + v.usage for v in verbs)
 
 
-def manifest_entry() -> str:
-    """The /extract lines of deploy/slack-manifest.yaml that come from this table."""
+def manifest_entry(train: bool = False) -> str:
+    """A slash command's lines of deploy/slack-manifest.yaml that come from its table."""
+    slash, what, verbs = (
+        (TRAIN_SLASH, TRAIN_DESCRIPTION, TRAIN_VERBS) if train else (SLASH, SLASH_DESCRIPTION, VERBS)
+    )
     return (
-        f"    - command: {SLASH}\n"
-        f"      description: {SLASH_DESCRIPTION}\n"
-        f"      usage_hint: {json.dumps(usage_hint())}\n"  # a JSON string is a YAML string
+        f"    - command: {slash}\n"
+        f"      description: {what}\n"
+        f"      usage_hint: {json.dumps(usage_hint(verbs))}\n"  # a JSON string is a YAML string
     )

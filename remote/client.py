@@ -8,6 +8,8 @@ from typing import Any
 
 from runner.contract.replies import ANSWER_CODES, LOGS, MAX_LOG_LINES, MAX_N, UNIT_NAME_RE
 from runner.contract.status import StatusRecord
+from runner.contract.train import ACTIONS as TRAIN_ACTIONS
+from runner.contract.train import TrainRecord
 
 from .errors import BadReply, CommandFailed
 from .transport import Result, Transport
@@ -124,6 +126,22 @@ class GpuBox:
                 raise ValueError(f"free-gpus: a confirmation needs unit names and an expiry, got {units!r}")
             args += [f"--units={','.join(units)}", f"--until={int(until)}"]
         return self._call("preflight", *args, timeout_s=max(self.timeout_s, 600.0))
+
+    def train(self, action: str) -> dict[str, Any]:
+        """``hsx-runner train ACTION``: one of a fixed set; start, resume and export wait long
+        (the start checks the trainer's interpreter; export runs SpecForge's exporter)."""
+        if action not in TRAIN_ACTIONS:
+            raise ValueError(f"train: the action must be one of {', '.join(TRAIN_ACTIONS)}, got {action!r}")
+        long = action in ("setup", "start", "resume", "export")
+        return self._call("train", action, timeout_s=max(self.timeout_s, 1800.0 if long else 0.0))
+
+    def train_status(self) -> TrainRecord:
+        from runner.contract.errors import StatusError
+
+        try:
+            return TrainRecord.from_dict(self.train("status"))
+        except StatusError as e:
+            raise BadReply(str(e)) from None
 
     def close(self) -> None:
         self.transport.close()

@@ -16,6 +16,7 @@ from .contract.config import Config, load, require_job, without_secrets
 from .contract.errors import HsxError, LockedError, StatusError
 from .contract.replies import LOGS, MAX_N, NOT_OK, OK, REFUSED, USAGE, Reply
 from .contract.stdout import quiet_when_stdout_closes
+from .contract.train import ACTIONS as TRAIN_ACTIONS
 from .engines import engine_for
 
 
@@ -220,7 +221,7 @@ def parser() -> argparse.ArgumentParser:
         "--until", type=float, default=None, help="with --free-gpus: refuse after this time (epoch s)"
     )
     s = verb("train", cmd_train, "train the EAGLE-3 draft on the output with SpecForge ([train])")
-    s.add_argument("action", choices=("setup", "start", "resume", "stop", "status", "export"))
+    s.add_argument("action", choices=TRAIN_ACTIONS)
     s.add_argument("--wait", type=float, default=30.0, help="stop: how long to wait for the trainer to end")
     s.add_argument("--root", default=os.path.expanduser("~/.cache/hsx"),
                    help="setup without [train] python: where the CPU lane's venv is built")  # fmt: skip

@@ -9,6 +9,7 @@ from ..access import refusal
 from ..commands import Command
 from ..runtime import Runtime
 from ..slack_out import post_reply
+from ..train import with_training
 
 QUESTION = re.compile(r"^\s*(<@[A-Z0-9]+>\s*)?(progress|status)\s*\?*\s*$", re.IGNORECASE)
 
@@ -20,7 +21,7 @@ def register(app, rt: Runtime) -> None:
         dm = "directmessage" if message.get("channel_type") == "im" else ""
         if refusal(rt.cfg, rt.is_member, channel, user, dm):
             return
-        reply = rt.handlers.handle(Command("status"), user)
+        reply = with_training(rt.handlers.handle(Command("status"), user), rt.handlers)
         post_reply(reply, client, channel, thread_ts=message.get("thread_ts"))
 
     @app.event("message")

@@ -31,11 +31,12 @@ def new_trigger() -> str:
 
 
 def command_payload(
-    text: str, user: str, response_url: str, channel: str = "C0PROGRESS", team: str = "T0TEAM"
-) -> dict:
-    """A /extract slash command as Slack sends it."""
+    text: str, user: str, response_url: str, channel: str = "C0PROGRESS", team: str = "T0TEAM",
+    command: str = "/extract",
+) -> dict:  # fmt: skip
+    """A slash command (/extract, /train) as Slack sends it."""
     return {
-        "command": "/extract",
+        "command": command,
         "text": text,
         "user_id": user,
         "channel_id": channel,
@@ -100,8 +101,8 @@ class Bot:
         return urllib.parse.urlencode(command_payload(text, user, self.response_url, **where)).encode()
 
     def command(self, text: str, user: str = OPERATOR, channel: str = "C0PROGRESS", team: str = "T0TEAM",
-                **kw) -> int:  # fmt: skip
-        body = self.command_body(text, user, channel=channel, team=team)
+                command: str = "/extract", **kw) -> int:  # fmt: skip
+        body = self.command_body(text, user, channel=channel, team=team, command=command)
         return self.post(body, "application/x-www-form-urlencoded", **kw)
 
     def event(self, event: dict, event_id: str, retry: int | None = None, team: str = "T0TEAM") -> int:

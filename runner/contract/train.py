@@ -1,0 +1,138 @@
+"""The training run's record as ``hsx-runner train status --json`` prints it, typed and checked,
+and its plain-text summary (what "progress?" and ``/train status`` say).
+
+The box writes it (runner/train/record.py); this side only reads it: unknown keys are ignored,
+a known key holding the wrong kind is refused by name, like the extraction's status record.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from .errors import StatusError
+from .fields import plain, short
+from .render import human_duration, now_utc
+from .status import NOT_STARTED, parse_iso
+
+ACTIONS = ("setup", "start", "resume", "stop", "status", "export")  # hsx-runner train ACTION
+PHASES = ("preflight", "loading", "training", "done", "stopped", "crashed")
+ACTIVE = ("preflight", "loading", "training")
+WHERE = "training record"
+
+
+@dataclass(frozen=True)
+class TrainRecord:
+    phase: str = "stopped"
+    step: int | None = None
+    total_steps: int | None = None
+    epoch: int | None = None
+    epochs: int | None = None
+    loss: float | None = None
+    acc: float | None = None
+    acceptance_rate: float | None = None
+    checkpoint_step: int | None = None
+    checkpoint_at: str | None = None  # when that checkpoint became durable, where the box says
+    pid: int | None = None
+    supervisor_pid: int | None = None
+    run_dir: str | None = None
+    export_dir: str | None = None
+    python: str | None = None
+    heartbeat: str | None = None
+    reason: str | None = None
+    exit_code: int | None = None
+    launch: str | None = None
+    launches: int | None = None
+    started_at: str | None = None
+    launched_at: str | None = None
+    ended_at: str | None = None
+    last_step_at: str | None = None
+    nan_loss: bool | None = None
+    run_id: str | None = None
+    world: int | None = None
+
+    @classmethod
+    def from_dict(cls, d: Any) -> TrainRecord:
+        if not isinstance(d, dict):
+            raise StatusError(f"{WHERE} is not a JSON object")
+        if d.get("phase") not in PHASES:
+            raise StatusError(f"{WHERE} has unknown phase {short(d.get('phase'))}")
+        d = dict(d)
+        for k in ("loss", "acc", "acceptance_rate"):  # a NaN loss arrives as NaN or as a string
+            v = d.get(k)
+            if isinstance(v, float) and not math.isfinite(v) or v in ("nan", "NaN", "inf", "-inf"):
+                d[k] = None
+                d["nan_loss"] = d.get("nan_loss") or k == "loss"
+        kw = plain(cls, d, WHERE, skip=("phase",))
+        for k in ("heartbeat", "started_at", "launched_at", "ended_at", "last_step_at", "checkpoint_at"):
+            if kw.get(k) is not None and parse_iso(kw[k]) is None:
+                raise StatusError(f"{WHERE} field {k!r} is not an ISO time (got {short(kw[k])})")
+        return cls(**kw)
+
+    @property
+    def started(self) -> bool:
+        """A run was ever launched (not the reader's stand-in for an empty run dir)."""
+        return self.reason != NOT_STARTED and (self.run_id is not None or self.launches is not None)
+
+    @property
+    def active(self) -> bool:
+        return self.phase in ACTIVE
+
+    def steps_per_s(self) -> float | None:
+        """Only for a first launch: a resumed one does not say the step it resumed at."""
+        t0, t1 = parse_iso(self.launched_at), parse_iso(self.last_step_at)
+        if self.launch != "start" or not self.step or t0 is None or t1 is None or t1 <= t0:
+            return None
+        return self.step / (t1 - t0).total_seconds()
+
+
+def _number(v: float | None, fmt: str) -> str:
+    return "?" if v is None else format(v, fmt)
+
+
+def render_train(rec: TrainRecord, now: dt.datetime | None = None) -> str:
+    """The training in plain text: phase, step / total and %, epoch, loss, acc, rate, ETA,
+    the last durable checkpoint, the reason when it ended badly, the export path when done."""
+    now = now_utc(now)
+    if not rec.started:
+        return "training: not started (`/train start`)"
+    head = f"training {rec.phase}"
+    if rec.total_steps:
+        step = rec.step or 0
+        head += f" — step {step:,} / {rec.total_steps:,} ({100.0 * step / rec.total_steps:.1f}%)"
+    lines = [head]
+    bits = []
+    if rec.epoch is not None:
+        bits.append(f"epoch {rec.epoch}/{rec.epochs or '?'}")
+    if rec.nan_loss:
+        bits.append("loss NaN")
+    elif rec.loss is not None:
+        bits.append(f"loss {_number(rec.loss, '.4g')}")
+    if rec.acc is not None:
+        bits.append(f"acc {_number(rec.acc, '.3f')}")
+    if rec.acceptance_rate is not None:
+        bits.append(f"acceptance {_number(rec.acceptance_rate, '.3f')}")
+    rate = rec.steps_per_s()
+    if rate:
+        bits.append(f"{rate:.3g} steps/s")
+        if rec.active and rec.total_steps and rec.step is not None:
+            bits.append(f"ETA {human_duration((rec.total_steps - rec.step) / rate)}")
+    if bits:
+        lines.append(" · ".join(bits))
+    if rec.phase == "loading":
+        lines.append("loading the target head and counting the vocab (SpecForge is silent meanwhile)")
+    if rec.checkpoint_step is not None:
+        at = parse_iso(rec.checkpoint_at)
+        age = f" ({human_duration((now - at).total_seconds())} ago)" if at else ""
+        lines.append(f"last durable checkpoint: step {rec.checkpoint_step:,}{age}")
+    elif rec.started:
+        lines.append("no durable checkpoint yet")
+    if rec.phase in ("crashed", "stopped") and rec.reason:
+        lines.append(f"{rec.phase}: {rec.reason}")
+    if rec.phase == "crashed":
+        lines.append("`/train resume` continues from the last durable checkpoint")
+    if rec.phase == "done":
+        lines.append(f"done; `/train export` writes the draft to {rec.export_dir or 'the export dir'}")
+    return "\n".join(lines)

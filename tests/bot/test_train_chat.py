@@ -1,0 +1,162 @@
+"""`/train VERB`, `hsx train VERB` and "progress?" during training, through the bot's signed
+HTTP endpoint and a fake runner that answers `hsx-runner train ACTION --json` with canned records."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import json
+import os
+import sys
+
+import pytest
+
+from bot import cli
+from bot.commands import Command
+from bot.train import parse_train
+from runner.contract.config import from_dict
+from runner.contract.errors import StatusError
+from runner.contract.replies import REFUSED
+from runner.contract.train import TrainRecord, render_train
+
+from .http_bot import OPERATOR, STRANGER, serve
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+NOW = dt.datetime(2026, 12, 1, 12, 10, tzinfo=dt.timezone.utc)
+TRAINING = {
+    "phase": "training", "step": 60, "total_steps": 120, "epoch": 1, "epochs": 2, "loss": 2.5,
+    "acc": 0.412, "acceptance_rate": None, "checkpoint_step": 50, "pid": 4242, "supervisor_pid": 4241,
+    "run_dir": "/data/out-train", "export_dir": "/data/out-train/export", "python": "/opt/sf/bin/python",
+    "heartbeat": "2026-12-01T12:09:59.000Z", "reason": "", "exit_code": None, "launch": "start",
+    "launches": 1, "started_at": "2026-12-01T12:00:00.000Z", "launched_at": "2026-12-01T12:00:00.000Z",
+    "ended_at": None, "last_step_at": "2026-12-01T12:01:00.000Z", "nan_loss": False,
+    "output_dir": "/data/out-train/output", "run_id": "hsx", "world": 1, "steps_per_epoch": 60,
+}  # fmt: skip
+
+
+@pytest.fixture
+def train_cfg(cfg):
+    return dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, python=sys.executable))
+
+
+def _argv(fake, action):
+    return ["train", "--json", "--config", fake.config, action]
+
+
+def test_the_manifest_has_the_train_slash_command():
+    from bot.verbs import manifest_entry
+
+    with open(os.path.join(ROOT, "deploy", "slack-manifest.yaml")) as f:
+        assert manifest_entry(train=True) in f.read()
+
+
+def test_the_record_is_checked_by_name_and_rendered():
+    with pytest.raises(StatusError, match="'step'"):
+        TrainRecord.from_dict({**TRAINING, "step": "sixty"})
+    with pytest.raises(StatusError, match="unknown phase"):
+        TrainRecord.from_dict({**TRAINING, "phase": "exploding"})
+    text = render_train(TrainRecord.from_dict(TRAINING), now=NOW)
+    assert text.splitlines()[:3] == [
+        "training training — step 60 / 120 (50.0%)",
+        "epoch 1/2 · loss 2.5 · acc 0.412 · 1 steps/s · ETA 1m00s",
+        "last durable checkpoint: step 50",
+    ]
+    nan = render_train(TrainRecord.from_dict({**TRAINING, "loss": "nan", "nan_loss": True}), now=NOW)
+    assert "loss NaN" in nan
+
+
+def test_chat_words_become_fixed_train_verbs_or_help():
+    assert parse_train("status") == Command("status")
+    assert parse_train("/train resume") == Command("resume")
+    for bad in ("start; rm -rf /", "start --force", "chart", "x" * 300):
+        assert parse_train(bad).verb == "help"
+
+
+def test_train_status_answers_the_record(fake, train_cfg):
+    fake.reply("train-status", TRAINING)
+    with serve(train_cfg, box=fake.box(), fake=fake) as (bot, _, _):
+        assert bot.command("status", command="/train") == 200
+        (resp,) = bot.rec.wait_for("response")
+    assert resp["response_type"] == "in_channel"
+    assert resp["text"].startswith("training training — step 60 / 120 (50.0%)")
+    assert fake.calls() == [_argv(fake, "status")]
+
+
+def test_stranger_train_start_is_refused_and_audited(fake, train_cfg):
+    with serve(train_cfg, box=fake.box(), fake=fake) as (bot, _, _):
+        bot.command("start", user=STRANGER, command="/train")
+        (resp,) = bot.rec.wait_for("response")
+        assert resp["response_type"] == "ephemeral" and "refused" in resp["text"]
+        assert fake.calls() == []
+        (entry,) = bot.audit()
+    assert entry["action"] == "train start" and entry["result"].startswith("refused")
+
+
+def test_operator_train_resume_runs_the_fixed_verb_and_audits(fake, train_cfg):
+    fake.reply("train-resume", {"started": True, "pid": 77, "message": "training resumed (trainer pid 77)"})
+    with serve(train_cfg, box=fake.box(), fake=fake) as (bot, _, _):
+        bot.command("resume", command="/train")
+        (resp,) = bot.rec.wait_for("response")
+        assert resp["response_type"] == "in_channel"
+        assert "training resumed" in resp["text"] and f"<@{OPERATOR}> `train resume` → ok" in resp["text"]
+        assert fake.calls() == [_argv(fake, "resume")]
+        assert [e["result"] for e in bot.audit()] == ["attempt", "ok"]
+
+
+def test_a_refused_train_start_says_why(fake, train_cfg):
+    why = "/data/out-train holds checkpoints"
+    fake.reply("train-start", {"ok": False, "started": False, "reason": why, "message": why}, code=REFUSED)
+    with serve(train_cfg, box=fake.box(), fake=fake) as (bot, _, _):
+        bot.command("start", command="/train")
+        (resp,) = bot.rec.wait_for("response")
+        assert "refused: /data/out-train holds checkpoints" in resp["text"]
+        assert [e["result"] for e in bot.audit()] == ["attempt", "refused"]
+
+
+def test_progress_during_training_answers_the_training_too(fake, train_cfg):
+    fake.reply("train-status", {**TRAINING, "reason": "<!channel> boom"})
+    with serve(train_cfg, box=fake.box(), fake=fake) as (bot, _, _):
+        event = {
+            "type": "message",
+            "channel": "C0PROGRESS",
+            "user": STRANGER,
+            "text": "progress?",
+            "ts": "1.5",
+        }
+        assert bot.event(event, "Ev0101") == 200
+        (post,) = bot.rec.wait_for("chat.postMessage")
+    assert post["text"].startswith("25,581 / 37,312")  # the extraction first
+    assert "training training — step 60 / 120 (50.0%)" in post["text"]
+    blocks = json.dumps(post["blocks"])
+    assert "step 60 / 120" in blocks and "<!channel>" not in json.dumps(post)
+    assert sorted(c[0] for c in fake.calls()) == ["status", "train"]
+
+
+def test_progress_without_train_asks_nothing_of_training(fake, cfg):
+    with serve(cfg, box=fake.box(), fake=fake) as (bot, _, _):
+        event = {
+            "type": "message",
+            "channel": "C0PROGRESS",
+            "user": STRANGER,
+            "text": "progress?",
+            "ts": "1.6",
+        }
+        bot.event(event, "Ev0102")
+        (post,) = bot.rec.wait_for("chat.postMessage")
+    assert "training" not in post["text"] and fake.verbs() == ["status"]
+
+
+def test_hsx_train_status_json_prints_the_runners_record(fake, cfg, tmp_path, capsys):
+    fake.reply("train-status", TRAINING)
+    conf = tmp_path / "ops.toml"
+    conf.write_text(
+        f'[remote]\ntransport = "local"\nrunner = "{fake.runner}"\nrunner_config = "{fake.config}"\n'
+    )
+    assert cli.main(["train", "status", "--json", "--config", str(conf)]) == 0
+    assert json.loads(capsys.readouterr().out)["step"] == 60
+    assert cli.main(["train", "stop", "--config", str(conf)]) == 0
+    assert fake.calls()[-1] == _argv(fake, "stop")
+
+
+def test_config_without_train_is_off():
+    assert from_dict({}).train.python == ""
