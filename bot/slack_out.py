@@ -6,6 +6,8 @@ hsx's own markup, is added after. Its blocks come escaped from summary.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from .commands import Reply
 from .mrkdwn import escape
 from .verbs import VERBS
@@ -17,6 +19,18 @@ CONFIRM_BEFORE = "hsx_stop_confirm"  # the id stop buttons had before; messages 
 CANCEL = "hsx_stop_cancel"
 CONFIRM_LABELS = {v.name: v.confirm for v in VERBS if v.confirm}
 RESUME = "hsx_resume"
+TRAIN_KEY = "train:"  # a Resume button whose key starts so resumes the training, not the extraction
+
+
+@dataclass
+class Action:
+    """What the watcher posts."""
+
+    kind: str  # progress | milestone | done | alert | recovered | result
+    text: str
+    key: str = ""
+    resume: bool = False  # alert carries a Resume button
+    blocks: list[dict] | None = None
 
 
 def slack_text(reply: Reply) -> str:

@@ -24,7 +24,8 @@ from runner.contract.status import Phase, StatusRecord, age_s
 
 from . import history, summary
 from .mrkdwn import escape
-from .slack_out import resume_button
+from .slack_out import Action, resume_button
+from .train_watch import watch_training
 
 log = logging.getLogger("hsx.watcher")
 PROGRESS_UPDATE_S = 60.0  # edit the pinned message at most this often, unless the phase changes
@@ -45,6 +46,8 @@ class WatchState:
     progress_channel: str = ""
     progress_ts: str = ""
     progress_at: str | None = None
+    train_active: list[str] = field(default_factory=list)  # training alert keys posted (train_watch)
+    train_zero_steps: list[int] = field(default_factory=list)  # the recent logs with loss and acc 0
 
     @classmethod
     def load(cls, path: str) -> WatchState:
@@ -70,15 +73,6 @@ class Observation:
     record: StatusRecord | None = None
     error: RemoteError | None = None
     since: dt.datetime | None = None  # when the box stopped answering, when known
-
-
-@dataclass
-class Action:
-    kind: str  # progress | milestone | done | alert | recovered | result
-    text: str
-    key: str = ""
-    resume: bool = False  # alert carries a Resume button
-    blocks: list[dict] | None = None
 
 
 @dataclass(frozen=True)
@@ -335,6 +329,12 @@ class Watcher:
             log.exception("could not judge the status record")
             why = BadReply(f"the record could not be read ({type(e).__name__}: {str(e)[:200]})")
             actions, st = decide(prev, Observation(obs.now, error=why), self.lim)
+        if self.cfg.train.python:  # [train] set: the training record too
+            try:
+                more, st = watch_training(self.box, st)
+                actions += more
+            except Exception:
+                log.exception("could not judge the training record")
         done = []
         for a in actions:
             try:
@@ -344,6 +344,7 @@ class Watcher:
                 log.exception("could not post %s %s", a.kind, a.key)
                 if a.kind == "alert":  # not delivered: let the next tick fire it again
                     st.active = [k for k in st.active if k != a.key]
+                    st.train_active = [k for k in st.train_active if k != a.key]
                 if a.kind in ("milestone", "done"):
                     st.milestone = prev.milestone
         try:

@@ -1,11 +1,13 @@
-"""Buttons: confirm or cancel a stop or free-gpus, and Resume on a crash alert (once per alert)."""
+"""Buttons: confirm or cancel a stop or free-gpus, and Resume on a crash alert (once per alert;
+the extraction's, or the training's)."""
 
 from __future__ import annotations
 
 from ..access import refusal
 from ..commands import Command, confirmed_command
 from ..runtime import Runtime
-from ..slack_out import CANCEL, CONFIRM, CONFIRM_BEFORE, RESUME, text_with_audit
+from ..slack_out import CANCEL, CONFIRM, CONFIRM_BEFORE, RESUME, TRAIN_KEY, text_with_audit
+from ..train import handle as handle_train
 
 
 def _ack(ack):
@@ -46,8 +48,12 @@ def register(app, rt: Runtime) -> None:
         user = body["user"]["id"]
         key = (body.get("actions") or [{}])[0].get("value", "")
         original = (body.get("message") or {}).get("text", "")
+        if key.startswith(TRAIN_KEY):  # a training alert's: `/train resume`
+            resume = lambda **op: handle_train(rt.handlers, Command("resume"), user, **op)  # noqa: E731
+        else:
+            resume = lambda **op: rt.handlers.handle(Command("resume"), user, **op)  # noqa: E731
         if not rt.handlers.is_operator(user):
-            reply = rt.handlers.handle(Command("resume"), user)  # refused and audited
+            reply = resume()  # refused and audited
             respond(text=reply.text, response_type="ephemeral", replace_original=False)
             return
         if not rt.buttons.claim(key, user):
@@ -58,7 +64,7 @@ def register(app, rt: Runtime) -> None:
                 replace_original=False,
             )
             return
-        reply = rt.handlers.handle(Command("resume"), user, operator=True)
+        reply = resume(operator=True)
         if reply.error:
             rt.buttons.release(key)  # let someone try again
             respond(text=text_with_audit(reply), response_type="ephemeral", replace_original=False)
