@@ -160,3 +160,31 @@ def test_hsx_train_status_json_prints_the_runners_record(fake, cfg, tmp_path, ca
 
 def test_config_without_train_is_off():
     assert from_dict({}).train.python == ""
+
+
+@pytest.mark.slow
+def test_train_status_reaches_the_real_runner_on_a_real_run_dir(tmp_path, cfg):
+    """The real `hsx-runner train status --json` reads a run dir's status.json (runner/train/record.py):
+    a record that says training without its supervisor holding the lock reads as crashed."""
+    from remote.client import GpuBox
+    from remote.transport import LocalTransport
+    from tests.conftest import RUNNER
+
+    run = tmp_path / "out-train"
+    job = tmp_path / "job.toml"
+    job.write_text(
+        f'[job]\nmodel = "{tmp_path}/model"\ndataset = "{tmp_path}/data.jsonl"\nout = "{tmp_path}/out"\n'
+        f'[train]\npython = "{sys.executable}"\nrun_dir = "{run}"\n'
+    )
+    cfg = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, python=sys.executable))
+    box = GpuBox(LocalTransport(), RUNNER, str(job), timeout_s=60)
+    with serve(cfg, box=box) as (bot, _, _):
+        bot.command("status", command="/train")
+        (resp,) = bot.rec.wait_for("response", timeout=30)
+        assert resp["text"] == "training: not started (`/train start`)"
+        run.mkdir()
+        (run / "status.json").write_text(json.dumps({**TRAINING, "phase": "training", "step": 30}))
+        bot.command("status", command="/train")
+        resp = bot.rec.wait_for("response", 2, timeout=30)[1]
+    assert resp["text"].startswith("training crashed — step 30 / 120 (25.0%)")
+    assert "the supervisor is gone" in resp["text"] and "last durable checkpoint: step 50" in resp["text"]
