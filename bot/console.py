@@ -7,11 +7,12 @@ from typing import TextIO
 
 from runner.contract.config import Config
 
-from .commands import confirmed_command, parse
+from . import train
+from .commands import Command, confirmed_command, parse
 from .wiring import make_handlers
 
 PROMPT = "hsx> "
-GREETING = 'Ask "progress?" or type /extract help. End with Ctrl-D.'
+GREETING = 'Ask "progress?" or type /extract help (/train help: the draft). End with Ctrl-D.'
 
 
 def run_console(
@@ -35,8 +36,12 @@ def run_console(
             return
         if not line.strip():
             continue
-        cmd = parse(line.rstrip("\n"))
-        reply = handlers.handle(cmd, user, operator=True)
+        if line.strip().lower().startswith(train.TRAIN_SLASH):
+            reply = train.ask(handlers, line.rstrip("\n"), user, operator=True)
+        else:
+            cmd = parse(line.rstrip("\n"))
+            reply = handlers.handle(cmd, user, operator=True)
+            reply = train.with_training(reply, handlers) if cmd == Command("status") else reply
         if reply.confirm:
             out.write(reply.text + " [y/N] ")
             out.flush()

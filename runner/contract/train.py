@@ -98,7 +98,7 @@ def render_train(rec: TrainRecord, now: dt.datetime | None = None) -> str:
     now = now_utc(now)
     if not rec.started:
         return "training: not started (`/train start`)"
-    head = f"training {rec.phase}"
+    head = "training" if rec.phase == "training" else f"training {rec.phase}"
     if rec.total_steps:
         step = rec.step or 0
         head += f" — step {step:,} / {rec.total_steps:,} ({100.0 * step / rec.total_steps:.1f}%)"

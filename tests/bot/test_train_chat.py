@@ -57,7 +57,7 @@ def test_the_record_is_checked_by_name_and_rendered():
         TrainRecord.from_dict({**TRAINING, "phase": "exploding"})
     text = render_train(TrainRecord.from_dict(TRAINING), now=NOW)
     assert text.splitlines()[:3] == [
-        "training training — step 60 / 120 (50.0%)",
+        "training — step 60 / 120 (50.0%)",
         "epoch 1/2 · loss 2.5 · acc 0.412 · 1 steps/s · ETA 1m00s",
         "last durable checkpoint: step 50",
     ]
@@ -78,7 +78,7 @@ def test_train_status_answers_the_record(fake, train_cfg):
         assert bot.command("status", command="/train") == 200
         (resp,) = bot.rec.wait_for("response")
     assert resp["response_type"] == "in_channel"
-    assert resp["text"].startswith("training training — step 60 / 120 (50.0%)")
+    assert resp["text"].startswith("training — step 60 / 120 (50.0%)")
     assert fake.calls() == [_argv(fake, "status")]
 
 
@@ -126,7 +126,7 @@ def test_progress_during_training_answers_the_training_too(fake, train_cfg):
         assert bot.event(event, "Ev0101") == 200
         (post,) = bot.rec.wait_for("chat.postMessage")
     assert post["text"].startswith("25,581 / 37,312")  # the extraction first
-    assert "training training — step 60 / 120 (50.0%)" in post["text"]
+    assert "training — step 60 / 120 (50.0%)" in post["text"]
     blocks = json.dumps(post["blocks"])
     assert "step 60 / 120" in blocks and "<!channel>" not in json.dumps(post)
     assert sorted(c[0] for c in fake.calls()) == ["status", "train"]
@@ -188,3 +188,16 @@ def test_train_status_reaches_the_real_runner_on_a_real_run_dir(tmp_path, cfg):
         resp = bot.rec.wait_for("response", 2, timeout=30)[1]
     assert resp["text"].startswith("training crashed — step 30 / 120 (25.0%)")
     assert "the supervisor is gone" in resp["text"] and "last durable checkpoint: step 50" in resp["text"]
+
+
+def test_the_console_answers_train_verbs_and_progress_with_the_training(fake, train_cfg):
+    import io
+
+    from bot.console import run_console
+
+    fake.reply("train-status", TRAINING)
+    out = io.StringIO()
+    run_console(fake.box(), train_cfg, io.StringIO("/train stop\nprogress?\n"), out)
+    said = out.getvalue()
+    assert "`train stop`: train-stop accepted" in said and "training — step 60 / 120 (50.0%)" in said
+    assert [c[-1] for c in fake.calls() if c[0] == "train"] == ["stop", "status"]
