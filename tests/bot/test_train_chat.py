@@ -201,3 +201,14 @@ def test_the_console_answers_train_verbs_and_progress_with_the_training(fake, tr
     said = out.getvalue()
     assert "`train stop`: train-stop accepted" in said and "training — step 60 / 120 (50.0%)" in said
     assert [c[-1] for c in fake.calls() if c[0] == "train"] == ["stop", "status"]
+
+
+def test_the_box_runs_only_the_fixed_train_actions(fake):
+    with pytest.raises(ValueError, match="must be one of"):
+        fake.box().train("status; rm -rf /")
+    assert fake.calls() == []
+
+
+def test_a_checkpoint_time_from_the_box_gives_its_age():
+    rec = TrainRecord.from_dict({**TRAINING, "checkpoint_at": "2026-12-01T12:05:00.000Z"})
+    assert "last durable checkpoint: step 50 (5m00s ago)" in render_train(rec, now=NOW)
