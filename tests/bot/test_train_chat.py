@@ -212,3 +212,10 @@ def test_the_box_runs_only_the_fixed_train_actions(fake):
 def test_a_checkpoint_time_from_the_box_gives_its_age():
     rec = TrainRecord.from_dict({**TRAINING, "checkpoint_at": "2026-12-01T12:05:00.000Z"})
     assert "last durable checkpoint: step 50 (5m00s ago)" in render_train(rec, now=NOW)
+
+
+def test_train_in_an_unwatched_channel_is_refused_and_runs_nothing(fake, train_cfg):
+    with serve(train_cfg, box=fake.box(), fake=fake) as (bot, _, _):
+        bot.command("start", command="/train", channel="C0ELSEWHERE")
+        (resp,) = bot.rec.wait_for("response")
+    assert resp["response_type"] == "ephemeral" and fake.calls() == []
