@@ -20,7 +20,7 @@ from ..contract.config import Config
 from ..contract.errors import ConfigError
 from ..contract.replies import NOT_OK, OK, REFUSED, Reply
 from ..output.lock import is_held_at
-from . import progress, runspec
+from . import exclusive, progress, runspec
 from .record import ACTIVE, Record, now, read
 
 VERSION = "0.2.0"
@@ -83,7 +83,7 @@ def _launch(cfg: Config, paths: runspec.RunPaths, launch: str) -> Reply:
     rec = Record.load(paths.root)
     rec.update(phase="preflight", launch=launch, launches=(rec.d.get("launches") or 0) + 1, reason="",
                run_dir=paths.root, export_dir=runspec.export_dir(cfg), python=cfg.train.python,
-               heartbeat=now(), pid=None)  # fmt: skip
+               heartbeat=now(), pid=None, features=os.path.abspath(cfg.job.out))  # fmt: skip
     rec.write()
     with open(os.path.join(paths.root, "supervisor.log"), "ab") as log:
         p = subprocess.Popen(
@@ -101,6 +101,8 @@ def _launch(cfg: Config, paths: runspec.RunPaths, launch: str) -> Reply:
         if p.poll() is not None:
             if _running(paths) is not None:  # another start's supervisor won the lock: its record stands
                 return _refused(f"a training run is going in {paths.root} (supervisor pid {_running(paths)})")
+            if p.returncode == exclusive.REFUSED_RC:  # the output was taken since the check
+                return _refused(read(paths.root)["reason"])
             rec.update(phase="crashed", reason=f"the supervisor exited with code {p.returncode} at once; "
                        f"see {paths.root}/supervisor.log")  # fmt: skip
             rec.write()
@@ -116,6 +118,8 @@ def start(cfg: Config) -> Reply:
     paths = runspec.RunPaths(runspec.run_dir(cfg))
     if (pid := _running(paths)) is not None:
         return _refused(f"a training run is going in {paths.root} (supervisor pid {pid})")
+    if why := exclusive.why_not_train(cfg.job.out):
+        return _refused(why)
     run_id = Record.load(paths.root).d.get("run_id") or runspec.RUN_ID
     held = progress.checkpoints(paths.output, run_id)  # a run cut short before its first save: none
     if held:
@@ -147,6 +151,8 @@ def resume(cfg: Config) -> Reply:
     paths = runspec.RunPaths(runspec.run_dir(cfg))
     if (pid := _running(paths)) is not None:
         return _refused(f"a training run is going in {paths.root} (supervisor pid {pid})")
+    if why := exclusive.why_not_train(cfg.job.out):
+        return _refused(why)
     d = read(paths.root)
     if not os.path.exists(paths.yaml) or d.get("run_id") is None:
         return _refused(f"nothing to resume in {paths.root}: start it first (hsx-runner train start)")
