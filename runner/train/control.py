@@ -2,7 +2,7 @@
 
 start refuses a run dir that holds checkpoints (SpecForge's fresh start deletes them) and
 deletes nothing; resume reuses the first launch's run.yaml unchanged and adds only
-``training.resume_from=<run root>``, and only when a complete checkpoint is there.
+``training.resume_from=<the last complete checkpoint's dir>``, and only when there is one.
 """
 
 from __future__ import annotations
@@ -137,7 +137,7 @@ def start(cfg: Config) -> Reply:
     total = runspec.total_steps(spec, files)
     world = int(spec["deployment"]["trainer"].get("nproc_per_node", 1))
     epochs = int(spec["training"]["num_epochs"])
-    cmd = runspec.command(cfg, paths, resume=False)
+    cmd = runspec.command(cfg, paths, None)
     write_atomic(paths.command, json.dumps(cmd, indent=1) + "\n", 0o644)
     rec = Record(paths.root, {})
     rec.update(total_steps=total, epochs=epochs, steps_per_epoch=max(1, total // epochs), world=world,
@@ -161,7 +161,7 @@ def resume(cfg: Config) -> Reply:
     ckpt = progress.durable(d["output_dir"], d["run_id"], d.get("world") or 1, set())
     if ckpt is None:
         return _refused(f"no complete checkpoint in {d['output_dir']}: nothing to resume from")
-    cmd = runspec.command(cfg, paths, resume=True)
+    cmd = runspec.command(cfg, paths, progress.step_dir(d["output_dir"], d["run_id"], ckpt))
     write_atomic(paths.command, json.dumps(cmd, indent=1) + "\n", 0o644)
     return _launch(cfg, paths, "resume")
 

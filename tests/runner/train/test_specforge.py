@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import time
@@ -176,7 +177,7 @@ def test_kills_leave_crashed_records_and_resume_logs_the_uninterrupted_runs_loss
     assert st["phase"] == "done" and st["step"] == TOTAL, st
     assert open(os.path.join(run_dir, "run.yaml")).read() == yaml_before
     argv = json.load(open(os.path.join(run_dir, "command.json")))["argv"]
-    assert argv[-1] == f"training.resume_from={os.path.join(run_dir, 'output')}"
+    assert argv[-1].startswith(f"training.resume_from={os.path.join(run_dir, 'output', 'hsx-eagle3-step')}")
     whole, cut = _losses(uninterrupted[1]), _losses(run_dir)
     assert sorted(cut) == sorted(whole)
     assert all(cut[s] == whole[s] for s in whole), {
@@ -294,3 +295,38 @@ def test_a_held_job_lock_or_an_unfinished_extraction_makes_train_start_refuse(
     fresh = _config(write_job(tmp_path / "fresh", demo_assets, 2), str(tmp_path / "fresh-run"), train_python)
     rep = _train(fresh, "start", code=3)
     assert "is stopped, not done: train once it is done" in rep["reason"], rep
+
+
+def test_a_kill_during_a_save_resumes_from_the_previous_complete_checkpoint(
+    uninterrupted, extracted, train_python, tmp_path
+):
+    run_dir = str(tmp_path / "torn")
+    cfg = _config(extracted, run_dir, train_python)
+    assert _train(cfg, "start")["started"]
+    st = _until(cfg, lambda s: s["checkpoint_step"] is not None, "checkpoint")
+    os.kill(st["pid"], signal.SIGKILL)
+    st = _until(cfg, lambda s: s["phase"] == "crashed", "crashed record")
+    good = st["checkpoint_step"]
+    assert good < TOTAL, "the run ended before the test could kill it"
+    # what a kill -9 inside the next save leaves: the shared state written, a rank's file still a
+    # .tmp, and the -latest link between its remove and its symlink
+    output = os.path.join(run_dir, "output")
+    for s in progress.checkpoints(output, "hsx-eagle3"):
+        if s > good:
+            shutil.rmtree(progress.step_dir(output, "hsx-eagle3", s))
+    torn = progress.step_dir(output, "hsx-eagle3", good + SAVE)
+    os.makedirs(torn)
+    shutil.copy(os.path.join(progress.step_dir(output, "hsx-eagle3", good), "training_state.pt"), torn)
+    with open(os.path.join(torn, "training_state_rank0.pt.tmp"), "wb") as f:
+        f.write(b"half")
+    os.unlink(os.path.join(output, "hsx-eagle3-latest"))
+    assert _train(cfg, "status")["checkpoint_step"] == good
+    assert _train(cfg, "resume")["started"]
+    st = _until(cfg, lambda s: s["phase"] not in ("preflight", "loading", "training"), "end")
+    assert st["phase"] == "done" and st["step"] == TOTAL, st
+    argv = json.load(open(os.path.join(run_dir, "command.json")))["argv"]
+    assert argv[-1] == f"training.resume_from={progress.step_dir(output, 'hsx-eagle3', good)}"
+    whole, cut = _losses(uninterrupted[1]), _losses(run_dir)
+    assert all(cut[s] == whole[s] for s in whole), {
+        s: (cut[s], whole[s]) for s in whole if cut[s] != whole[s]
+    }

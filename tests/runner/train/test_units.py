@@ -200,7 +200,7 @@ def test_the_cpu_shims_reach_only_the_cpu_lanes_own_venv(tmp_path):
     for python, cpu in ((str(tmp_path / "gpu-venv/bin/python"), False), (str(lane / "bin/python"), True)):
         cfg = _cfg(tmp_path, python=python, run_dir=str(tmp_path / f"run-{cpu}"))
         paths, spec = runspec.prepare(cfg)
-        env = runspec.command(cfg, paths, resume=False)["env"]
+        env = runspec.command(cfg, paths, None)["env"]
         assert ("SPECFORGE_DEVICE" in env) is cpu and ("TORCHDYNAMO_DISABLE" in env) is cpu
         assert (spec["training"].get("attention_backend") == "sdpa") is cpu
         assert ("dataloader_num_workers" in spec["data"]) is cpu
