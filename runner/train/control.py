@@ -64,6 +64,7 @@ def check_python(python: str) -> str | None:
 
 def setup(cfg: Config, root: str) -> Reply:
     """Check ``[train] python``; unset, build the CPU lane's venv under ``root``."""
+    specforge_cpu.ensure(cfg.train.python)
     python = cfg.train.python or specforge_cpu.build(root)
     why = check_python(python)
     if why:
@@ -112,6 +113,7 @@ def _launch(cfg: Config, paths: runspec.RunPaths, launch: str) -> Reply:
 
 
 def start(cfg: Config) -> Reply:
+    specforge_cpu.ensure(cfg.train.python)
     why = check_python(cfg.train.python)
     if why:
         return _refused(why)

@@ -142,11 +142,10 @@ def merge(base: dict, over: dict) -> dict:
 
 def total_steps(spec: dict, files: int) -> int:
     t = spec["training"]
-    if t.get("max_steps"):
-        return int(t["max_steps"])
     world = int(spec["deployment"]["trainer"].get("nproc_per_node", 1))
     per_epoch = math.ceil(files / (int(t["batch_size"]) * world * int(t.get("accumulation_steps", 1))))
-    return per_epoch * int(t["num_epochs"])
+    epochs = per_epoch * int(t["num_epochs"])
+    return min(int(t["max_steps"]), epochs) if t.get("max_steps") else epochs  # a cap: the epochs end it too
 
 
 def spec_for(cfg: Config, paths: RunPaths, desc: dict, emb: str, head: str) -> dict:

@@ -141,8 +141,9 @@ class Supervisor:
             if ckpt is not None
             else "; no complete checkpoint"
         )
-        if rc == 0:
+        if rc == 0:  # every step ran; the last is logged only when log_interval divides it
             phase, reason = "done", ""
+            self.rec.update(step=self.rec.d.get("total_steps") or self.rec.d.get("step"))
         elif self.stop_asked:
             phase, reason = "stopped", f"stopped on request (SpecForge saves nothing on a stop){at}"
         elif rc < 0:

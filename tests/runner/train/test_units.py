@@ -204,3 +204,17 @@ def test_the_cpu_shims_reach_only_the_cpu_lanes_own_venv(tmp_path):
         assert ("SPECFORGE_DEVICE" in env) is cpu and ("TORCHDYNAMO_DISABLE" in env) is cpu
         assert (spec["training"].get("attention_backend") == "sdpa") is cpu
         assert ("dataloader_num_workers" in spec["data"]) is cpu
+
+
+def test_only_a_lane_path_is_built_on_first_use(tmp_path, monkeypatch):
+    from runner import specforge_cpu
+
+    lane = os.path.join(specforge_cpu.venv_dir(str(tmp_path)), "bin", "python")
+    assert specforge_cpu.root_of(lane) == str(tmp_path)
+    assert specforge_cpu.root_of("/usr/bin/python3") is None
+    assert specforge_cpu.root_of(str(tmp_path / "specforge-cpu-000000000000" / "bin" / "python")) is None
+    built = []
+    monkeypatch.setattr(specforge_cpu, "build", lambda root, say: built.append(root))
+    specforge_cpu.ensure("/usr/bin/python3", say=lambda m: None)
+    specforge_cpu.ensure(lane, say=lambda m: None)
+    assert built == [str(tmp_path)]
