@@ -150,6 +150,7 @@ def start(cfg: Config) -> Reply:
 
 
 def resume(cfg: Config) -> Reply:
+    specforge_cpu.ensure(cfg.train.python)
     paths = runspec.RunPaths(runspec.run_dir(cfg))
     if (pid := _running(paths)) is not None:
         return _refused(f"a training run is going in {paths.root} (supervisor pid {pid})")
