@@ -218,3 +218,28 @@ def test_only_a_lane_path_is_built_on_first_use(tmp_path, monkeypatch):
     specforge_cpu.ensure("/usr/bin/python3", say=lambda m: None)
     specforge_cpu.ensure(lane, say=lambda m: None)
     assert built == [str(tmp_path)]
+
+
+def test_a_supervisor_whose_output_was_taken_since_the_check_refuses_and_says_who(tmp_path):
+    from runner.train import supervisor
+
+    out, root = tmp_path / "out", tmp_path / "run"
+    code = (
+        f"from runner.train import exclusive\nwith exclusive.using({str(out)!r}, 'verify --repair'):\n"
+        "    print(1, flush=True); import time; time.sleep(60)"
+    )
+    holder = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE)
+    try:
+        assert holder.stdout.readline().strip() == b"1"
+        os.makedirs(root)
+        rec = record.Record(str(root), {"phase": "preflight", "features": str(out)})
+        rec.write()
+        assert supervisor.main([str(root)]) == 3
+        d = record.read(str(root))
+        assert d["phase"] == "stopped" and d["reason"].startswith(
+            f"verify --repair (pid {holder.pid}) runs on {out}"
+        )
+    finally:
+        holder.kill()
+        holder.wait()
+    assert supervisor.Supervisor(str(root)) and not os.path.exists(root / "train.log")  # no trainer started
