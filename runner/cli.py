@@ -25,6 +25,34 @@ def _answer(args, reply: Reply) -> int:
     return reply.code
 
 
+def _not_while_training(verb: str):
+    """The verbs that change the features refuse (REFUSED, naming the run) while a training
+    run uses them, and hold them against a training start while they run (train.exclusive)."""
+
+    def wrap(fn):
+        def guarded(args, cfg: Config) -> int:
+            from .train import exclusive
+
+            if verb.startswith("verify") and not args.repair:
+                return fn(args, cfg)
+            try:
+                with exclusive.using(cfg.job.out, verb):
+                    return fn(args, cfg)
+            except exclusive.Refused as e:
+                if args.json:
+                    reason = str(e)
+                    print(json.dumps({"ok": False, "started": False, "refused": True, "reason": reason,
+                                      "message": reason}))  # fmt: skip
+                else:
+                    print(f"hsx-runner {verb}: refused: {e}", file=sys.stderr)
+                return REFUSED
+
+        return guarded
+
+    return wrap
+
+
+@_not_while_training("the extraction")
 def cmd_run(args, cfg: Config) -> int:
     from .job.phases import run
 
@@ -41,10 +69,12 @@ def cmd_run(args, cfg: Config) -> int:
 
 
 # --- the engine's verbs: the engine answers, the CLI prints --------------------------------------
+@_not_while_training("the extraction's start")
 def cmd_start(args, cfg: Config) -> int:
     return _answer(args, engine_for(cfg).start(args.force))
 
 
+@_not_while_training("the extraction's resume")
 def cmd_resume(args, cfg: Config) -> int:
     return _answer(args, engine_for(cfg).resume(args.force))
 
@@ -72,6 +102,7 @@ def cmd_events(args, cfg: Config) -> int:
     return _answer(args, engine_for(cfg).events(args.n))
 
 
+@_not_while_training("verify --repair")
 def cmd_verify(args, cfg: Config) -> int:
     from .job import background
     from .output.verify import verify
@@ -98,6 +129,7 @@ def _detach(args, cfg: Config, verb: str, argv: list[str]) -> int:
     return _answer(args, Reply(rep, text, OK if rep["started"] else REFUSED))
 
 
+@_not_while_training("adopt")
 def cmd_adopt(args, cfg: Config) -> int:
     """Exit 0 when it ran (bad files included: the report lists them); 3 when refused (a bad
     DIR, a runner holding the job), with the reason; 2 for a config error."""
@@ -124,6 +156,7 @@ def cmd_adopt(args, cfg: Config) -> int:
     return _answer(args, Reply({"ok": True, **report, "message": text.splitlines()[0]}, text))
 
 
+@_not_while_training("compact")
 def cmd_compact(args, cfg: Config) -> int:
     """Exit 0 when every sample is in the job's mode afterwards, 1 when some were left as they
     were (the report says why), 3 when refused (nothing changed), 2 for a config error."""

@@ -91,6 +91,35 @@ def yaml_keys() -> dict[str, dict]:
     }
 
 
+def default_root() -> str:
+    """Where the lane is built when the config names none: a source checkout's ``.cache`` (the
+    SGLang lane's place too), else ``~/.cache/hsx``."""
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    if os.path.exists(os.path.join(here, "pyproject.toml")):
+        return os.path.join(here, ".cache")
+    return os.path.expanduser("~/.cache/hsx")
+
+
+def root_of(python: str) -> str | None:
+    """The root whose lane venv ``python`` is (built or not), else None."""
+    venv = os.path.dirname(os.path.dirname(os.path.abspath(python)))
+    root = os.path.dirname(venv)
+    return (
+        root
+        if python and os.path.join(LANE.venv_dir(root), "bin", "python") == os.path.abspath(python)
+        else None
+    )
+
+
+def ensure(python: str, say=to_stderr) -> None:
+    """Build the lane on first use when ``[train] python`` names it (the demo's does): the demo
+    never builds it for a user who never trains."""
+    root = root_of(python) if python else None
+    if root and python_of(root) is None:
+        say("building the SpecForge CPU venv once (a few minutes)")
+        build(root, say=say)
+
+
 def build(root: str, say=to_stderr) -> str:
     """Build the venv (a few minutes) unless built; return its python."""
     reqs, torch = LANE.requirements(), LANE.pinned("torch")

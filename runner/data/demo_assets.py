@@ -62,7 +62,24 @@ audit_log = "audit.jsonl"
 [watcher]
 interval_s = 2.0
 state_file = "watcher.json"
+
+[train]  # the draft, trained on out/ by SpecForge on this CPU (its venv built at the first start)
+python = "{_train_python()}"
+epochs = 3
+max_steps = 60
+save_interval = 20
+log_interval = 5
+learning_rate = 0.001
+
+[train.specforge.training]
+ttt_length = 3  # the draft's unrolled steps: fewer than SpecForge's 7, a CPU's minute
 """
+
+
+def _train_python() -> str:
+    from .. import specforge_cpu
+
+    return os.path.join(specforge_cpu.venv_dir(specforge_cpu.default_root()), "bin", "python")
 
 
 def relocate(workdir: str) -> str | None:

@@ -73,6 +73,28 @@ def held_any(out: str) -> tuple[str, int | None] | None:
     return None
 
 
+def try_ofd(fd: int, kind: int) -> bool:
+    """Take an OFD lock of ``kind`` (F_RDLCK shared, F_WRLCK exclusive) on ``fd``, not waiting."""
+    try:
+        fcntl.fcntl(fd, fcntl.F_OFD_SETLK, _flock(kind))
+    except OSError:  # EAGAIN or EACCES
+        return False
+    return True
+
+
+def blocks(path: str, kind: int) -> bool:
+    """Whether another holder would refuse a lock of ``kind`` on ``path``, never taking it."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return False
+    try:
+        got = fcntl.fcntl(fd, fcntl.F_OFD_GETLK, _flock(kind))
+    finally:
+        os.close(fd)
+    return struct.unpack(_FLOCK, got)[0] != fcntl.F_UNLCK
+
+
 def is_held_at(path: str) -> tuple[bool, int | None]:
     try:
         fd = os.open(path, os.O_RDONLY)

@@ -2,7 +2,7 @@
 
 start refuses a run dir that holds checkpoints (SpecForge's fresh start deletes them) and
 deletes nothing; resume reuses the first launch's run.yaml unchanged and adds only
-``training.resume_from=<run root>``, and only when a complete checkpoint is there.
+``training.resume_from=<the last complete checkpoint's dir>``, and only when there is one.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from ..contract.config import Config
 from ..contract.errors import ConfigError
 from ..contract.replies import NOT_OK, OK, REFUSED, Reply
 from ..output.lock import is_held_at
-from . import progress, runspec
+from . import exclusive, progress, runspec
 from .record import ACTIVE, Record, now, read
 
 VERSION = "0.2.0"
@@ -64,6 +64,7 @@ def check_python(python: str) -> str | None:
 
 def setup(cfg: Config, root: str) -> Reply:
     """Check ``[train] python``; unset, build the CPU lane's venv under ``root``."""
+    specforge_cpu.ensure(cfg.train.python)
     python = cfg.train.python or specforge_cpu.build(root)
     why = check_python(python)
     if why:
@@ -83,7 +84,7 @@ def _launch(cfg: Config, paths: runspec.RunPaths, launch: str) -> Reply:
     rec = Record.load(paths.root)
     rec.update(phase="preflight", launch=launch, launches=(rec.d.get("launches") or 0) + 1, reason="",
                run_dir=paths.root, export_dir=runspec.export_dir(cfg), python=cfg.train.python,
-               heartbeat=now(), pid=None)  # fmt: skip
+               heartbeat=now(), pid=None, features=os.path.abspath(cfg.job.out))  # fmt: skip
     rec.write()
     with open(os.path.join(paths.root, "supervisor.log"), "ab") as log:
         p = subprocess.Popen(
@@ -101,6 +102,8 @@ def _launch(cfg: Config, paths: runspec.RunPaths, launch: str) -> Reply:
         if p.poll() is not None:
             if _running(paths) is not None:  # another start's supervisor won the lock: its record stands
                 return _refused(f"a training run is going in {paths.root} (supervisor pid {_running(paths)})")
+            if p.returncode == exclusive.REFUSED_RC:  # the output was taken since the check
+                return _refused(read(paths.root)["reason"])
             rec.update(phase="crashed", reason=f"the supervisor exited with code {p.returncode} at once; "
                        f"see {paths.root}/supervisor.log")  # fmt: skip
             rec.write()
@@ -110,12 +113,15 @@ def _launch(cfg: Config, paths: runspec.RunPaths, launch: str) -> Reply:
 
 
 def start(cfg: Config) -> Reply:
+    specforge_cpu.ensure(cfg.train.python)
     why = check_python(cfg.train.python)
     if why:
         return _refused(why)
     paths = runspec.RunPaths(runspec.run_dir(cfg))
     if (pid := _running(paths)) is not None:
         return _refused(f"a training run is going in {paths.root} (supervisor pid {pid})")
+    if why := exclusive.why_not_train(cfg.job.out):
+        return _refused(why)
     run_id = Record.load(paths.root).d.get("run_id") or runspec.RUN_ID
     held = progress.checkpoints(paths.output, run_id)  # a run cut short before its first save: none
     if held:
@@ -133,7 +139,7 @@ def start(cfg: Config) -> Reply:
     total = runspec.total_steps(spec, files)
     world = int(spec["deployment"]["trainer"].get("nproc_per_node", 1))
     epochs = int(spec["training"]["num_epochs"])
-    cmd = runspec.command(cfg, paths, resume=False)
+    cmd = runspec.command(cfg, paths, None)
     write_atomic(paths.command, json.dumps(cmd, indent=1) + "\n", 0o644)
     rec = Record(paths.root, {})
     rec.update(total_steps=total, epochs=epochs, steps_per_epoch=max(1, total // epochs), world=world,
@@ -144,9 +150,12 @@ def start(cfg: Config) -> Reply:
 
 
 def resume(cfg: Config) -> Reply:
+    specforge_cpu.ensure(cfg.train.python)
     paths = runspec.RunPaths(runspec.run_dir(cfg))
     if (pid := _running(paths)) is not None:
         return _refused(f"a training run is going in {paths.root} (supervisor pid {pid})")
+    if why := exclusive.why_not_train(cfg.job.out):
+        return _refused(why)
     d = read(paths.root)
     if not os.path.exists(paths.yaml) or d.get("run_id") is None:
         return _refused(f"nothing to resume in {paths.root}: start it first (hsx-runner train start)")
@@ -155,7 +164,7 @@ def resume(cfg: Config) -> Reply:
     ckpt = progress.durable(d["output_dir"], d["run_id"], d.get("world") or 1, set())
     if ckpt is None:
         return _refused(f"no complete checkpoint in {d['output_dir']}: nothing to resume from")
-    cmd = runspec.command(cfg, paths, resume=True)
+    cmd = runspec.command(cfg, paths, progress.step_dir(d["output_dir"], d["run_id"], ckpt))
     write_atomic(paths.command, json.dumps(cmd, indent=1) + "\n", 0o644)
     return _launch(cfg, paths, "resume")
 

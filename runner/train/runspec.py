@@ -142,11 +142,10 @@ def merge(base: dict, over: dict) -> dict:
 
 def total_steps(spec: dict, files: int) -> int:
     t = spec["training"]
-    if t.get("max_steps"):
-        return int(t["max_steps"])
     world = int(spec["deployment"]["trainer"].get("nproc_per_node", 1))
     per_epoch = math.ceil(files / (int(t["batch_size"]) * world * int(t.get("accumulation_steps", 1))))
-    return per_epoch * int(t["num_epochs"])
+    epochs = per_epoch * int(t["num_epochs"])
+    return min(int(t["max_steps"]), epochs) if t.get("max_steps") else epochs  # a cap: the epochs end it too
 
 
 def spec_for(cfg: Config, paths: RunPaths, desc: dict, emb: str, head: str) -> dict:
@@ -183,10 +182,13 @@ def spec_for(cfg: Config, paths: RunPaths, desc: dict, emb: str, head: str) -> d
     return merge(spec, t.specforge)
 
 
-def command(cfg: Config, paths: RunPaths, resume: bool) -> dict:
+def command(cfg: Config, paths: RunPaths, resume_from: str | None) -> dict:
+    """``resume_from``: the complete checkpoint's own dir. SpecForge, given the run root, takes
+    its ``-latest`` link, else the highest dir with a ``training_state.pt``: after a kill -9
+    in a save, one whose rank files are not all there."""
     argv = [cfg.train.python, "-m", "specforge.cli", "train", "-c", paths.yaml]
-    if resume:
-        argv.append(f"training.resume_from={paths.output}")
+    if resume_from:
+        argv.append(f"training.resume_from={resume_from}")
     return {"argv": argv, "env": {"PYTHONUNBUFFERED": "1", **specforge_cpu.env(cfg.train.python)}}
 
 

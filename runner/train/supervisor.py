@@ -21,7 +21,7 @@ import time
 
 from ..output.lock import JobLock
 from ..serve.procs import die_with_parent
-from . import progress
+from . import exclusive, progress
 from .record import Record, now
 
 POLL_S = 0.5
@@ -69,6 +69,12 @@ class Supervisor:
     def run(self) -> int:
         lock = JobLock(os.path.join(self.root, ".lock"))
         lock.acquire()  # LockedError: another supervisor has the run
+        try:
+            use = exclusive.train(self.rec.d["features"], os.getpid(), self.root)
+        except exclusive.Refused as e:
+            self.rec.update(phase="stopped", reason=str(e), ended_at=now())
+            self.rec.write()
+            return exclusive.REFUSED_RC
         signal.signal(signal.SIGTERM, self._on_term)
         signal.signal(signal.SIGINT, self._on_term)
         with open(os.path.join(self.root, "command.json")) as f:
@@ -88,6 +94,7 @@ class Supervisor:
         self.rec.write()
         rc = self._watch(start)
         self._finish(rc, start)
+        os.close(use)
         lock.release()
         return 0
 
@@ -134,8 +141,9 @@ class Supervisor:
             if ckpt is not None
             else "; no complete checkpoint"
         )
-        if rc == 0:
+        if rc == 0:  # every step ran; the last is logged only when log_interval divides it
             phase, reason = "done", ""
+            self.rec.update(step=self.rec.d.get("total_steps") or self.rec.d.get("step"))
         elif self.stop_asked:
             phase, reason = "stopped", f"stopped on request (SpecForge saves nothing on a stop){at}"
         elif rc < 0:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import time
@@ -176,7 +177,7 @@ def test_kills_leave_crashed_records_and_resume_logs_the_uninterrupted_runs_loss
     assert st["phase"] == "done" and st["step"] == TOTAL, st
     assert open(os.path.join(run_dir, "run.yaml")).read() == yaml_before
     argv = json.load(open(os.path.join(run_dir, "command.json")))["argv"]
-    assert argv[-1] == f"training.resume_from={os.path.join(run_dir, 'output')}"
+    assert argv[-1].startswith(f"training.resume_from={os.path.join(run_dir, 'output', 'hsx-eagle3-step')}")
     whole, cut = _losses(uninterrupted[1]), _losses(run_dir)
     assert sorted(cut) == sorted(whole)
     assert all(cut[s] == whole[s] for s in whole), {
@@ -247,3 +248,85 @@ def test_a_run_killed_before_its_first_checkpoint_starts_again(extracted, train_
     assert st["phase"] == "done" and st["step"] == TOTAL, st
     log = open(os.path.join(str(tmp_path / "early"), "train.log")).read()
     assert log.count("--- hsx: start at ") == 2  # the cut-short launch's log is kept
+
+
+def test_a_training_run_makes_compact_adopt_repair_and_a_new_extraction_refuse(
+    extracted, train_python, tmp_path
+):
+    cfg = _config(extracted, str(tmp_path / "busy"), train_python)
+    assert _train(cfg, "start")["started"]
+    st = _until(cfg, lambda s: s["phase"] == "training", "training")
+    out = os.path.join(os.path.dirname(extracted), "out")
+    try:
+        for argv in (["compact"], ["adopt", out], ["verify", "--repair"], ["start"], ["resume"], ["run"]):
+            p = runner(*argv, "--json", "--config", cfg)
+            assert p.returncode == 3, (argv, p.stdout, p.stderr)
+            why = json.loads(p.stdout)["reason"]
+            assert (
+                f"a training run (supervisor pid {st['supervisor_pid']}, run dir {tmp_path / 'busy'})" in why
+            )
+            assert "hsx-runner train stop" in why
+        assert (
+            runner("verify", "--json", "--config", cfg).returncode == 0
+        )  # a read-only verify runs beside it
+    finally:
+        assert _train(cfg, "stop")["done"]
+    assert runner("verify", "--repair", "--json", "--config", cfg).returncode == 0  # free again
+
+
+def test_a_held_job_lock_or_an_unfinished_extraction_makes_train_start_refuse(
+    extracted, train_python, tmp_path, demo_assets
+):
+    cfg = _config(extracted, str(tmp_path / "later"), train_python)
+    out = os.path.join(os.path.dirname(extracted), "out")
+    code = f"from runner.output.lock import JobLock; JobLock({os.path.join(out, '.lock')!r}).acquire(); print(1, flush=True); import time; time.sleep(120)"
+    holder = subprocess.Popen(
+        [os.path.join(ROOT, ".venv", "bin", "python"), "-c", code], stdout=subprocess.PIPE
+    )
+    try:
+        assert holder.stdout.readline().strip() == b"1"
+        for action in ("start", "resume"):
+            rep = _train(cfg, action, code=3)
+            assert rep["reason"].startswith(f"the extraction's runner (pid {holder.pid}) holds {out}"), rep
+    finally:
+        holder.kill()
+        holder.wait()
+    assert not os.path.exists(tmp_path / "later" / "run.yaml")  # nothing written for a refused start
+    fresh = _config(write_job(tmp_path / "fresh", demo_assets, 2), str(tmp_path / "fresh-run"), train_python)
+    rep = _train(fresh, "start", code=3)
+    assert "is stopped, not done: train once it is done" in rep["reason"], rep
+
+
+def test_a_kill_during_a_save_resumes_from_the_previous_complete_checkpoint(
+    uninterrupted, extracted, train_python, tmp_path
+):
+    run_dir = str(tmp_path / "torn")
+    cfg = _config(extracted, run_dir, train_python)
+    assert _train(cfg, "start")["started"]
+    st = _until(cfg, lambda s: s["checkpoint_step"] is not None, "checkpoint")
+    os.kill(st["pid"], signal.SIGKILL)
+    st = _until(cfg, lambda s: s["phase"] == "crashed", "crashed record")
+    good = st["checkpoint_step"]
+    assert good < TOTAL, "the run ended before the test could kill it"
+    # what a kill -9 inside the next save leaves: the shared state written, a rank's file still a
+    # .tmp, and the -latest link between its remove and its symlink
+    output = os.path.join(run_dir, "output")
+    for s in progress.checkpoints(output, "hsx-eagle3"):
+        if s > good:
+            shutil.rmtree(progress.step_dir(output, "hsx-eagle3", s))
+    torn = progress.step_dir(output, "hsx-eagle3", good + SAVE)
+    os.makedirs(torn)
+    shutil.copy(os.path.join(progress.step_dir(output, "hsx-eagle3", good), "training_state.pt"), torn)
+    with open(os.path.join(torn, "training_state_rank0.pt.tmp"), "wb") as f:
+        f.write(b"half")
+    os.unlink(os.path.join(output, "hsx-eagle3-latest"))
+    assert _train(cfg, "status")["checkpoint_step"] == good
+    assert _train(cfg, "resume")["started"]
+    st = _until(cfg, lambda s: s["phase"] not in ("preflight", "loading", "training"), "end")
+    assert st["phase"] == "done" and st["step"] == TOTAL, st
+    argv = json.load(open(os.path.join(run_dir, "command.json")))["argv"]
+    assert argv[-1] == f"training.resume_from={progress.step_dir(output, 'hsx-eagle3', good)}"
+    whole, cut = _losses(uninterrupted[1]), _losses(run_dir)
+    assert all(cut[s] == whole[s] for s in whole), {
+        s: (cut[s], whole[s]) for s in whole if cut[s] != whole[s]
+    }

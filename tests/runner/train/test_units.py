@@ -200,7 +200,46 @@ def test_the_cpu_shims_reach_only_the_cpu_lanes_own_venv(tmp_path):
     for python, cpu in ((str(tmp_path / "gpu-venv/bin/python"), False), (str(lane / "bin/python"), True)):
         cfg = _cfg(tmp_path, python=python, run_dir=str(tmp_path / f"run-{cpu}"))
         paths, spec = runspec.prepare(cfg)
-        env = runspec.command(cfg, paths, resume=False)["env"]
+        env = runspec.command(cfg, paths, None)["env"]
         assert ("SPECFORGE_DEVICE" in env) is cpu and ("TORCHDYNAMO_DISABLE" in env) is cpu
         assert (spec["training"].get("attention_backend") == "sdpa") is cpu
         assert ("dataloader_num_workers" in spec["data"]) is cpu
+
+
+def test_only_a_lane_path_is_built_on_first_use(tmp_path, monkeypatch):
+    from runner import specforge_cpu
+
+    lane = os.path.join(specforge_cpu.venv_dir(str(tmp_path)), "bin", "python")
+    assert specforge_cpu.root_of(lane) == str(tmp_path)
+    assert specforge_cpu.root_of("/usr/bin/python3") is None
+    assert specforge_cpu.root_of(str(tmp_path / "specforge-cpu-000000000000" / "bin" / "python")) is None
+    built = []
+    monkeypatch.setattr(specforge_cpu, "build", lambda root, say: built.append(root))
+    specforge_cpu.ensure("/usr/bin/python3", say=lambda m: None)
+    specforge_cpu.ensure(lane, say=lambda m: None)
+    assert built == [str(tmp_path)]
+
+
+def test_a_supervisor_whose_output_was_taken_since_the_check_refuses_and_says_who(tmp_path):
+    from runner.train import supervisor
+
+    out, root = tmp_path / "out", tmp_path / "run"
+    code = (
+        f"from runner.train import exclusive\nwith exclusive.using({str(out)!r}, 'verify --repair'):\n"
+        "    print(1, flush=True); import time; time.sleep(60)"
+    )
+    holder = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE)
+    try:
+        assert holder.stdout.readline().strip() == b"1"
+        os.makedirs(root)
+        rec = record.Record(str(root), {"phase": "preflight", "features": str(out)})
+        rec.write()
+        assert supervisor.main([str(root)]) == 3
+        d = record.read(str(root))
+        assert d["phase"] == "stopped" and d["reason"].startswith(
+            f"verify --repair (pid {holder.pid}) runs on {out}"
+        )
+    finally:
+        holder.kill()
+        holder.wait()
+    assert supervisor.Supervisor(str(root)) and not os.path.exists(root / "train.log")  # no trainer started
