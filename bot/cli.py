@@ -28,8 +28,6 @@ def _box(cfg: Config):
 
 
 def cmd_verb(args) -> int:
-    from remote.errors import RemoteError
-
     cfg = load(args.config)
     verb = TABLE[args.verb]
     fields = {f.field: getattr(args, f.field) for f in verb.flags}
@@ -47,8 +45,8 @@ def cmd_verb(args) -> int:
     if cmd.problem and getattr(args, "json", False):  # JSON has no help text to answer with
         print(f"hsx: {cmd.problem}", file=sys.stderr)
         return 2
-    box = _box(cfg)
-    try:
+
+    def run(box) -> int:
         if getattr(args, "json", False):
             reply = _json_reply(box, cmd)
             print(json.dumps(reply))
@@ -61,6 +59,17 @@ def cmd_verb(args) -> int:
         reply = make_handlers(cfg, box).handle(cmd, "terminal", operator=True)
         print(reply.text)
         return 1 if reply.error else 0
+
+    return _on_box(cfg, run)
+
+
+def _on_box(cfg, run) -> int:
+    """``run(box)`` against the GPU box, closed after; a RemoteError is exit 2 with its words."""
+    from remote.errors import RemoteError
+
+    box = _box(cfg)
+    try:
+        return run(box)
     except RemoteError as e:
         print(f"hsx: {e}", file=sys.stderr)
         return 2
@@ -85,13 +94,11 @@ def _json_reply(box, cmd: Command) -> dict:
 
 def cmd_train(args) -> int:
     """`hsx train VERB`: the runner's reply as it is with --json; otherwise the chat's text."""
-    from remote.errors import RemoteError
-
     from . import train
 
     cfg = load(args.config)
-    box = _box(cfg)
-    try:
+
+    def run(box) -> int:
         if args.json:
             print(json.dumps(box.train(args.action)))
             return 0
@@ -100,11 +107,8 @@ def cmd_train(args) -> int:
         reply = train.handle(make_handlers(cfg, box), Command(args.action), "terminal", operator=True)
         print(reply.text)
         return 1 if reply.error else 0
-    except RemoteError as e:
-        print(f"hsx: {e}", file=sys.stderr)
-        return 2
-    finally:
-        box.close()
+
+    return _on_box(cfg, run)
 
 
 def cmd_bot(args) -> int:
