@@ -68,20 +68,35 @@ def death_reason(log_text: str) -> str:
     return f"{who} (pid {pid}) died, {_how(int(code))}"
 
 
-def rank_death(ranks: dict[str, int]) -> str:
-    """Which of the ranks' scheduler processes are gone, and how while each is a zombie yet: a
-    dead rank soon takes the others down (a collective fails) before SGLang's own watchdog logs
-    which one it was, so one killed by a signal is named before those that exited after it."""
+def rank_deaths(ranks: dict[str, int]) -> list[tuple[str, int, str]]:
+    """Which of the ranks' scheduler processes are gone, as (rank, pid, how), how while each is
+    a zombie yet ('' once reaped): a dead rank soon takes the others down (a collective fails)
+    before SGLang's own watchdog logs which one it was, so one killed by a signal is named
+    before those that exited after it."""
     dead = []
     for name, pid in sorted(ranks.items()):
         st = proc_stat(pid)
         if st is None:
-            dead.append((False, f"{name} scheduler (pid {pid}) died"))
+            dead.append((False, (name, pid, "")))
         elif st[0] == "Z":
             sig, code = st[2] & 0x7F, st[2] >> 8
-            dead.append((bool(sig), f"{name} scheduler (pid {pid}) died, {_how(-sig if sig else code)}"))
-    first = [text for signalled, text in dead if signalled] or [text for _, text in dead]
-    return "; ".join(first)
+            dead.append((bool(sig), (name, pid, _how(-sig if sig else code))))
+    return [d for signalled, d in dead if signalled] or [d for _, d in dead]
+
+
+def say_deaths(deaths: list[tuple[str, int, str]], log_text: str = "") -> str:
+    """The ranks seen dead, each with how it died; one reaped before it was seen (its status
+    gone with it) takes how from SGLang's watchdog line about the same pid, if the log has one."""
+    codes = {int(pid): int(code) for _, pid, code in CRASHED_RE.findall(log_text)}
+    parts = []
+    for name, pid, how in deaths:
+        how = how or (_how(codes[pid]) if pid in codes else "")
+        parts.append(f"{name} scheduler (pid {pid}) died" + (f", {how}" if how else ""))
+    return "; ".join(parts)
+
+
+def rank_death(ranks: dict[str, int]) -> str:
+    return say_deaths(rank_deaths(ranks))
 
 
 def port_in_use(host: str, port: int) -> bool:
@@ -178,7 +193,7 @@ class Server:
         self._start_pos = 0
         self._observed_at = 0.0
         self.ranks: dict[str, int] = {}  # "TP1" -> its scheduler's pid, from the log
-        self.dead_rank = ""
+        self.dead_ranks: list[tuple[str, int, str]] = []  # as seen first: (rank, pid, how)
         self.proc: subprocess.Popen | None = None
         self.restarts = 0
         self.started_at: float | None = None
@@ -230,7 +245,7 @@ class Server:
         log.write(f"\n=== hsx: starting server: {' '.join(self.argv)}\n".encode())
         log.flush()
         self._log_pos = self._start_pos = log.tell()
-        self.ranks, self.dead_rank = {}, ""
+        self.ranks, self.dead_ranks = {}, []
         self.shm.begin()
         self.proc = subprocess.Popen(
             self.argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=self.env,
@@ -263,8 +278,8 @@ class Server:
         rank is seen here first."""
         if not self.alive():
             return
-        if self.ranks and not self.dead_rank:
-            self.dead_rank = rank_death(self.ranks)
+        if self.ranks and not self.dead_ranks:
+            self.dead_ranks = rank_deaths(self.ranks)
         if time.monotonic() - self._observed_at >= 1.0:  # a /proc scan: not every poll
             self._observed_at = time.monotonic()
             self.shm.observe(self.proc.pid)
@@ -272,15 +287,13 @@ class Server:
     def death_reason(self) -> str:
         """Why the server last died: the rank seen dead first, else what its log says since it
         started ('' if neither says)."""
-        if self.dead_rank:
-            return self.dead_rank
         try:
             with open(self.log_path, "rb") as f:
                 f.seek(self._start_pos)
                 text = f.read().decode("utf-8", "replace")
         except OSError:
-            return ""
-        return death_reason(text)
+            text = ""
+        return say_deaths(self.dead_ranks, text) if self.dead_ranks else death_reason(text)
 
     def _scan_log(self) -> bool:
         """Read new log text; update activity; True once the ready line has appeared."""

@@ -111,6 +111,17 @@ def test_a_rank_killed_by_a_signal_is_named_before_one_that_exited_after_it():
     assert srv.rank_death({"TP1": killed.pid}) == f"TP1 scheduler (pid {killed.pid}) died"  # reaped: gone
 
 
+def test_a_rank_reaped_before_it_was_seen_takes_how_it_died_from_the_watchdog_line():
+    """SGLang's main process may reap a killed rank before the runner's poll sees its zombie;
+    the watchdog's line about that pid then says how (a CI run lost 'killed by SIGKILL' so)."""
+    seen = [("TP1", 101, "")]
+    log = "[2026-12-01 07:42:01] Subprocess scheduler_1 (pid=101) crashed with exit code -9. Triggering SIGQUIT\n"
+    assert srv.say_deaths(seen, log) == "TP1 scheduler (pid 101) died, killed by SIGKILL"
+    other = "Subprocess scheduler_0 (pid=100) crashed with exit code 1.\n"  # another pid's line says nothing of it
+    assert srv.say_deaths(seen, other) == "TP1 scheduler (pid 101) died"
+    assert srv.say_deaths([("TP0", 100, "exit code 3")], other) == "TP0 scheduler (pid 100) died, exit code 3"
+
+
 def test_the_server_log_names_the_rank_when_sglangs_watchdog_saw_it():
     log = (
         "hsx dump patch installed in TP0 pid 100 (writer=True, dump dir /o/.tmp)\n"
