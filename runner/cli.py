@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import sys
 
@@ -282,5 +283,16 @@ def main(argv: list[str] | None = None) -> int:
         return USAGE
 
 
+def script() -> None:
+    """hsx-runner's entry. A long run has torch loaded, and the interpreter's teardown of it is
+    seconds of garbage collection after the record is written and every file closed: the process
+    ends at once instead (what it started is in its own group, stopped already)."""
+    code = main()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    logging.shutdown()
+    os._exit(code if isinstance(code, int) else 0)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    script()

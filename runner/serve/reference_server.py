@@ -242,7 +242,15 @@ def main(argv: list[str] | None = None) -> None:
         log.info(READY_LINE)
 
     app.on_startup.append(on_startup)
-    web.run_app(app, host=a.host, port=a.port, print=None, access_log=None, handle_signals=True)
+    # A stop is SIGTERM: a request still in flight is the runner's to retry, so no grace for it.
+    web.run_app(
+        app, host=a.host, port=a.port, print=None, access_log=None, handle_signals=True, shutdown_timeout=1.0
+    )
+    # Every dump is written and renamed before its answer; the interpreter's own teardown of torch
+    # (seconds of garbage collection) is all that is left, and the runner's stop waits for it.
+    logging.shutdown()
+    sys.stdout.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":
