@@ -52,7 +52,12 @@ DONE = {**TRAINING, "phase": "done", "step": 120, "launches": 2, "launch": "resu
 
 def test_the_history_is_checked_by_name():
     h = parse_history(a_history())
-    assert len(h["points"]) == 25 and h["points"][5] == {"step": 30, "loss": None, "acc": acc_at(30), "launch": 1}
+    assert len(h["points"]) == 25 and h["points"][5] == {
+        "step": 30,
+        "loss": None,
+        "acc": acc_at(30),
+        "launch": 1,
+    }
     assert parse_history({"points": [{"step": 5, "loss": float("nan")}]})["points"][0]["loss"] is None
     assert parse_history({"points": []}) == {"points": [], "evals": [], "marks": []}
     for bad, why in (
