@@ -123,7 +123,8 @@ def caption(s: TrainStory) -> str:
     )
     if s.evals:
         last = s.evals[-1]
-        said = f"eval at step {last.step:,}: val acc {_fmt(last.val_acc, '.3f')}"
+        acc = "?" if last.val_acc is None else f"{100 * last.val_acc:.1f}%"  # as the job said its 74.7%
+        said = f"eval at step {last.step:,}: val acc {acc}"
         if last.acc_len is not None:
             said += f", acceptance length ~{last.acc_len:.2f}"
         if s.best is not None:

@@ -59,22 +59,22 @@ def _reason(rec: TrainRecord) -> str:
     return why.split(": ", 1)[1] if why.startswith("the trainer exited with code") and ": " in why else why
 
 
-def _checkpoint(rec: TrainRecord) -> str:
-    at = f"step {rec.checkpoint_step:,}" if rec.checkpoint_step is not None else "none yet"
-    return f"the last durable checkpoint: {at}"
-
-
-def _quiet(rec: TrainRecord, lim: TrainLimits, now: dt.datetime) -> tuple[str, str] | None:
-    """(key, headline) when the trainer has been silent too long; the key names the stretch."""
+def _quiet(rec: TrainRecord, lim: TrainLimits, now: dt.datetime) -> tuple[str, str, str] | None:
+    """(key, headline, what to do) when the trainer has been silent too long; the key names the
+    stretch."""
     run = f"{rec.run_id}:{rec.launches}"
     if rec.phase == "loading":
         waited = age_s(rec.launched_at, now)
         if waited is None or waited <= lim.startup_s:
             return None
-        return f"{TRAIN_KEY}loading:{run}", (
-            f":warning: Training still loading the target head and counting the vocab after "
-            f"{human_duration(waited)} (start-up budget {human_duration(lim.startup_s)}, [watcher] "
-            "train_startup_s): SpecForge prints nothing until its first step, and a large output takes long"
+        head = f"still loading the target head and counting the vocab after {human_duration(waited)}"
+        return (
+            f"{TRAIN_KEY}loading:{run}",
+            f":warning: Training {head}",
+            (
+                f"past the start-up budget of {human_duration(lim.startup_s)} ([watcher] train_startup_s): "
+                "SpecForge prints nothing until its first step, and its vocab pass reads every feature file"
+            ),
         )
     if rec.phase != "training":
         return None
@@ -85,10 +85,14 @@ def _quiet(rec: TrainRecord, lim: TrainLimits, now: dt.datetime) -> tuple[str, s
     if quiet is None or quiet <= expect:
         return None
     every = f", expected one every ~{human_duration(rec.log_s)}" if rec.log_s else ""
-    return f"{TRAIN_KEY}stalled:{run}:{since}", (
-        f":warning: Training STALLED: no step for {human_duration(quiet)} at step {rec.step}{every}. "
-        f"The trainer (pid {rec.pid}) still runs, so resume is refused; if it stays silent: `/train stop`, "
-        f"then `/train resume` ({_checkpoint(rec)})"
+    pid = f" (pid {rec.pid})" if rec.pid else ""
+    return (
+        f"{TRAIN_KEY}stalled:{run}:{since}",
+        (f":warning: Training STALLED: no step for {human_duration(quiet)} at step {rec.step}{every}"),
+        (
+            f"the trainer{pid} still runs, so `/train resume` is refused; a save or an eval pauses the steps "
+            "too. If it stays silent: `/train stop`, then `/train resume` from the last durable checkpoint"
+        ),
     )
 
 
@@ -105,15 +109,15 @@ def _moving_again(st, rec: TrainRecord) -> list[Action]:
     return [Action("recovered", f"{head}\n{render_train(rec)}", key=was)]
 
 
-def _evals(rec: TrainRecord) -> str:
-    """The last eval and the best so far, where eval is on."""
+def _evals(rec: TrainRecord, news: bool = True) -> str:
+    """The last eval and the best so far, where eval is on (news: the last one's best is "new")."""
     bits = []
     if rec.val_acc is not None:
-        bits.append(f"val acc {rec.val_acc:.3f}")
+        bits.append(f"val acc {100 * rec.val_acc:.1f}%")  # as the job said its 74.7%
     if rec.acc_len is not None:
         bits.append(f"acceptance length ~{rec.acc_len:.2f}")
     if rec.best_acc_len is not None and rec.best_step is not None:
-        new = rec.best_step == rec.eval_step
+        new = news and rec.best_step == rec.eval_step
         bits.append("new best" if new else f"best ~{rec.best_acc_len:.2f} at step {rec.best_step:,}")
     return " · ".join(bits)
 
@@ -170,15 +174,14 @@ def judge(st, rec: TrainRecord, now: dt.datetime | None = None, lim: TrainLimits
     quiet = _quiet(rec, lim, now)
     moved = [] if quiet and quiet[0] == st.train_quiet else _moving_again(st, rec)
     if quiet:
-        found.append(Action("alert", f"{quiet[1]}\n{text}", key=quiet[0]))
+        found.append(Action("alert", f"{quiet[1]}\n{text}\n{quiet[2]}", key=quiet[0]))
         st.train_quiet = quiet[0]
     elif rec.phase not in ("loading", "training"):
         st.train_quiet = ""  # it ended: its crash, stop or done says so
     later = _milestones(st, rec, lim, text)
     if rec.phase == "done":
-        evals = _evals(rec)
+        evals = _evals(rec, news=False)  # the text says the export path
         body = f":white_check_mark: Training done\n{text}" + (f"\nfinal eval: {evals}" if evals else "")
-        body += f"\nexport: `/train export` writes the draft to {rec.export_dir or 'the export dir'}"
         found.append(Action("done", body, key=f"{TRAIN_KEY}done:{rec.run_id}:{rec.ended_at}"))
     out = [a for a in found if a.key not in st.train_active]
     st.train_active = (st.train_active + [a.key for a in out])[-MAX_KEYS:]

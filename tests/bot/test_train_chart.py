@@ -82,7 +82,7 @@ def test_a_realistic_history_tells_its_story():
     assert train_chart.title(s) == "hsx: step 120 / 120 (100.0%) — done"
     assert train_chart.caption(s) == (
         "hsx: step 120 / 120 (100.0%) — done · loss 4.95 → 1.97, acc 0.060 → 0.435 over steps 5 → 120"
-        " · eval at step 120: val acc 0.420, acceptance length ~1.97 (best ~1.99 at step 100)"
+        " · eval at step 120: val acc 42.0%, acceptance length ~1.97 (best ~1.99 at step 100)"
         " · 1 crash, 1 resume"
     )
 

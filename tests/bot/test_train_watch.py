@@ -122,12 +122,17 @@ def judge_all(seq, lim=None) -> list[tuple[str, str, bool]]:
 def test_a_stall_is_several_log_times_never_under_the_floor_and_said_once_then_resolved():
     posted = judge_all([(LONG, after(299)), (LONG, after(12 * 60)), (LONG, after(20 * 60))])
     assert posted == [(
-        "alert",
-        ":warning: Training STALLED: no step for 12m at step 340, expected one every ~40s. The trainer "
-        "(pid 4242) still runs, so resume is refused; if it stays silent: `/train stop`, then "
-        "`/train resume` (the last durable checkpoint: step 50)",
+        "alert", ":warning: Training STALLED: no step for 12m at step 340, expected one every ~40s",
         False,  # no Resume button: the live trainer holds its run
     )]  # fmt: skip
+    (alert,) = [
+        a for a in judge(WatchState(), TrainRecord.from_dict(LONG), after(720))[0] if a.kind == "alert"
+    ]
+    assert alert.text.endswith(
+        "\nthe trainer (pid 4242) still runs, so `/train resume` is refused; a save or an eval pauses the "
+        "steps too. If it stays silent: `/train stop`, then `/train resume` from the last durable checkpoint"
+    )
+    assert "\ntraining — step 340 / 1,000 (34.0%)\n" in alert.text
     slow = {**LONG, "log_s": 100.0}  # five log times: 500 s, over the 300 s floor
     assert judge_all([(slow, after(499))]) == []
     assert [k for k, *_ in judge_all([(slow, after(501))])] == ["alert"]
@@ -158,11 +163,15 @@ def test_loading_past_the_start_up_budget_names_the_phase_once_and_its_first_ste
         lim,
     )
     assert posted == [
-        ("alert", ":warning: Training still loading the target head and counting the vocab after 31m "
-                  "(start-up budget 30m, [watcher] train_startup_s): SpecForge prints nothing until its "
-                  "first step, and a large output takes long", False),
+        ("alert", ":warning: Training still loading the target head and counting the vocab after 31m",
+         False),
         ("recovered", ":white_check_mark: Training's first step came after 41m of loading", False),
     ]  # fmt: skip
+    (alert,) = judge(WatchState(), TrainRecord.from_dict(loading), after(31 * 60), lim)[0]
+    assert alert.text.endswith(
+        "\npast the start-up budget of 30m ([watcher] train_startup_s): SpecForge prints nothing until "
+        "its first step, and its vocab pass reads every feature file"
+    )
     # the step before this launch's start is not this launch's: quiet counts from the launch
     assert judge_all([({**stepping, "last_step_at": at(STEP_AT - dt.timedelta(hours=2))}, after(200))]) == []
 
@@ -203,16 +212,16 @@ def test_each_eval_once_with_the_best_acceptance_length_and_done_with_the_final_
     ]  # fmt: skip
     done = {**ev[-1], "phase": "done", "step": 120, "eval_step": 120, "val_acc": 0.42, "acc_len": 1.97,
             "best_acc_len": 1.99, "best_step": 100, "ended_at": "2026-12-01T12:05:00Z"}  # fmt: skip
-    posted = [p for p in milestones([*ev, done]) if "%" not in p]
+    posted = [p for p in milestones([*ev, done]) if "% reached" not in p]
     assert posted == [
-        ":bar_chart: Training eval at step 20: val acc 0.210 · acceptance length ~1.41 · new best",
-        ":bar_chart: Training eval at step 40: val acc 0.190 · acceptance length ~1.38 · best ~1.41 at step 20",
+        ":bar_chart: Training eval at step 20: val acc 21.0% · acceptance length ~1.41 · new best",
+        ":bar_chart: Training eval at step 40: val acc 19.0% · acceptance length ~1.38 · best ~1.41 at step 20",
         ":white_check_mark: Training done",
     ]
     _, st = judge(WatchState(), TrainRecord.from_dict(ev[-1]), NOW)
     (a,) = [a for a in judge(st, TrainRecord.from_dict(done), NOW)[0] if a.kind == "done"]
-    assert "\nfinal eval: val acc 0.420 · acceptance length ~1.97 · best ~1.99 at step 100\n" in a.text
-    assert a.text.endswith("export: `/train export` writes the draft to /data/out-train/export")
+    assert a.text.endswith("\nfinal eval: val acc 42.0% · acceptance length ~1.97 · best ~1.99 at step 100")
+    assert a.text.count("/data/out-train/export") == 1  # the record's text says where the export goes
     assert "final eval" not in judge(WatchState(), TrainRecord.from_dict({**done, "val_acc": None,
         "acc_len": None, "best_acc_len": None}), NOW)[0][-1].text  # fmt: skip
 
@@ -252,7 +261,7 @@ def test_the_watcher_job_posts_a_stall_and_milestones_once_across_bot_restarts(f
         blocks = json.loads(stall["blocks"]) if isinstance(stall["blocks"], str) else stall["blocks"]
         assert [b["type"] for b in blocks] == ["section"]  # no Resume button
         (eval_,) = _posts(api_rec, "Training eval at step 60")
-        assert "val acc 0.380 · acceptance length ~1.86 · new best" in eval_["text"]
+        assert "val acc 38.0% · acceptance length ~1.86 · new best" in eval_["text"]
         assert eval_["thread_ts"] == api_rec.named("pins.add")[0]["timestamp"]
         before = len(api_rec.named("chat.postMessage"))
         for _ in range(2):  # the bot restarted twice: a new watcher on the same state each time
