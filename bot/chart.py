@@ -257,13 +257,9 @@ SPAN_LABEL = {"crash": "down (crashed)", "stall": "stalled", "pause": "paused", 
 
 def figure(s: Story):
     """The matplotlib Figure (not drawn): tests read its lines, marks and text."""
-    import matplotlib
-
-    matplotlib.use("Agg")
     import matplotlib.dates as mdates
-    from matplotlib.figure import Figure
 
-    fig = Figure(figsize=(10, 4.8), dpi=100)
+    fig = new_figure((10, 4.8))
     ax = fig.add_subplot()
     for i, run in enumerate(s.runs):
         if run:
@@ -314,7 +310,21 @@ def figure(s: Story):
     return fig
 
 
-def render_png(s: Story) -> bytes:
+def new_figure(size: tuple[float, float]):
+    """A matplotlib Figure off any screen (Agg): the bot has none."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib.figure import Figure
+
+    return Figure(figsize=size, dpi=100)
+
+
+def png(fig) -> bytes:
     buf = io.BytesIO()
-    figure(s).savefig(buf, format="png")
+    fig.savefig(buf, format="png")
     return buf.getvalue()
+
+
+def render_png(s: Story) -> bytes:
+    return png(figure(s))

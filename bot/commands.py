@@ -54,9 +54,7 @@ class Command:
     confirmed: bool = False  # stop, free-gpus
     force: bool = False  # start, resume: past preflight's gates
     detail: bool = False  # status: throughput and latency too
-    wait: bool = (
-        False  # verify, adopt, compact: in the foreground (a terminal); chat runs them in the background
-    )
+    wait: bool = False  # verify, adopt, compact: in the foreground (a terminal); chat: in the background
     path: str = ""  # adopt: the directory, as typed
     units: tuple[str, ...] = ()  # free-gpus, confirmed: the units the question named
     until: int | None = None  # free-gpus, confirmed: when that confirmation expires (epoch s)
@@ -89,6 +87,7 @@ class Reply:
     confirm: str | None = None  # the verb that waits for a confirmation (stop)
     confirm_value: str = ""  # what the confirmation carries back (confirmed_command), if not the verb
     image: bytes | None = None  # PNG for `chart`
+    image_name: str = "hsx-chart.png"
     error: bool = False
     markup: bool = False  # text is mrkdwn hsx wrote itself (mentions), sent to Slack unescaped
     extra: dict = field(default_factory=dict)
@@ -247,19 +246,20 @@ class Handlers:
         if cmd.verb == "free-gpus" and not cmd.confirmed:
             return self._ask_free_gpus()
         handler = getattr(self, "_" + cmd.verb.replace("-", "_"))
-        every = TABLE[cmd.verb].every_s
+        return self.rationed(TABLE[cmd.verb], user, operator, lambda: handler(cmd, user))
+
+    def rationed(self, verb: Verb, user: str, operator: bool | None, run: Callable[[], Reply]) -> Reply:
+        """An expensive read (the verb's every_s) at most so often per person; operators unlimited."""
+        every = verb.every_s
         if not every or (self.is_operator(user) if operator is None else operator):
-            return handler(cmd, user)
-        key = f"{user}:{cmd.verb}"
+            return run()
+        key = f"{user}:{verb.slash} {verb.name}"
         wait = self.allowance.take(key, every)
         if wait:
-            return Reply(
-                text=f"`{cmd.verb}` is limited to once every {human_duration(every)} per person: again in "
-                f"{human_duration(max(1.0, wait))} (operators are not limited)",
-                ephemeral=True,
-                error=True,
-            )
-        reply = handler(cmd, user)
+            return Reply(text=f"`{verb.name}` is limited to once every {human_duration(every)} per person: "
+                         f"again in {human_duration(max(1.0, wait))} (operators are not limited)",
+                         ephemeral=True, error=True)  # fmt: skip
+        reply = run()
         if reply.error:  # nothing was done: it does not count
             self.allowance.give_back(key)
         return reply

@@ -60,14 +60,14 @@ def run_console(
         if reply.audit and reply.audit not in reply.text:
             out.write(reply.audit + "\n")
         if reply.image is not None:
-            out.write(_save_chart(reply.image, chart_dir or cfg.job.out or ".") + "\n")
+            out.write(_save_chart(reply.image, chart_dir or cfg.job.out or ".", reply.image_name) + "\n")
         out.flush()
 
 
-def _save_chart(png: bytes, folder: str) -> str:
+def _save_chart(png: bytes, folder: str, name: str) -> str:
     import os
 
-    path = os.path.join(folder, "hsx-chart.png")
+    path = os.path.join(folder, name)
     try:
         with open(path, "wb") as f:
             f.write(png)

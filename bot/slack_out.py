@@ -108,8 +108,8 @@ def respond_reply(reply: Reply, respond, client, channel: str | None) -> None:
         client.files_upload_v2(
             channel=channel,
             content=reply.image,
-            filename="hsx-chart.png",
-            title="hsx progress",
+            filename=reply.image_name,
+            title=reply.image_name.removesuffix(".png"),
             initial_comment=slack_text(reply),
         )
         return

@@ -1,6 +1,6 @@
 """`/train VERB` and `hsx train VERB`: the training verbs of the table in ``verbs``, each one
-fixed ``hsx-runner train VERB`` (remote.client.GpuBox.train); and the training's lines in
-"progress?". Mutating verbs are operators' only and audited (attempt, then outcome) like
+fixed ``hsx-runner train VERB`` (remote.client.GpuBox.train; `chart` draws ``train history``); and
+the training's lines in "progress?". Mutating verbs are operators' only and audited (attempt, then outcome) like
 `/extract`'s, through the same Handlers (its operator rule and audit log)."""
 
 from __future__ import annotations
@@ -51,8 +51,10 @@ def ask(h: Handlers, text: str, user: str, operator: bool | None = None) -> Repl
 def handle(h: Handlers, cmd: Command, user: str, operator: bool | None = None) -> Reply:
     if cmd.verb == "help":
         return help_reply(cmd.problem)
-    action = f"train {cmd.verb}"
-    if not TRAIN_TABLE[cmd.verb].operator:
+    action, verb = f"train {cmd.verb}", TRAIN_TABLE[cmd.verb]
+    if cmd.verb == "chart":
+        return h.rationed(verb, user, operator, lambda: chart(h))
+    if not verb.operator:
         return status(h)
     allowed = h.is_operator(user) if operator is None else operator
     if not allowed:
@@ -79,6 +81,25 @@ def status(h: Handlers) -> Reply:
     except RemoteError as e:
         return Reply(text=summary.render_error(e), ephemeral=True, error=True)
     return Reply(text=render_train(rec), blocks=summary.train_blocks(rec), extra={"train": rec})
+
+
+def chart(h: Handlers) -> Reply:
+    """The history's loss and acc over the steps, the evals, each crash and resume, as a PNG."""
+    from . import train_chart
+
+    try:
+        history = h.box.train_history()
+    except RemoteError as e:
+        return Reply(text=summary.render_error(e), ephemeral=True, error=True)
+    try:
+        rec: TrainRecord | None = h.box.train_status()  # the run's name and total, an end unwritten
+    except RemoteError:
+        rec = None  # the history alone still draws
+    story = train_chart.story(history, rec)
+    if len(story.points) < 2:
+        return Reply(text="chart: not enough training history yet (need two logged steps)", ephemeral=True)
+    return Reply(text=train_chart.caption(story), image=train_chart.render_png(story),
+                 image_name="hsx-train-chart.png")  # fmt: skip
 
 
 def with_training(reply: Reply, h: Handlers) -> Reply:

@@ -1,21 +1,54 @@
 """The watcher's judging of the training record (``hsx-runner train status``), apart from the
-extraction's: a crash (with the reason and a Resume button that runs `/train resume`), a NaN
-loss, loss and acc both 0 over several logs (SpecForge's empty-mask trap), and done with the
-export path. Each is posted once per episode: a launch of the run (or its end, for done)."""
+extraction's.
+
+Alerts, each posted once per episode (a launch of the run, or one quiet stretch):
+- a crash, with the reason and a Resume button that runs `/train resume`;
+- a NaN loss; loss and acc both 0 over several logs (SpecForge's empty-mask trap);
+- silence: still loading after ``[watcher] train_startup_s`` (SpecForge prints nothing while it
+  loads the target head and counts the vocab over every feature file), or, once training, no
+  step line for STALL_LOGS log times (the record's ``log_s``; ``stall_after_s`` at least, and
+  alone while the launch has logged fewer than two). Its end is said when a step comes.
+  A silent trainer is alive and holds its run, so `/train resume` would be refused: the alert
+  carries no Resume button and says "`/train stop`, then `/train resume`" instead. Stopping loses
+  the steps since the last durable checkpoint and may kill a slow save or eval, so a person
+  decides it, with the checkpoint step before them.
+Milestones, in the progress message's thread: every ``milestone_pct``% of the total steps, each
+eval with the best acceptance length so far, and done with the final metrics and the export path.
+What was posted lives in the watcher's state (bot/watcher.py), saved each tick: a restart of the
+bot posts nothing twice.
+"""
 
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 import logging
+from dataclasses import dataclass
 
 from remote.errors import RemoteError
+from runner.contract.config import Config
+from runner.contract.render import human_duration
+from runner.contract.status import age_s, parse_iso
 from runner.contract.train import TrainRecord, render_train
 
 from .slack_out import TRAIN_KEY, Action
 
 log = logging.getLogger("hsx.watcher")
 ZERO_LOGS = 3  # this many logged steps in a row with loss and acc both 0 is the empty-mask trap
+STALL_LOGS = 5  # no step line for this many log times is a stall
 MAX_KEYS = 50
+
+
+@dataclass(frozen=True)
+class TrainLimits:
+    startup_s: float = 1800.0  # [watcher] train_startup_s: loading this long is said
+    stall_floor_s: float = 300.0  # [watcher] stall_after_s: never a stall sooner
+    milestone_pct: int = 10
+
+    @classmethod
+    def from_config(cls, cfg: Config) -> TrainLimits:
+        w = cfg.watcher
+        return cls(w.train_startup_s, w.stall_after_s, max(1, w.milestone_pct))
 
 
 def _reason(rec: TrainRecord) -> str:
@@ -26,15 +59,100 @@ def _reason(rec: TrainRecord) -> str:
     return why.split(": ", 1)[1] if why.startswith("the trainer exited with code") and ": " in why else why
 
 
-def judge(st, rec: TrainRecord) -> tuple[list[Action], object]:
+def _quiet(rec: TrainRecord, lim: TrainLimits, now: dt.datetime) -> tuple[str, str, str] | None:
+    """(key, headline, what to do) when the trainer has been silent too long; the key names the
+    stretch."""
+    run = f"{rec.run_id}:{rec.launches}"
+    if rec.phase == "loading":
+        waited = age_s(rec.launched_at, now)
+        if waited is None or waited <= lim.startup_s:
+            return None
+        head = f"still loading the target head and counting the vocab after {human_duration(waited)}"
+        return (
+            f"{TRAIN_KEY}loading:{run}",
+            f":warning: Training {head}",
+            (
+                f"past the start-up budget of {human_duration(lim.startup_s)} ([watcher] train_startup_s): "
+                "SpecForge prints nothing until its first step, and its vocab pass reads every feature file"
+            ),
+        )
+    if rec.phase != "training":
+        return None
+    t_step, t_launch = parse_iso(rec.last_step_at), parse_iso(rec.launched_at)
+    since = rec.last_step_at if t_step and (t_launch is None or t_step >= t_launch) else rec.launched_at
+    quiet = age_s(since, now)
+    expect = max(lim.stall_floor_s, STALL_LOGS * rec.log_s) if rec.log_s else lim.stall_floor_s
+    if quiet is None or quiet <= expect:
+        return None
+    every = f", expected one every ~{human_duration(rec.log_s)}" if rec.log_s else ""
+    pid = f" (pid {rec.pid})" if rec.pid else ""
+    return (
+        f"{TRAIN_KEY}stalled:{run}:{since}",
+        (f":warning: Training STALLED: no step for {human_duration(quiet)} at step {rec.step}{every}"),
+        (
+            f"the trainer{pid} still runs, so `/train resume` is refused; a save or an eval pauses the steps "
+            "too. If it stays silent: `/train stop`, then `/train resume` from the last durable checkpoint"
+        ),
+    )
+
+
+def _moving_again(st, rec: TrainRecord) -> list[Action]:
+    """A silent stretch said earlier is over: a step came (a crash or stop says itself)."""
+    if not st.train_quiet or rec.phase != "training":
+        return []
+    was, st.train_quiet = st.train_quiet, ""
+    if was.startswith(f"{TRAIN_KEY}loading:"):
+        took = age_s(rec.launched_at, parse_iso(rec.last_step_at))
+        head = f":white_check_mark: Training's first step came after {human_duration(took)} of loading"
+    else:
+        head = ":white_check_mark: Training STALLED resolved: steps again"
+    return [Action("recovered", f"{head}\n{render_train(rec)}", key=was)]
+
+
+def _evals(rec: TrainRecord, news: bool = True) -> str:
+    """The last eval and the best so far, where eval is on (news: the last one's best is "new")."""
+    bits = []
+    if rec.val_acc is not None:
+        bits.append(f"val acc {100 * rec.val_acc:.1f}%")  # as the job said its 74.7%
+    if rec.acc_len is not None:
+        bits.append(f"acceptance length ~{rec.acc_len:.2f}")
+    if rec.best_acc_len is not None and rec.best_step is not None:
+        new = news and rec.best_step == rec.eval_step
+        bits.append("new best" if new else f"best ~{rec.best_acc_len:.2f} at step {rec.best_step:,}")
+    return " · ".join(bits)
+
+
+def _milestones(st, rec: TrainRecord, lim: TrainLimits, text: str) -> list[Action]:
+    """N% of the total steps and each new eval, once each per run (a resume does not repeat them)."""
+    run = f"{rec.run_id}:{rec.started_at}"
+    if st.train_run != run:
+        st.train_run, st.train_milestone, st.train_eval_step = run, 0, -1
+    out = []
+    if rec.phase == "training" and rec.total_steps and rec.step:
+        pct = lim.milestone_pct
+        reached = min(99, int(100 * rec.step / rec.total_steps) // pct * pct)
+        if reached > st.train_milestone:
+            key = f"{TRAIN_KEY}milestone:{run}:{reached}"
+            out.append(Action("milestone", f"Training {reached}% reached\n{text}", key=key))
+            st.train_milestone = reached
+    if rec.eval_step is not None and rec.eval_step > st.train_eval_step:
+        if rec.phase != "done":  # done says the final eval itself
+            head = f":bar_chart: Training eval at step {rec.eval_step:,}: {_evals(rec) or 'no metrics'}"
+            out.append(Action("milestone", f"{head}\n{text}", key=f"{TRAIN_KEY}eval:{run}:{rec.eval_step}"))
+        st.train_eval_step = rec.eval_step
+    return out
+
+
+def judge(st, rec: TrainRecord, now: dt.datetime | None = None, lim: TrainLimits | None = None):
     """Pure: the watcher's state (its train_* fields) and one record → what to post, next state."""
+    now, lim = now or dt.datetime.now(dt.timezone.utc), lim or TrainLimits()
     st = dataclasses.replace(
         st, train_active=list(st.train_active), train_zero_steps=list(st.train_zero_steps)
     )
     if not rec.started:
         return [], st
     episode = f"{rec.run_id}:{rec.launches}"
-    text = render_train(rec)
+    text = render_train(rec, now)
     found: list[Action] = []
     if rec.phase == "crashed":
         head = f":rotating_light: Training CRASHED: {_reason(rec)}"
@@ -53,22 +171,38 @@ def judge(st, rec: TrainRecord) -> tuple[list[Action], object]:
             f"{', '.join(map(str, st.train_zero_steps))}): the loss mask is likely empty"
         )
         found.append(Action("alert", f"{head}\n{text}", key=f"{TRAIN_KEY}zero:{episode}"))
+    quiet = _quiet(rec, lim, now)
+    moved = [] if quiet and quiet[0] == st.train_quiet else _moving_again(st, rec)
+    if quiet:
+        found.append(Action("alert", f"{quiet[1]}\n{text}\n{quiet[2]}", key=quiet[0]))
+        st.train_quiet = quiet[0]
+    elif rec.phase not in ("loading", "training"):
+        st.train_quiet = ""  # it ended: its crash, stop or done says so
+    later = _milestones(st, rec, lim, text)
     if rec.phase == "done":
-        where = rec.export_dir or "the export dir"
-        body = (
-            f":white_check_mark: Training done\n{text}\nexport: `/train export` writes the draft to {where}"
-        )
+        evals = _evals(rec, news=False)  # the text says the export path
+        body = f":white_check_mark: Training done\n{text}" + (f"\nfinal eval: {evals}" if evals else "")
         found.append(Action("done", body, key=f"{TRAIN_KEY}done:{rec.run_id}:{rec.ended_at}"))
     out = [a for a in found if a.key not in st.train_active]
     st.train_active = (st.train_active + [a.key for a in out])[-MAX_KEYS:]
-    return out, st
+    return moved + out + later, st
 
 
-def watch_training(box, st) -> tuple[list[Action], object]:
+def undelivered(st, prev, a: Action) -> None:
+    """A training post that failed: the next tick posts it again."""
+    st.train_active = [k for k in st.train_active if k != a.key]
+    same = prev.train_run == st.train_run
+    if a.key.startswith(f"{TRAIN_KEY}eval:"):
+        st.train_eval_step = prev.train_eval_step if same else -1
+    elif a.key.startswith(f"{TRAIN_KEY}milestone:"):
+        st.train_milestone = prev.train_milestone if same else 0
+
+
+def watch_training(box, st, now: dt.datetime | None = None, lim: TrainLimits | None = None):
     """One look at the training record; a box that cannot say is the extraction's alert to give."""
     try:
         rec = box.train_status()
     except RemoteError as e:
         log.warning("could not read the training record: %s", e)
         return [], st
-    return judge(st, rec)
+    return judge(st, rec, now, lim)

@@ -158,19 +158,30 @@ VERBS = (
 TABLE = {v.name: v for v in VERBS}
 CONFIRMED = tuple(v.name for v in VERBS if v.confirm)
 
-# `/train VERB` and `hsx train VERB`: each runs `hsx-runner train VERB` (bot/train.py).
+# `/train VERB` and `hsx train VERB`: each runs `hsx-runner train VERB` (bot/train.py); chart draws
+# `train history`.
 TRAIN_SLASH = "/train"
-TRAIN_DESCRIPTION = "Train, resume, stop, query or export the EAGLE-3 draft"
-TRAIN_VERBS = tuple(
-    Verb(name, help_, operator=operator, slash=TRAIN_SLASH, terminal=name != "help", json=name != "help")
-    for name, help_, operator in (
-        ("status", "where the training is: step, loss, acc, rate, ETA, the last checkpoint", False),
-        ("start", "start SpecForge's trainer on the output (refused where checkpoints exist)", True),
-        ("resume", "continue from the last complete checkpoint, with the first launch's YAML", True),
-        ("stop", "stop the trainer (the last complete checkpoint stays)", True),
-        ("export", "export the draft for SGLang, with the flags to serve it", True),
-        ("help", "this text", False),
-    )
+TRAIN_DESCRIPTION = "Train, resume, stop, query, chart or export the EAGLE-3 draft"
+
+
+def _train(name: str, help_: str, operator: bool = False, **kw) -> Verb:
+    return Verb(name, help_, operator=operator, slash=TRAIN_SLASH, **kw)
+
+
+TRAIN_VERBS = (
+    _train("status", "where the training is: step, loss, acc, rate, ETA, the last checkpoint"),
+    _train("start", "start SpecForge's trainer on the output (refused where checkpoints exist)", True),
+    _train("resume", "continue from the last complete checkpoint, with the first launch's YAML", True),
+    _train("stop", "stop the trainer (the last complete checkpoint stays)", True),
+    _train("export", "export the draft for SGLang, with the flags to serve it", True),
+    _train(
+        "chart",
+        "loss and acc over the steps, the evals and their acceptance length, each crash, stop and resume",
+        terminal=False,
+        json=False,
+        every_s=30.0,  # the whole history from the box, and a drawing
+    ),
+    _train("help", "this text", terminal=False, json=False),
 )
 TRAIN_TABLE = {v.name: v for v in TRAIN_VERBS}
 

@@ -24,8 +24,8 @@ from runner.contract.status import Phase, StatusRecord, age_s
 
 from . import history, summary
 from .mrkdwn import escape
-from .slack_out import Action, resume_button
-from .train_watch import watch_training
+from .slack_out import TRAIN_KEY, Action, resume_button
+from .train_watch import TrainLimits, undelivered, watch_training
 
 log = logging.getLogger("hsx.watcher")
 PROGRESS_UPDATE_S = 60.0  # edit the pinned message at most this often, unless the phase changes
@@ -48,6 +48,10 @@ class WatchState:
     progress_at: str | None = None
     train_active: list[str] = field(default_factory=list)  # training alert keys posted (train_watch)
     train_zero_steps: list[int] = field(default_factory=list)  # the recent logs with loss and acc 0
+    train_quiet: str = ""  # the training's silent stretch alerted (its end is said)
+    train_run: str = ""  # the training run whose milestones these are (run_id:started_at)
+    train_milestone: int = 0  # its highest percent posted
+    train_eval_step: int = -1  # its last eval posted
 
     @classmethod
     def load(cls, path: str) -> WatchState:
@@ -294,7 +298,7 @@ class Watcher:
 
     def __init__(self, box, cfg: Config, client, clock=None, live: LiveStatus | None = None):
         self.box, self.cfg, self.client = box, cfg, client
-        self.lim = Limits.from_config(cfg)
+        self.lim, self.train_lim = Limits.from_config(cfg), TrainLimits.from_config(cfg)
         self.path = cfg.watcher.state_file or os.path.join(
             os.path.dirname(os.path.abspath(cfg.path or ".")), "hsx-watch.json"
         )
@@ -331,7 +335,7 @@ class Watcher:
             actions, st = decide(prev, Observation(obs.now, error=why), self.lim)
         if self.cfg.train.python:  # [train] set: the training record too
             try:
-                more, st = watch_training(self.box, st)
+                more, st = watch_training(self.box, st, obs.now, self.train_lim)
                 actions += more
             except Exception:
                 log.exception("could not judge the training record")
@@ -342,10 +346,11 @@ class Watcher:
                 done.append(a)
             except Exception:
                 log.exception("could not post %s %s", a.kind, a.key)
-                if a.kind == "alert":  # not delivered: let the next tick fire it again
+                if a.key.startswith(TRAIN_KEY):  # not delivered: let the next tick post it again
+                    undelivered(st, prev, a)
+                elif a.kind == "alert":
                     st.active = [k for k in st.active if k != a.key]
-                    st.train_active = [k for k in st.train_active if k != a.key]
-                if a.kind in ("milestone", "done"):
+                elif a.kind in ("milestone", "done"):
                     st.milestone = prev.milestone
         try:
             st.save(self.path)

@@ -143,5 +143,15 @@ class GpuBox:
         except StatusError as e:
             raise BadReply(str(e)) from None
 
+    def train_history(self) -> dict[str, list[dict]]:
+        """Every logged step's loss and acc, the evals and the launch events (`/train chart`)."""
+        from runner.contract.errors import StatusError
+        from runner.contract.train_history import parse_history
+
+        try:
+            return parse_history(self.train("history"))
+        except StatusError as e:
+            raise BadReply(str(e)) from None
+
     def close(self) -> None:
         self.transport.close()

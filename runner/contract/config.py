@@ -114,6 +114,7 @@ class WatcherConfig:
     unreachable_alert_s: float = 300.0
     stall_after_s: float = 300.0  # STALLED: no commit for max(this, 10 x the median sample time)
     rate_drop_after_s: float = 600.0  # a rate below half the run's median this long is an alert
+    train_startup_s: float = 1800.0  # training silent this long while it loads (target head, vocab) is said
     state_file: str = ""
 
 

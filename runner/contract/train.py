@@ -17,10 +17,11 @@ from .fields import plain, short
 from .render import human_duration, now_utc
 from .status import NOT_STARTED, parse_iso
 
-ACTIONS = ("setup", "start", "resume", "stop", "status", "export")  # hsx-runner train ACTION
+ACTIONS = ("setup", "start", "resume", "stop", "status", "export", "history")  # hsx-runner train ACTION
 PHASES = ("preflight", "loading", "training", "done", "stopped", "crashed")
 ACTIVE = ("preflight", "loading", "training")
 WHERE = "training record"
+METRICS = ("loss", "acc", "acceptance_rate", "val_acc", "acc_len", "best_acc_len")
 
 
 @dataclass(frozen=True)
@@ -52,6 +53,14 @@ class TrainRecord:
     nan_loss: bool | None = None
     run_id: str | None = None
     world: int | None = None
+    log_s: float | None = None  # seconds between the last two step lines of this launch
+    log_interval: int | None = None
+    eval_samples: int | None = None  # held out; 0: no eval
+    val_acc: float | None = None  # the last eval's eval/avg_acc
+    acc_len: float | None = None  # ... and its eval/simulated_acc_len
+    eval_step: int | None = None
+    best_acc_len: float | None = None  # the best simulated acceptance length so far
+    best_step: int | None = None
 
     @classmethod
     def from_dict(cls, d: Any) -> TrainRecord:
@@ -60,7 +69,7 @@ class TrainRecord:
         if d.get("phase") not in PHASES:
             raise StatusError(f"{WHERE} has unknown phase {short(d.get('phase'))}")
         d = dict(d)
-        for k in ("loss", "acc", "acceptance_rate"):  # a NaN loss arrives as NaN or as a string
+        for k in METRICS:  # a NaN arrives as NaN or as a string
             v = d.get(k)
             if isinstance(v, float) and not math.isfinite(v) or v in ("nan", "NaN", "inf", "-inf"):
                 d[k] = None

@@ -68,7 +68,8 @@ def test_the_record_is_checked_by_name_and_rendered():
 def test_chat_words_become_fixed_train_verbs_or_help():
     assert parse_train("status") == Command("status")
     assert parse_train("/train resume") == Command("resume")
-    for bad in ("start; rm -rf /", "start --force", "chart", "x" * 300):
+    assert parse_train("chart") == Command("chart")
+    for bad in ("start; rm -rf /", "start --force", "history", "chart now", "x" * 300):
         assert parse_train(bad).verb == "help"
 
 
@@ -80,6 +81,37 @@ def test_train_status_answers_the_record(fake, train_cfg):
     assert resp["response_type"] == "in_channel"
     assert resp["text"].startswith("training — step 60 / 120 (50.0%)")
     assert fake.calls() == [_argv(fake, "status")]
+
+
+def test_train_chart_uploads_the_historys_png(fake, train_cfg):
+    """`/train chart` from a member: the box's history and record, drawn, uploaded to the channel;
+    a second ask within the verb's allowance is refused and asks the box nothing."""
+    from .test_train_chart import DONE, a_history
+
+    fake.reply("train-history", a_history())
+    fake.reply("train-status", DONE)
+    with serve(train_cfg, box=fake.box(), fake=fake) as (bot, _, _):
+        assert bot.command("chart", user=STRANGER, command="/train") == 200
+        (upload,) = bot.rec.wait_for("upload")
+        (done,) = bot.rec.wait_for("files.completeUploadExternal")
+        bot.command("chart", user=STRANGER, command="/train")
+        (again,) = bot.rec.wait_for("response")
+    assert upload["_head"].startswith(b"\x89PNG") and upload["_bytes"] > 10000
+    assert done["channel_id"] == "C0PROGRESS" and "hsx-train-chart" in json.dumps(done["files"])
+    assert done["initial_comment"].startswith("hsx: step 120 / 120 (100.0%) — done · loss 4.95 → 1.97")
+    assert "acceptance length ~1.97 (best ~1.99 at step 100) · 1 crash, 1 resume" in done["initial_comment"]
+    assert "`chart` is limited to once every 30s per person" in again["text"]
+    assert [c[-1] for c in fake.calls()] == ["history", "status"]
+
+
+def test_a_history_of_the_wrong_kind_is_said_and_draws_nothing(fake, train_cfg):
+    fake.reply("train-history", {"points": [{"step": "five"}]})
+    with serve(train_cfg, box=fake.box(), fake=fake) as (bot, _, _):
+        bot.command("chart", command="/train")
+        (resp,) = bot.rec.wait_for("response")
+    assert resp["response_type"] == "ephemeral"
+    assert "training history point 0 field 'step' is not an integer" in resp["text"]
+    assert bot.rec.named("upload") == []
 
 
 def test_stranger_train_start_is_refused_and_audited(fake, train_cfg):
