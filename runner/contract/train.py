@@ -17,7 +17,7 @@ from .fields import plain, short
 from .render import human_duration, now_utc
 from .status import NOT_STARTED, parse_iso
 
-ACTIONS = ("setup", "start", "resume", "stop", "status", "export")  # hsx-runner train ACTION
+ACTIONS = ("setup", "start", "resume", "stop", "status", "export", "history")  # hsx-runner train ACTION
 PHASES = ("preflight", "loading", "training", "done", "stopped", "crashed")
 ACTIVE = ("preflight", "loading", "training")
 WHERE = "training record"
@@ -52,6 +52,14 @@ class TrainRecord:
     nan_loss: bool | None = None
     run_id: str | None = None
     world: int | None = None
+    log_s: float | None = None  # seconds between this launch's last two step lines
+    log_interval: int | None = None
+    eval_samples: int | None = None  # held out for SpecForge's eval; 0: no eval
+    val_acc: float | None = None  # the last eval's eval/avg_acc
+    acc_len: float | None = None  # ... and its eval/simulated_acc_len
+    eval_step: int | None = None
+    best_acc_len: float | None = None
+    best_step: int | None = None
 
     @classmethod
     def from_dict(cls, d: Any) -> TrainRecord:
@@ -60,7 +68,8 @@ class TrainRecord:
         if d.get("phase") not in PHASES:
             raise StatusError(f"{WHERE} has unknown phase {short(d.get('phase'))}")
         d = dict(d)
-        for k in ("loss", "acc", "acceptance_rate"):  # a NaN loss arrives as NaN or as a string
+        for k in ("loss", "acc", "acceptance_rate", "val_acc", "acc_len", "best_acc_len", "log_s"):
+            # a NaN loss arrives as NaN or as a string
             v = d.get(k)
             if isinstance(v, float) and not math.isfinite(v) or v in ("nan", "NaN", "inf", "-inf"):
                 d[k] = None
@@ -121,6 +130,13 @@ def render_train(rec: TrainRecord, now: dt.datetime | None = None) -> str:
             bits.append(f"ETA {human_duration((rec.total_steps - rec.step) / rate)}")
     if bits:
         lines.append(" · ".join(bits))
+    if rec.acc_len is not None or rec.val_acc is not None:
+        at = lambda step: f" at step {step:,}" if step is not None else ""  # noqa: E731
+        best = f" (best {rec.best_acc_len:.3g}{at(rec.best_step)})" if rec.best_acc_len is not None else ""
+        val, length = _number(rec.val_acc, ".3g"), _number(rec.acc_len, ".3g")
+        lines.append(f"eval{at(rec.eval_step)}: val acc {val} · acceptance length {length}{best}")
+    elif rec.eval_samples:
+        lines.append(f"eval on {rec.eval_samples:,} held-out samples: none yet")
     if rec.phase == "loading":
         lines.append("loading the target head and counting the vocab (SpecForge is silent meanwhile)")
     if rec.checkpoint_step is not None:
