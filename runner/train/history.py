@@ -88,14 +88,13 @@ def read(root: str, rec: dict) -> dict:
             evals.append({"step": step, "val_acc": _num(d.get("val_acc")), "acc_len": _num(d.get("acc_len")),
                           "launch": launch})  # fmt: skip
         elif kind == "launch":
-            launches.setdefault(launch, False)
             if d.get("how") == "resume":
                 marks.append({"step": step, "kind": "resumed", "launch": launch})
         elif kind in ENDS:
-            launches[launch] = True
             marks.append({"step": step, "kind": kind, "launch": launch})
         else:
             continue
+        launches[launch] = launches.get(launch, False) or kind in ENDS  # any line of it says it ran
         last_of[launch] = last
     live = rec.get("launches") if rec.get("phase") in ("preflight", "loading", "training") else None
     for launch, ended in launches.items():

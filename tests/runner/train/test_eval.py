@@ -244,6 +244,13 @@ def test_a_launch_that_never_wrote_its_end_reads_crashed_unless_it_is_still_goin
     monkeypatch.setattr(history, "CAP", 2)
     assert [p["step"] for p in history.read(str(tmp_path), {})["points"]] == [15, 10]  # the last ones
     assert history.read(str(tmp_path / "none"), {}) == {"points": [], "evals": [], "marks": []}
+    with open(tmp_path / history.NAME, "a") as f:  # a launch whose first line was lost: its steps say it ran
+        f.write('{"kind": "step", "step": 20, "launch": 3, "loss": 1.0, "acc": 0.5}\n')
+    assert history.read(str(tmp_path), {"phase": "crashed"})["marks"][-1] == {
+        "step": 20,
+        "kind": "crashed",
+        "launch": 3,
+    }
 
 
 NOW = dt.datetime(2026, 12, 1, 12, 10, tzinfo=dt.timezone.utc)
