@@ -29,7 +29,7 @@ from remote.errors import RemoteError
 from runner.contract.config import Config
 from runner.contract.render import human_duration
 from runner.contract.status import age_s, parse_iso
-from runner.contract.train import TrainRecord, render_train
+from runner.contract.train import TrainRecord, eval_line, render_train
 
 from .slack_out import TRAIN_KEY, Action
 
@@ -109,19 +109,6 @@ def _moving_again(st, rec: TrainRecord) -> list[Action]:
     return [Action("recovered", f"{head}\n{render_train(rec)}", key=was)]
 
 
-def _evals(rec: TrainRecord, news: bool = True) -> str:
-    """The last eval and the best so far, where eval is on (news: the last one's best is "new")."""
-    bits = []
-    if rec.val_acc is not None:
-        bits.append(f"val acc {100 * rec.val_acc:.1f}%")  # as the job said its 74.7%
-    if rec.acc_len is not None:
-        bits.append(f"acceptance length ~{rec.acc_len:.2f}")
-    if rec.best_acc_len is not None and rec.best_step is not None:
-        new = news and rec.best_step == rec.eval_step
-        bits.append("new best" if new else f"best ~{rec.best_acc_len:.2f} at step {rec.best_step:,}")
-    return " · ".join(bits)
-
-
 def _milestones(st, rec: TrainRecord, lim: TrainLimits, text: str) -> list[Action]:
     """N% of the total steps and each new eval, once each per run (a resume does not repeat them)."""
     run = f"{rec.run_id}:{rec.started_at}"
@@ -137,7 +124,7 @@ def _milestones(st, rec: TrainRecord, lim: TrainLimits, text: str) -> list[Actio
             st.train_milestone = reached
     if rec.eval_step is not None and rec.eval_step > st.train_eval_step:
         if rec.phase != "done":  # done says the final eval itself
-            head = f":bar_chart: Training eval at step {rec.eval_step:,}: {_evals(rec) or 'no metrics'}"
+            head = f":bar_chart: Training eval at step {rec.eval_step:,}: {eval_line(rec, news=True) or 'no metrics'}"
             out.append(Action("milestone", f"{head}\n{text}", key=f"{TRAIN_KEY}eval:{run}:{rec.eval_step}"))
         st.train_eval_step = rec.eval_step
     return out
@@ -180,8 +167,7 @@ def judge(st, rec: TrainRecord, now: dt.datetime | None = None, lim: TrainLimits
         st.train_quiet = ""  # it ended: its crash, stop or done says so
     later = _milestones(st, rec, lim, text)
     if rec.phase == "done":
-        evals = _evals(rec, news=False)  # the text says the export path
-        body = f":white_check_mark: Training done\n{text}" + (f"\nfinal eval: {evals}" if evals else "")
+        body = f":white_check_mark: Training done\n{text}"  # its eval line, its export path
         found.append(Action("done", body, key=f"{TRAIN_KEY}done:{rec.run_id}:{rec.ended_at}"))
     out = [a for a in found if a.key not in st.train_active]
     st.train_active = (st.train_active + [a.key for a in out])[-MAX_KEYS:]

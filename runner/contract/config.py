@@ -154,7 +154,8 @@ class TrainConfig:
     save_interval: int = 200  # > 0: SpecForge's default 0 saves only at the end
     max_checkpoints: int = 2  # >= 2: a save cut short leaves the previous one
     log_interval: int = 10
-    seed: int = 0
+    seed: int = 0  # SpecForge's, and the held-out split's
+    eval_samples: int = 0  # held out of training for SpecForge's eval (val acc, acceptance length); 0: none
     specforge: dict = field(default_factory=dict)  # [train.specforge]: run.yaml keys, merged last
 
 
@@ -369,6 +370,8 @@ def validate_train(cfg: Config) -> None:
         raise ConfigError("[train] max_checkpoints must be at least 2 (a cut-short save keeps the previous)")
     if t.learning_rate <= 0:
         raise ConfigError("[train] learning_rate must be positive")
+    if t.eval_samples < 0:
+        raise ConfigError("[train] eval_samples must not be negative (0: no eval)")
 
 
 def require_job(cfg: Config) -> None:

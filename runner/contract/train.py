@@ -21,7 +21,7 @@ ACTIONS = ("setup", "start", "resume", "stop", "status", "export", "history")  #
 PHASES = ("preflight", "loading", "training", "done", "stopped", "crashed")
 ACTIVE = ("preflight", "loading", "training")
 WHERE = "training record"
-METRICS = ("loss", "acc", "acceptance_rate", "val_acc", "acc_len", "best_acc_len")
+METRICS = ("loss", "acc", "acceptance_rate", "val_acc", "acc_len", "best_acc_len", "log_s")
 
 
 @dataclass(frozen=True)
@@ -101,6 +101,20 @@ def _number(v: float | None, fmt: str) -> str:
     return "?" if v is None else format(v, fmt)
 
 
+def eval_line(rec: TrainRecord, news: bool = False) -> str:
+    """The last eval as the job behind hsx said its 74.7% / ~2.95, and the best so far ('' before
+    the first); ``news``: a last eval that is the best says "new best"."""
+    bits = []
+    if rec.val_acc is not None:
+        bits.append(f"val acc {100 * rec.val_acc:.1f}%")
+    if rec.acc_len is not None:
+        bits.append(f"acceptance length ~{rec.acc_len:.2f}")
+    if rec.best_acc_len is not None and rec.best_step is not None:
+        new = news and rec.best_step == rec.eval_step
+        bits.append("new best" if new else f"best ~{rec.best_acc_len:.2f} at step {rec.best_step:,}")
+    return " · ".join(bits)
+
+
 def render_train(rec: TrainRecord, now: dt.datetime | None = None) -> str:
     """The training in plain text: phase, step / total and %, epoch, loss, acc, rate, ETA,
     the last durable checkpoint, the reason when it ended badly, the export path when done."""
@@ -130,6 +144,12 @@ def render_train(rec: TrainRecord, now: dt.datetime | None = None) -> str:
             bits.append(f"ETA {human_duration((rec.total_steps - rec.step) / rate)}")
     if bits:
         lines.append(" · ".join(bits))
+    if evals := eval_line(rec):
+        lines.append(
+            f"eval at step {rec.eval_step:,}: {evals}" if rec.eval_step is not None else f"eval: {evals}"
+        )
+    elif rec.eval_samples:
+        lines.append(f"eval on {rec.eval_samples:,} held-out samples: none yet")
     if rec.phase == "loading":
         lines.append("loading the target head and counting the vocab (SpecForge is silent meanwhile)")
     if rec.checkpoint_step is not None:

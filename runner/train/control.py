@@ -1,4 +1,4 @@
-"""``hsx-runner train setup|start|resume|stop|status|export``: each answers a Reply.
+"""``hsx-runner train setup|start|resume|stop|status|export|history``: each answers a Reply.
 
 start refuses a run dir that holds checkpoints (SpecForge's fresh start deletes them) and
 deletes nothing; resume reuses the first launch's run.yaml unchanged and adds only
@@ -21,6 +21,8 @@ from ..contract.errors import ConfigError
 from ..contract.replies import NOT_OK, OK, REFUSED, Reply
 from ..output.lock import is_held_at
 from . import exclusive, progress, runspec
+from .history import read as history_of
+from .history import reset as reset_history
 from .record import ACTIVE, Record, now, read
 
 VERSION = "0.2.0"
@@ -133,7 +135,7 @@ def start(cfg: Config) -> Reply:
         paths, spec = runspec.prepare(cfg)
     except ConfigError as e:
         return _refused(str(e))
-    files = runspec.feature_files(cfg.job.out)
+    files = runspec.feature_files(spec["data"]["hidden_states_path"])  # with eval: the training files only
     if not files:
         return _refused(f"no feature files under {cfg.job.out}: extract first")
     total = runspec.total_steps(spec, files)
@@ -144,8 +146,10 @@ def start(cfg: Config) -> Reply:
     rec = Record(paths.root, {})
     rec.update(total_steps=total, epochs=epochs, steps_per_epoch=max(1, total // epochs), world=world,
                output_dir=paths.output, run_id=spec.get("run_id", runspec.RUN_ID), started_at=now(),
-               checkpoint_step=None, step=0)  # fmt: skip
+               checkpoint_step=None, step=0, log_interval=int(spec["training"]["log_interval"]),
+               eval_samples=cfg.train.eval_samples)  # fmt: skip
     rec.write()
+    reset_history(paths.root)
     return _launch(cfg, paths, "start")
 
 
@@ -199,9 +203,19 @@ def status(cfg: Config) -> Reply:
     step = f"step {d['step']}/{d['total_steps']}" if d.get("total_steps") else ""
     bits = [d["phase"], step, f"loss {d['loss']:.4g}" if d.get("loss") is not None else "",
             f"acc {d['acc']:.3f}" if d.get("acc") is not None else "",
+            f"val acc {d['val_acc']:.3g}" if d.get("val_acc") is not None else "",
+            f"acceptance length {d['acc_len']:.3g}" if d.get("acc_len") is not None else "",
             f"checkpoint step {d['checkpoint_step']}" if d.get("checkpoint_step") is not None else "",
             d.get("reason") or ""]  # fmt: skip
     return Reply(d, " · ".join(b for b in bits if b), OK)
+
+
+def history(cfg: Config) -> Reply:
+    """The run's curve: logged steps, evals, launch and end marks (runner/train/history.py)."""
+    root = runspec.run_dir(cfg)
+    h = history_of(root, read(root))
+    text = f"{len(h['points'])} logged steps, {len(h['evals'])} evals, {len(h['marks'])} marks in {root}"
+    return Reply(h, text, OK)
 
 
 def export(cfg: Config) -> Reply:

@@ -1,7 +1,9 @@
 """What the trainer leaves: its ``step N: {...}`` lines and its checkpoint folders.
 
 A step line's dict is a Python literal with bare ``nan``/``inf`` possible: parsed by walking
-its syntax tree, never evaluated. A checkpoint counts once ``training_state.pt`` and every
+its syntax tree, never evaluated. An eval is a line of the same form whose keys are ``eval/*``
+(``eval/avg_acc``, ``eval/simulated_acc_len``, ...); with a tracker on, SpecForge prints the
+training's keys as ``train/*``, read here as the plain names. A checkpoint counts once ``training_state.pt`` and every
 rank's file are there and no ``.tmp`` is (rank 0 writes the shared file before the others
 finish); hsx then fsyncs it, since SpecForge fsyncs nothing.
 """
@@ -46,7 +48,13 @@ def parse_step(line: str) -> tuple[int, dict] | None:
         d = _value(ast.parse(m.group(2), mode="eval").body)
     except (SyntaxError, ValueError, RecursionError):
         return None
-    return (int(m.group(1)), d) if isinstance(d, dict) else None
+    if not isinstance(d, dict):
+        return None
+    return int(m.group(1)), {k.removeprefix("train/") if isinstance(k, str) else k: v for k, v in d.items()}
+
+
+def is_eval(metrics: dict) -> bool:
+    return any(isinstance(k, str) and k.startswith("eval/") for k in metrics)
 
 
 def number(x) -> float | None:

@@ -24,7 +24,8 @@ FIELDS = (
     "phase", "step", "total_steps", "epoch", "epochs", "loss", "acc", "acceptance_rate",
     "checkpoint_step", "pid", "supervisor_pid", "run_dir", "export_dir", "python", "heartbeat",
     "reason", "exit_code", "launch", "launches", "started_at", "launched_at", "ended_at",
-    "last_step_at", "nan_loss", "output_dir", "run_id", "world", "steps_per_epoch",
+    "last_step_at", "nan_loss", "output_dir", "run_id", "world", "steps_per_epoch", "checkpoint_at",
+    "log_s", "log_interval", "eval_samples", "val_acc", "acc_len", "eval_step", "best_acc_len", "best_step",
 )  # fmt: skip
 
 
@@ -54,6 +55,15 @@ class Record:
             epoch=min(epochs, (step - 1) // per + 1) if per and step > 0 else None,
             nan_loss=isinstance(loss, float) and not math.isfinite(loss),
         )  # fmt: skip
+
+    def eval_line(self, step: int, m: dict) -> None:
+        """SpecForge's eval: the last one, and the best acceptance length (higher wins, as
+        SpecForge's own best checkpoint)."""
+        acc_len = number(m.get("eval/simulated_acc_len"))
+        self.d.update(val_acc=number(m.get("eval/avg_acc")), acc_len=acc_len, eval_step=step)
+        best = self.d.get("best_acc_len")
+        if acc_len is not None and (best is None or acc_len > best):
+            self.d.update(best_acc_len=acc_len, best_step=step)
 
     def write(self) -> None:
         write_atomic(os.path.join(self.root, "status.json"), json.dumps(self.d, indent=1) + "\n")

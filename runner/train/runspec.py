@@ -1,5 +1,5 @@
 """The run directory, from the job's facts: ``run.yaml``, the draft config, the target view,
-``command.json``.
+``command.json``, and the held-out split (``split``) when ``[train] eval_samples`` is set.
 
 The target view is a folder in the run dir with the target's files linked and an index
 written (SpecForge's target head refuses a model dir without ``*.index.json``); SpecForge's
@@ -20,6 +20,7 @@ from ..contract.atomic import write_atomic
 from ..contract.config import Config
 from ..contract.errors import ConfigError
 from ..output.store import DESCRIPTION
+from . import split
 
 RUN_ID = "hsx-eagle3"
 # the target's config keys a draft shares (SpecForge's own list for a generated draft config)
@@ -40,7 +41,7 @@ class RunPaths:
         files = {
             "yaml": "run.yaml", "command": "command.json", "log": "train.log", "status": "status.json",
             "lock": ".lock", "draft": "draft.json", "target": "target", "output": "output",
-            "cache": "cache",
+            "cache": "cache", "features": split.TRAIN, "eval": split.EVAL, "split": split.NAME,
         }  # fmt: skip
         if name in files:
             return os.path.join(self.root, files[name])
@@ -68,7 +69,7 @@ def description(cfg: Config) -> dict:
 
 def feature_files(out: str) -> int:
     """The files SpecForge's offline reader trains on: every .ckpt / .ckpt.gz below ``out``."""
-    return sum(f.endswith((".ckpt", ".ckpt.gz")) for _, _, fs in os.walk(out) for f in fs)
+    return len(split.sample_files(out))
 
 
 def _text_config(model: str) -> dict:
@@ -157,6 +158,9 @@ def spec_for(cfg: Config, paths: RunPaths, desc: dict, emb: str, head: str) -> d
     }  # fmt: skip
     if t.max_steps:
         training["max_steps"] = t.max_steps
+    data = {"hidden_states_path": os.path.abspath(cfg.job.out)}
+    if t.eval_samples:
+        data = {"hidden_states_path": paths.features, "eval_hidden_states_path": paths.eval}
     spec = {
         "run_id": RUN_ID,
         "output_dir": paths.output,
@@ -169,7 +173,7 @@ def spec_for(cfg: Config, paths: RunPaths, desc: dict, emb: str, head: str) -> d
             "trust_remote_code": cfg.job.trust_remote_code,
         },  # fmt: skip
         "data": {
-            "hidden_states_path": os.path.abspath(cfg.job.out),
+            **data,
             "max_length": int(desc.get("max_length") or cfg.job.max_length),
             "cache_dir": paths.cache,
         },
@@ -179,7 +183,10 @@ def spec_for(cfg: Config, paths: RunPaths, desc: dict, emb: str, head: str) -> d
     }
     if specforge_cpu.shims_of(cfg.train.python):
         spec = merge(spec, specforge_cpu.yaml_keys())
-    return merge(spec, t.specforge)
+    spec = merge(spec, t.specforge)
+    if t.eval_samples:  # at each save: SpecForge's save of a new best then falls on a save step
+        spec["training"].setdefault("eval_interval", spec["training"]["save_interval"])
+    return spec
 
 
 def command(cfg: Config, paths: RunPaths, resume_from: str | None) -> dict:
@@ -200,5 +207,10 @@ def prepare(cfg: Config) -> tuple[RunPaths, dict]:
     emb, head = target_view(cfg.job.model, paths.target)
     write_atomic(paths.draft, json.dumps(draft_config(cfg.job.model, desc["aux_layer_ids"]), indent=1), 0o644)
     spec = spec_for(cfg, paths, desc, emb, head)
+    if cfg.train.eval_samples:
+        if spec["data"].get("hidden_states_path") != paths.features:
+            raise ConfigError("[train.specforge] data.hidden_states_path and [train] eval_samples conflict: "
+                              "the held-out samples would be trained on")  # fmt: skip
+        split.write(cfg.job.out, paths.root, cfg.train.eval_samples, cfg.train.seed)
     write_atomic(paths.yaml, json.dumps(spec, indent=1) + "\n", 0o644)
     return paths, spec

@@ -21,7 +21,7 @@ import time
 
 from ..output.lock import JobLock
 from ..serve.procs import die_with_parent
-from . import exclusive, progress
+from . import exclusive, history, progress
 from .record import Record, now
 
 POLL_S = 0.5
@@ -57,6 +57,9 @@ class Supervisor:
         self.synced: set[int] = set()
         self.stop_asked = False
         self.proc: subprocess.Popen | None = None
+        self.hist: history.Writer | None = None
+        self.seen = {"step": 0, "eval": 0}  # this launch's last step of each kind: other ranks repeat it
+        self.last: tuple[int, float] | None = None  # this launch's last step line: (step, when seen)
 
     def _on_term(self, signum, _frame) -> None:
         self.stop_asked = True
@@ -77,6 +80,8 @@ class Supervisor:
             return exclusive.REFUSED_RC
         signal.signal(signal.SIGTERM, self._on_term)
         signal.signal(signal.SIGINT, self._on_term)
+        self.hist = history.Writer(self.root, self.rec.d.get("launches") or 1)
+        self.hist.add("launch", self.rec.d.get("step"), how=self.rec.d.get("launch", "start"))
         with open(os.path.join(self.root, "command.json")) as f:
             cmd = json.load(f)
         with open(self.log, "ab") as log:
@@ -84,7 +89,7 @@ class Supervisor:
             log.flush()
             start = log.tell()
             self.rec.update(phase="loading", supervisor_pid=os.getpid(), reason="", exit_code=None,
-                            heartbeat=now(), launched_at=now())  # fmt: skip
+                            heartbeat=now(), launched_at=now(), log_s=None)  # fmt: skip
             self.proc = subprocess.Popen(
                 cmd["argv"], env={**os.environ, **cmd["env"]}, cwd=self.root, stdout=log,
                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
@@ -94,6 +99,7 @@ class Supervisor:
         self.rec.write()
         rc = self._watch(start)
         self._finish(rc, start)
+        self.hist.close()
         os.close(use)
         lock.release()
         return 0
@@ -111,15 +117,12 @@ class Supervisor:
             buf += chunk
             *lines, buf = buf.split(b"\n")
             for raw in lines:
-                got = progress.parse_step(raw.decode("utf-8", "replace"))
-                if got:
-                    self.rec.step_line(*got)
-            self.rec.update(checkpoint_step=self._durable(), heartbeat=now())
+                self._line(raw.decode("utf-8", "replace"))
+            self._checkpoint()
+            self.rec.update(heartbeat=now())
             if rc is not None:
                 if buf:
-                    got = progress.parse_step(buf.decode("utf-8", "replace"))
-                    if got:
-                        self.rec.step_line(*got)
+                    self._line(buf.decode("utf-8", "replace"))
                 return rc
             if time.monotonic() - last_write >= REPLACE_S:
                 self.rec.write()
@@ -130,12 +133,41 @@ class Supervisor:
                     os.killpg(self.proc.pid, signal.SIGKILL)
             time.sleep(POLL_S)
 
+    def _line(self, text: str) -> None:
+        got = progress.parse_step(text)
+        if not got:
+            return
+        step, m = got
+        kind = "eval" if progress.is_eval(m) else "step"
+        if step <= self.seen[kind]:
+            return
+        self.seen[kind] = step
+        d = self.rec.d
+        if kind == "eval":
+            self.rec.eval_line(step, m)
+            self.hist.add("eval", step, val_acc=d["val_acc"], acc_len=d["acc_len"])
+            return
+        t = time.monotonic()
+        if self.last is not None:  # the trainer's own clock, else ours (a poll's lines come at once)
+            per = progress.number(m.get("perf/optimizer_step_time_s"))
+            self.rec.update(log_s=per * (step - self.last[0]) if per is not None else t - self.last[1])
+        self.last = (step, t)
+        self.rec.step_line(step, m)
+        self.hist.add("step", step, loss=d["loss"], acc=d["acc"])
+
     def _durable(self) -> int | None:
         d = self.rec.d
         return progress.durable(d["output_dir"], d["run_id"], d.get("world", 1), self.synced)
 
-    def _finish(self, rc: int, start: int) -> None:
+    def _checkpoint(self) -> int | None:
+        """The last durable checkpoint into the record, with when it first became so."""
         ckpt = self._durable()
+        if ckpt != self.rec.d.get("checkpoint_step"):
+            self.rec.update(checkpoint_step=ckpt, checkpoint_at=now() if ckpt is not None else None)
+        return ckpt
+
+    def _finish(self, rc: int, start: int) -> None:
+        ckpt = self._checkpoint()
         at = (
             f"; the last complete checkpoint is step {ckpt}"
             if ckpt is not None
@@ -152,8 +184,8 @@ class Supervisor:
         else:
             why = last_error(self.log, start) or "no output"
             phase, reason = "crashed", f"the trainer exited with code {rc}: {why}{at}"
-        self.rec.update(phase=phase, reason=reason, exit_code=rc, checkpoint_step=ckpt, heartbeat=now(),
-                        ended_at=now())  # fmt: skip
+        self.rec.update(phase=phase, reason=reason, exit_code=rc, heartbeat=now(), ended_at=now())
+        self.hist.add(phase, self.rec.d.get("step"))  # before the record ends: no reader sees an end unmarked
         self.rec.write()
 
 

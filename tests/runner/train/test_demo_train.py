@@ -1,5 +1,6 @@
 """The demo as a new user trains it: `hsx demo`, then `hsx-runner train start`, status until done,
-and `train export`, all real (the demo's `[train]` names the SpecForge CPU lane's python)."""
+and `train export`, all real (the demo's `[train]` names the SpecForge CPU lane's python), with
+3 of its 12 samples held out for SpecForge's eval (`[train] eval_samples`)."""
 
 from __future__ import annotations
 
@@ -12,10 +13,13 @@ import pytest
 
 from runner import specforge_cpu
 from runner.contract.config import load
+from runner.contract.train import TrainRecord, render_train
+from runner.train import split
 from tests.conftest import BIN, ROOT, runner
 from tests.sshd import skip_or_fail
 
 pytestmark = pytest.mark.slow
+SAMPLES, HELD = 12, 3
 
 
 def _train(conf, action, code=0) -> dict:
@@ -30,11 +34,15 @@ def test_the_demo_trains_its_draft_to_the_end_and_exports_it(tmp_path):
             "no SpecForge CPU venv (python -m runner.specforge_cpu .cache)", "HSX_REQUIRE_SPECFORGE_TRAIN"
         )
     work = tmp_path / "d"
-    p = subprocess.run([os.path.join(BIN, "hsx"), "demo", "--workdir", str(work), "--samples", "12", "--headless"],
-                       capture_output=True, text=True, timeout=300)  # fmt: skip
+    p = subprocess.run([os.path.join(BIN, "hsx"), "demo", "--workdir", str(work), "--samples", str(SAMPLES),
+                        "--headless"], capture_output=True, text=True, timeout=300)  # fmt: skip
     assert p.returncode == 0, p.stdout + p.stderr
     conf = str(work / "hsx.toml")
+    text = open(conf).read()
+    with open(conf, "w") as f:
+        f.write(text.replace("\n[train]", f"\n[train]\neval_samples = {HELD}", 1))
     cfg = load(conf)
+    assert cfg.train.eval_samples == HELD
     assert cfg.train.python == os.path.join(
         specforge_cpu.venv_dir(os.path.join(ROOT, ".cache")), "bin", "python"
     )
@@ -43,10 +51,48 @@ def test_the_demo_trains_its_draft_to_the_end_and_exports_it(tmp_path):
     while (st := _train(conf, "status"))["phase"] in ("preflight", "loading", "training"):
         assert time.monotonic() < deadline, st
         time.sleep(0.5)
-    assert st["phase"] == "done" and st["step"] == st["total_steps"] == min(
-        cfg.train.max_steps, 12 * cfg.train.epochs
-    ), st
-    assert st["checkpoint_step"] == st["total_steps"] and st["loss"] is not None
+    # only the training files count: 9 samples x 3 epochs = 27 steps, an eval at the step-20 save
+    total = min(cfg.train.max_steps, (SAMPLES - HELD) * cfg.train.epochs)
+    assert st["phase"] == "done" and st["step"] == st["total_steps"] == total, st
+    assert st["checkpoint_step"] == st["total_steps"] and st["loss"] is not None and st["checkpoint_at"]
+    run = work / "out-train"
+    _the_split_is_disjoint_and_covers_the_samples(str(work / "out"), str(run))
+    evals = [ln for ln in open(run / "train.log") if "'eval/simulated_acc_len'" in ln]
+    assert len(evals) == total // cfg.train.save_interval, evals  # SpecForge's own eval lines
+    assert st["eval_step"] == cfg.train.save_interval and st["eval_samples"] == HELD
+    assert 0 <= st["val_acc"] <= 1 and st["acc_len"] >= 0 and st["best_acc_len"] == st["acc_len"]
+    assert st["log_interval"] == cfg.train.log_interval and st["log_s"] > 0
+    said = render_train(TrainRecord.from_dict(st))
+    assert f"val acc {100 * st['val_acc']:.1f}% · acceptance length ~{st['acc_len']:.2f} · best ~" in said, (
+        said
+    )
+    h = _train(conf, "history")
+    want = list(range(cfg.train.log_interval, total + 1, cfg.train.log_interval))
+    assert [p["step"] for p in h["points"]] == want and all(p["launch"] == 1 for p in h["points"])
+    assert h["evals"] == [
+        {"step": st["eval_step"], "val_acc": st["val_acc"], "acc_len": st["acc_len"], "launch": 1}
+    ]
+    assert h["marks"] == [{"step": total, "kind": "done", "launch": 1}]
     rep = _train(conf, "export")
     assert rep["ok"] and os.path.getsize(os.path.join(rep["export_dir"], "model.safetensors")) > 0
     assert rep["export_dir"] == str(work / "out-train" / "export")
+
+
+def _the_split_is_disjoint_and_covers_the_samples(out, run):
+    """features/ (what SpecForge trains on) and eval/ link every sample once between them, as
+    split.json says; the training tree holds no held-out file."""
+
+    def linked(tree):
+        got = split.sample_files(tree)
+        assert all(os.path.islink(os.path.join(tree, f)) for f in got)
+        return {os.path.realpath(os.path.join(tree, f)) for f in got}
+
+    train, held = linked(os.path.join(run, "features")), linked(os.path.join(run, "eval"))
+    every = {os.path.realpath(os.path.join(out, f)) for f in split.sample_files(out)}
+    assert len(every) == SAMPLES and len(held) == HELD and not train & held and train | held == every
+    saved = json.load(open(os.path.join(run, "split.json")))
+    assert {os.path.realpath(os.path.join(out, f)) for f in saved["eval"]} == held
+    assert len(saved["train"]) == SAMPLES - HELD
+    spec = json.load(open(os.path.join(run, "run.yaml")))
+    assert spec["data"]["hidden_states_path"] == os.path.join(run, "features")
+    assert spec["data"]["eval_hidden_states_path"] == os.path.join(run, "eval")
