@@ -183,6 +183,16 @@ def test_kills_leave_crashed_records_and_resume_logs_the_uninterrupted_runs_loss
     assert all(cut[s] == whole[s] for s in whole), {
         s: (cut[s], whole[s]) for s in whole if cut[s] != whole[s]
     }
+    # what `/train chart` draws: three launches, the two cuts and the end, every step once
+    from bot.train_chart import story
+    from runner.contract.train import TrainRecord
+    from runner.contract.train_history import parse_history
+
+    hist = parse_history(json.loads(runner("train", "history", "--json", "--config", cfg, check=True).stdout))
+    told = story(hist, TrainRecord.from_dict(st))
+    assert len(told.launches) == 3 and [m.kind for m in told.marks].count("crashed") == 2, told.marks
+    assert told.count("resumed") == 2 and told.count("done") == 1, told.marks
+    assert sorted({p.step for p in told.points}) == sorted(whole)
 
 
 def test_setup_builds_or_finds_the_cpu_lane_and_accepts_the_real_wheel(extracted, train_python):
