@@ -188,7 +188,7 @@ def cmd_demo(args) -> int:
             return _headless(box, started.get("pid"))
         from .console import run_console
 
-        run_console(box, cfg)
+        run_console(box, cfg, watch=True)
         return 0
     except KeyboardInterrupt:
         return 130

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import threading
 from typing import TextIO
 
 from runner.contract.config import Config
@@ -22,13 +23,29 @@ def run_console(
     out: TextIO = sys.stdout,
     user: str = "console",
     chart_dir: str | None = None,
+    watch: bool = False,
 ) -> None:
-    """Answer lines from inp until end of input. The console user is an operator."""
+    """Answer lines from inp until end of input. The console user is an operator. ``watch``:
+    the watcher's alerts and milestones are said between the answers (bot/console_watch.py)."""
     handlers = make_handlers(cfg, box)
     out.write(GREETING + "\n")
+    lock, watcher = threading.Lock(), None
+    if watch:
+        from .console_watch import watch_in_console
+
+        watcher = watch_in_console(box, cfg, out, lock, PROMPT)
+    try:
+        _answer(handlers, cfg, inp, out, user, chart_dir, lock)
+    finally:
+        if watcher is not None:
+            watcher.shutdown(wait=False)
+
+
+def _answer(handlers, cfg: Config, inp: TextIO, out: TextIO, user: str, chart_dir: str | None, lock) -> None:
     while True:
-        out.write(PROMPT)
-        out.flush()
+        with lock:
+            out.write(PROMPT)
+            out.flush()
         line = inp.readline()
         if not line:
             out.write("\n")
@@ -56,12 +73,13 @@ def run_console(
             reply = handlers.handle(
                 confirmed_command(reply.confirm_value or reply.confirm), user, operator=True
             )
-        out.write(reply.text + "\n")
-        if reply.audit and reply.audit not in reply.text:
-            out.write(reply.audit + "\n")
-        if reply.image is not None:
-            out.write(_save_chart(reply.image, chart_dir or cfg.job.out or ".", reply.image_name) + "\n")
-        out.flush()
+        with lock:
+            out.write(reply.text + "\n")
+            if reply.audit and reply.audit not in reply.text:
+                out.write(reply.audit + "\n")
+            if reply.image is not None:
+                out.write(_save_chart(reply.image, chart_dir or cfg.job.out or ".", reply.image_name) + "\n")
+            out.flush()
 
 
 def _save_chart(png: bytes, folder: str, name: str) -> str:

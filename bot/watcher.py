@@ -395,11 +395,19 @@ def start_watcher(box, cfg: Config, client, live: LiveStatus | None = None):
         log.warning("no [slack] alert_channel or channels: the watcher is off")
         scheduler.start()
         return scheduler
-    watcher = Watcher(box, cfg, client, live=live)
+    return schedule(Watcher(box, cfg, client, live=live), cfg.watcher.interval_s, scheduler)
+
+
+def schedule(watcher: Watcher, interval_s: float, scheduler=None):
+    """Tick ``watcher`` every ``interval_s`` on an APScheduler background job, the first at once."""
+    if scheduler is None:
+        from apscheduler.schedulers.background import BackgroundScheduler
+
+        scheduler = BackgroundScheduler(timezone="UTC")
     scheduler.add_job(
         watcher.tick,
         "interval",
-        seconds=cfg.watcher.interval_s,
+        seconds=interval_s,
         max_instances=1,
         coalesce=True,
         next_run_time=dt.datetime.now(dt.timezone.utc),

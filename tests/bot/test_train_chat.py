@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import io
 import json
 import os
 import sys
+import time
 
 import pytest
 
@@ -251,3 +253,35 @@ def test_train_in_an_unwatched_channel_is_refused_and_runs_nothing(fake, train_c
         bot.command("start", command="/train", channel="C0ELSEWHERE")
         (resp,) = bot.rec.wait_for("response")
     assert resp["response_type"] == "ephemeral" and fake.calls() == []
+
+
+class _UntilSaid(io.StringIO):
+    """The console's input: nothing typed until the output says ``what`` (or 60 s), then Ctrl-D."""
+
+    def __init__(self, out: io.StringIO, what: str):
+        super().__init__()
+        self.out, self.what = out, what
+
+    def readline(self, *_):
+        deadline = time.monotonic() + 60
+        while self.what not in self.out.getvalue() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return ""
+
+
+def test_the_demo_console_says_a_training_crash_with_the_resume_to_type(fake, train_cfg):
+    """`hsx demo`'s console runs the watcher: the crash alert a channel would get, between the
+    prompts, with its Resume button as the command to type; its state is the console's own."""
+    from bot.console import run_console
+
+    fake.reply(
+        "train-status",
+        {**TRAINING, "phase": "crashed", "reason": "the trainer was killed by signal 9 (SIGKILL)"},
+    )
+    out = io.StringIO()
+    run_console(fake.box(), train_cfg, _UntilSaid(out, "(Resume: type /train resume)"), out, watch=True)
+    said = out.getvalue()
+    assert "Training CRASHED: the trainer was killed by signal 9 (SIGKILL)" in said, said
+    assert said.count("(Resume: type /train resume)") == 1
+    assert os.path.exists(os.path.join(os.path.dirname(train_cfg.path), "console-watch.json"))
+    assert not os.path.exists(train_cfg.watcher.state_file)  # a bot's state is not the console's
