@@ -117,8 +117,8 @@ def _milestones(st, rec: TrainRecord, lim: TrainLimits, text: str) -> list[Actio
     out = []
     if rec.phase == "training" and rec.total_steps and rec.step:
         pct = lim.milestone_pct
-        reached = min(99, int(100 * rec.step / rec.total_steps) // pct * pct)
-        if reached > st.train_milestone:
+        reached = int(100 * rec.step / rec.total_steps) // pct * pct
+        if st.train_milestone < reached < 100:  # the last step's is done's to say
             key = f"{TRAIN_KEY}milestone:{run}:{reached}"
             out.append(Action("milestone", f"Training {reached}% reached\n{text}", key=key))
             st.train_milestone = reached

@@ -189,7 +189,7 @@ def test_every_n_percent_of_the_steps_once_per_run_across_a_resume():
     steps = [5, 12, 13, 40]
     seq = [{**rec, "step": s} for s in steps]
     seq += [{**rec, "phase": "crashed", "step": 61}, {**rec, "phase": "loading", "launches": 2, "step": 61}]
-    seq += [{**rec, "step": s, "launches": 2} for s in (45, 50, 119)]
+    seq += [{**rec, "step": s, "launches": 2} for s in (45, 50, 119, 120)]  # the last step: done says it
     seq += [{**rec, "phase": "done", "step": 120, "launches": 2, "ended_at": "2026-12-01T12:05:00Z"}]
     assert milestones(seq) == [
         "Training 10% reached", "Training 30% reached", "Training 40% reached", "Training 90% reached",
