@@ -80,10 +80,10 @@ class Supervisor:
             return exclusive.REFUSED_RC
         signal.signal(signal.SIGTERM, self._on_term)
         signal.signal(signal.SIGINT, self._on_term)
-        self.hist = history.Writer(self.root, self.rec.d.get("launches") or 1)
-        self.hist.add("launch", self.rec.d.get("step"), how=self.rec.d.get("launch", "start"))
         with open(os.path.join(self.root, "command.json")) as f:
             cmd = json.load(f)
+        self.hist = history.Writer(self.root, self.rec.d.get("launches") or 1)
+        self.hist.add("launch", _resumes_at(cmd["argv"]), how=self.rec.d.get("launch", "start"))
         with open(self.log, "ab") as log:
             log.write(f"--- hsx: {self.rec.d.get('launch', 'start')} at {now()}\n".encode())
             log.flush()
@@ -187,6 +187,16 @@ class Supervisor:
         self.rec.update(phase=phase, reason=reason, exit_code=rc, heartbeat=now(), ended_at=now())
         self.hist.add(phase, self.rec.d.get("step"))  # before the record ends: no reader sees an end unmarked
         self.rec.write()
+
+
+def _resumes_at(argv: list[str]) -> int | None:
+    """The checkpoint step a launch goes on from (``training.resume_from=...-stepN``), else None:
+    the chart's resume mark is there, not at the last step the crashed launch logged."""
+    for a in argv:
+        if a.startswith("training.resume_from="):
+            m = progress.CKPT_RE.search(a.rstrip("/"))
+            return int(m.group(1)) if m else None
+    return None
 
 
 def main(argv: list[str]) -> int:

@@ -161,12 +161,14 @@ sys.exit(plan["exit"])
 """
 
 
-def _launch(tmp_path, root, n: int, how: str, do: list, exit_) -> dict:
+def _launch(tmp_path, root, n: int, how: str, do: list, exit_, resume_from: int | None = None) -> dict:
     """One launch as control starts it (the record, command.json), watched by the real supervisor."""
     plan = tmp_path / f"plan{n}.json"
     plan.write_text(json.dumps({"do": do, "exit": exit_, "output": str(root / "output")}))
     (tmp_path / "fake.py").write_text(FAKE)
     cmd = {"argv": [sys.executable, str(tmp_path / "fake.py"), str(plan)], "env": {}}
+    if resume_from is not None:  # as control adds it; the stand-in ignores it
+        cmd["argv"].append(f"training.resume_from={root / 'output' / f'hsx-eagle3-step{resume_from}'}")
     (root / "command.json").write_text(json.dumps(cmd))
     rec = record.Record.load(str(root))
     rec.update(phase="preflight", launch=how, launches=n, features=str(tmp_path / "out"), run_dir=str(root))
@@ -202,7 +204,7 @@ def test_the_supervisor_fills_eval_and_timing_fields_and_keeps_a_history_across_
         f.write(b'garbage\n{"kind": "step", "step": 99, "lau')
     # resumed from step 20: step 25 again (a NaN loss this time), a worse eval at 30, then done
     say = [step(25, "nan"), evaluation(30, 0.02, 0.021), step(30)]
-    st = _launch(tmp_path, root, 2, "resume", [*({"say": s} for s in say), {"save": 30}], 0)
+    st = _launch(tmp_path, root, 2, "resume", [*({"say": s} for s in say), {"save": 30}], 0, resume_from=20)
     assert st["phase"] == "done" and st["checkpoint_step"] == 30 and st["checkpoint_at"] > first_at
     assert (st["val_acc"], st["acc_len"], st["eval_step"]) == (0.02, 0.021, 30)
     assert (st["best_acc_len"], st["best_step"]) == (0.03495392866141165, 20)  # the best stays
@@ -222,7 +224,7 @@ def test_the_supervisor_fills_eval_and_timing_fields_and_keeps_a_history_across_
         {"step": 20, "val_acc": 0.031746031746031744, "acc_len": 0.03495392866141165, "launch": 1},
         {"step": 30, "val_acc": 0.02, "acc_len": 0.021, "launch": 2},
     ]
-    assert h["marks"] == [{"step": 25, "kind": "crashed", "launch": 1}, {"step": 25, "kind": "resumed", "launch": 2},
+    assert h["marks"] == [{"step": 25, "kind": "crashed", "launch": 1}, {"step": 20, "kind": "resumed", "launch": 2},
                           {"step": 30, "kind": "done", "launch": 2}]  # fmt: skip
 
 
