@@ -20,7 +20,7 @@ from ..contract.config import Config
 from ..contract.errors import ConfigError
 from ..contract.replies import NOT_OK, OK, REFUSED, Reply
 from ..output.lock import is_held_at
-from . import exclusive, progress, runspec
+from . import exclusive, preflight, progress, runspec
 from .record import ACTIVE, Record, now, read
 
 VERSION = "0.2.0"
@@ -129,13 +129,17 @@ def start(cfg: Config) -> Reply:
             f"{paths.root} holds checkpoints ({', '.join(f'step {s}' for s in held)}): "
             "a fresh start would delete them; resume it (hsx-runner train resume) or set another [train] run_dir"
         )
-    try:
-        paths, spec = runspec.prepare(cfg)
-    except ConfigError as e:
-        return _refused(str(e))
     files = runspec.feature_files(cfg.job.out)
     if not files:
         return _refused(f"no feature files under {cfg.job.out}: extract first")
+    try:
+        _, spec, draft = runspec.plan(cfg)
+        found = preflight.checks(cfg, spec, draft)
+        if why := preflight.refusal(found):
+            return _refused(why, checks=found)
+        paths, spec = runspec.prepare(cfg)
+    except ConfigError as e:
+        return _refused(str(e))
     total = runspec.total_steps(spec, files)
     world = int(spec["deployment"]["trainer"].get("nproc_per_node", 1))
     epochs = int(spec["training"]["num_epochs"])
@@ -164,6 +168,17 @@ def resume(cfg: Config) -> Reply:
     ckpt = progress.durable(d["output_dir"], d["run_id"], d.get("world") or 1, set())
     if ckpt is None:
         return _refused(f"no complete checkpoint in {d['output_dir']}: nothing to resume from")
+    try:
+        with open(paths.yaml) as f:
+            spec = json.load(f)
+    except (OSError, ValueError) as e:
+        return _refused(f"{paths.yaml} is unreadable ({e})")
+    try:
+        found = preflight.checks(cfg, spec)
+    except ConfigError as e:
+        return _refused(str(e))
+    if why := preflight.refusal(found):
+        return _refused(why, checks=found)
     cmd = runspec.command(cfg, paths, progress.step_dir(d["output_dir"], d["run_id"], ckpt))
     write_atomic(paths.command, json.dumps(cmd, indent=1) + "\n", 0o644)
     return _launch(cfg, paths, "resume")

@@ -95,18 +95,22 @@ def _weight_map(model: str) -> dict[str, str]:
     return out
 
 
-def _key(weights: dict[str, str], suffix: str, what: str) -> str:
+def _key(weights: dict[str, str], suffix: str) -> str | None:
+    """The target's tensor named ``suffix`` (None: [train.specforge] must name it; preflight says so)."""
     hits = sorted(k for k in weights if k == suffix or k.endswith("." + suffix))
-    if not hits:
-        raise ConfigError(f"the target's weights have no {what} ({suffix})")
-    return min(hits, key=len)
+    return min(hits, key=len) if hits else None
+
+
+def target_keys(model: str) -> tuple[str | None, str | None]:
+    """(embedding key, lm_head key) in the target's weights, written nowhere."""
+    weights = _weight_map(model)
+    return _key(weights, "embed_tokens.weight"), _key(weights, "lm_head.weight")
 
 
 def target_view(model: str, dest: str) -> tuple[str, str]:
     """Link the target's files into ``dest`` and write its index; (embedding key, lm_head key)."""
     weights = _weight_map(model)
-    emb = _key(weights, "embed_tokens.weight", "embedding")
-    head = _key(weights, "lm_head.weight", "lm_head")
+    emb, head = _key(weights, "embed_tokens.weight"), _key(weights, "lm_head.weight")
     if not os.path.isdir(dest):
         tmp = dest + ".tmp"
         shutil.rmtree(tmp, ignore_errors=True)
@@ -192,13 +196,35 @@ def command(cfg: Config, paths: RunPaths, resume_from: str | None) -> dict:
     return {"argv": argv, "env": {"PYTHONUNBUFFERED": "1", **specforge_cpu.env(cfg.train.python)}}
 
 
-def prepare(cfg: Config) -> tuple[RunPaths, dict]:
-    """Write the run dir's files for a first start (the view is kept if there); (paths, spec)."""
+def draft_for(cfg: Config, desc: dict) -> dict:
+    """The draft to train: the operator's own ``[job] draft_config`` (whose layer ids the
+    extraction took), else one derived from the target; its layer ids are the extraction's
+    wherever it names none."""
+    if not cfg.job.draft_config:
+        return draft_config(cfg.job.model, desc["aux_layer_ids"])
+    try:
+        with open(cfg.job.draft_config) as f:
+            d = json.load(f)
+    except (OSError, ValueError) as e:
+        raise ConfigError(f"[job] draft_config {cfg.job.draft_config} is unreadable ({e})") from None
+    eagle = dict(d.get("eagle_config") or {})
+    eagle.setdefault("eagle_aux_hidden_state_layer_ids", list(desc["aux_layer_ids"]))
+    return {**d, "eagle_config": eagle}
+
+
+def plan(cfg: Config) -> tuple[RunPaths, dict, dict]:
+    """What a first start writes, written nowhere (preflight judges it first): (paths, spec, draft)."""
     desc = description(cfg)
     paths = RunPaths(run_dir(cfg))
+    emb, head = target_keys(cfg.job.model)
+    return paths, spec_for(cfg, paths, desc, emb, head), draft_for(cfg, desc)
+
+
+def prepare(cfg: Config) -> tuple[RunPaths, dict]:
+    """Write the run dir's files for a first start (the view is kept if there); (paths, spec)."""
+    paths, spec, draft = plan(cfg)
     os.makedirs(paths.root, exist_ok=True)
-    emb, head = target_view(cfg.job.model, paths.target)
-    write_atomic(paths.draft, json.dumps(draft_config(cfg.job.model, desc["aux_layer_ids"]), indent=1), 0o644)
-    spec = spec_for(cfg, paths, desc, emb, head)
+    target_view(cfg.job.model, paths.target)
+    write_atomic(paths.draft, json.dumps(draft, indent=1), 0o644)
     write_atomic(paths.yaml, json.dumps(spec, indent=1) + "\n", 0o644)
     return paths, spec

@@ -40,6 +40,7 @@ def extracted(tmp_path_factory, demo_assets, train_python):
     """A real extraction's output and a config to train on it (each test adds its own run_dir)."""
     path = write_job(tmp_path_factory.mktemp("trainjob"), demo_assets, SAMPLES)
     runner("run", "--config", path, timeout=300, check=True)
+    runner("verify", "--config", path, timeout=300, check=True)  # the training preflight's first check
     return path
 
 
