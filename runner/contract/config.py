@@ -154,6 +154,7 @@ class TrainConfig:
     max_checkpoints: int = 2  # >= 2: a save cut short leaves the previous one
     log_interval: int = 10
     seed: int = 0
+    after_extraction: bool = False  # the extraction's end, done and verified, starts the training
     specforge: dict = field(default_factory=dict)  # [train.specforge]: run.yaml keys, merged last
 
 
@@ -368,6 +369,8 @@ def validate_train(cfg: Config) -> None:
         raise ConfigError("[train] max_checkpoints must be at least 2 (a cut-short save keeps the previous)")
     if t.learning_rate <= 0:
         raise ConfigError("[train] learning_rate must be positive")
+    if t.after_extraction and not t.python:
+        raise ConfigError("[train] after_extraction needs [train] python (hsx-runner train setup builds one)")
 
 
 def require_job(cfg: Config) -> None:

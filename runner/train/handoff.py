@@ -1,0 +1,77 @@
+"""The extraction's hand-off to training: what the job's runner does once its job ended done
+with ``[train]`` set and its lock is released (runner.cli run).
+
+It verifies the features, unless verify's kept verdict still holds (runner.output.verified),
+as a background verify does (niced, its progress in the status), so that a training start
+finds them verified; with ``[train] after_extraction`` it then starts the training. What came
+of it replaces ``handoff = "pending"`` in the extraction's record, where the watcher's done
+milestone reads it.
+"""
+
+from __future__ import annotations
+
+import os
+
+from ..contract.errors import LockedError, StatusError
+from ..contract.replies import OK
+from ..contract.status import HANDOFF_PENDING, STATUS, Phase, read_record, write_record
+from ..job import background
+from ..output import verified
+from ..output.lock import NAME, JobLock
+from . import control
+
+LAUNCH = "after_extraction"
+
+
+def _verify(cfg) -> str | None:
+    """Verify now, unless the kept verdict holds; why the features are not fit to train (None: fit)."""
+    out = cfg.job.out
+    if verified.check(out)[0]:
+        return None
+    rep = background.start(out, cfg.path, "verify", [])
+    if not rep["started"]:
+        return rep["reason"]
+    try:
+        os.waitpid(rep["pid"], 0)  # our child: its verdict is kept when it ends
+    except ChildProcessError:  # subprocess already reaped the child it no longer held
+        pass
+    ok, detail, fix = verified.check(out)
+    return None if ok else f"{detail} ({fix})"
+
+
+def hand_off(cfg) -> str:
+    """Verify, then (after_extraction) start the training: one line saying what came of it."""
+    why = _verify(cfg)
+    if why:
+        return f"training not started: the features are not verified: {why}"
+    if not cfg.train.after_extraction:
+        return "features verified for training: `/train start` trains the draft"
+    reply = control.start(cfg)
+    if reply.code == OK:
+        return f"training started ({LAUNCH}): {reply.text}"
+    return f"training not started ({LAUNCH}): {reply.text}"
+
+
+def run(cfg) -> str | None:
+    """The hand-off when this runner's record asks for it; what it wrote there (None: not asked)."""
+    path = os.path.join(cfg.job.out, STATUS)
+    try:
+        rec = read_record(path)
+    except StatusError:
+        return None
+    if rec.phase is not Phase.DONE or rec.handoff != HANDOFF_PENDING or rec.pid != os.getpid():
+        return None
+    text = hand_off(cfg)
+    lock = JobLock(os.path.join(cfg.job.out, NAME))
+    try:
+        lock.acquire()  # the record's one writer while it is changed
+    except LockedError:
+        return None  # a new run owns the record now; its own end says what it hands over
+    try:
+        rec = read_record(path)
+        if rec.handoff == HANDOFF_PENDING and rec.pid == os.getpid():
+            rec.handoff = text
+            write_record(path, rec)
+    finally:
+        lock.release()
+    return text
