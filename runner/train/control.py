@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -239,13 +240,40 @@ def export(cfg: Config) -> Reply:
         why = (p.stderr.strip().splitlines() or ["no output"])[-1]
         return Reply({"ok": False, "reason": why, "argv": argv}, f"export failed: {why}", NOT_OK)
     want = runspec.description(cfg)["aux_layer_ids"]
-    with open(os.path.join(out, "config.json")) as f:
-        got = (json.load(f).get("eagle_config") or {}).get("eagle_aux_hidden_state_layer_ids")
-    if got != want:
-        why = f"the exported draft's layer ids {got} differ from the extraction's {want}"
-        return Reply({"ok": False, "reason": why, "export_dir": out}, why, NOT_OK)
-    flags = ["--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", out]
-    text = f"exported step {ckpt} to {out}; serve it with: {' '.join(flags)}"
-    return Reply(
-        {"ok": True, "export_dir": out, "checkpoint_step": ckpt, "aux_layer_ids": got, "flags": flags}, text
-    )
+    try:
+        with open(os.path.join(out, "config.json")) as f:
+            got = (json.load(f).get("eagle_config") or {}).get("eagle_aux_hidden_state_layer_ids")
+    except (OSError, ValueError, AttributeError) as e:
+        why = f"the export left no readable config.json in {out} ({e}): do not serve it"
+        return Reply({"ok": False, "reason": why, "export_dir": out}, f"export REFUSED: {why}", NOT_OK)
+    if got != want:  # SGLang would feed the draft other layers than it was trained on
+        why = (f"the exported draft's layer ids {got} differ from the extraction's {want}: SGLang would "
+               f"feed it the wrong layers; do not serve it (the files are kept in {out})")  # fmt: skip
+        return Reply({"ok": False, "reason": why, "export_dir": out, "aux_layer_ids": got}, f"export REFUSED: {why}",
+                     NOT_OK)  # fmt: skip
+    flags = serve_flags(cfg, out)
+    text = (f"exported step {ckpt} to {out}; serve it with: python -m sglang.launch_server "
+            f"{shlex.join(flags)}")  # fmt: skip
+    rep = {"ok": True, "export_dir": out, "checkpoint_step": ckpt, "aux_layer_ids": got, "flags": flags}
+    return Reply({**rep, "message": text}, text)  # the message: what chat posts
+
+
+# What SGLang 0.5.23 picks itself when no step count is given (_auto_choose_speculative_params in
+# sglang/srt/arg_groups/speculative_hook.py): (num_steps, eagle_topk, num_draft_tokens) by the
+# target's architecture. Said explicitly, so the command shows what it serves with.
+SGLANG_EAGLE = {"LlamaForCausalLM": (5, 4, 8), "Grok1ForCausalLM": (5, 4, 8), "Grok1VForCausalLM": (5, 4, 8)}
+SGLANG_EAGLE_DEFAULT = (3, 1, 4)
+
+
+def serve_flags(cfg: Config, export_dir: str) -> list[str]:
+    """SGLang's flags that serve the target with the exported draft as its EAGLE-3 speculator."""
+    try:
+        with open(os.path.join(cfg.job.model, "config.json")) as f:
+            arch = (json.load(f).get("architectures") or [""])[0]
+    except (OSError, ValueError, AttributeError, IndexError):
+        arch = ""
+    steps, topk, tokens = SGLANG_EAGLE.get(arch, SGLANG_EAGLE_DEFAULT)
+    flags = ["--model-path", os.path.abspath(cfg.job.model), "--speculative-algorithm", "EAGLE3",
+             "--speculative-draft-model-path", export_dir, "--speculative-num-steps", str(steps),
+             "--speculative-eagle-topk", str(topk), "--speculative-num-draft-tokens", str(tokens)]  # fmt: skip
+    return flags + ["--trust-remote-code"] * cfg.job.trust_remote_code
