@@ -61,7 +61,10 @@ def run(cfg) -> str | None:
         return None
     if rec.phase is not Phase.DONE or rec.handoff != HANDOFF_PENDING or rec.pid != os.getpid():
         return None
-    text = hand_off(cfg)
+    try:
+        text = hand_off(cfg)
+    except Exception as e:  # noqa: BLE001 - the job is done whatever befell its hand-off: say it, exit 0
+        text = f"the hand-off to training failed: {type(e).__name__}: {e}"
     lock = JobLock(os.path.join(cfg.job.out, NAME))
     try:
         lock.acquire()  # the record's one writer while it is changed

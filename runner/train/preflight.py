@@ -170,7 +170,8 @@ def checks(cfg, spec: dict, draft: dict | None = None) -> list[dict]:
     desc = runspec.description(cfg)
     path = m.get("target_model_path", "")
     weights, why = _weights(path if os.path.isdir(path) else cfg.job.model)
-    files = runspec.feature_files(cfg.job.out)
+    tree = (spec.get("data") or {}).get("hidden_states_path") or ""
+    files = runspec.feature_files(tree if os.path.isdir(tree) else cfg.job.out)  # what SpecForge reads
     return [
         features(cfg.job.out),
         layers(draft, where, list(desc["aux_layer_ids"])),

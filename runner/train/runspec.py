@@ -79,16 +79,25 @@ def _text_config(model: str) -> dict:
 
 def _weight_map(model: str) -> dict[str, str]:
     """The target's tensor → file map: its own index, else read from its safetensors headers."""
+    try:
+        return _read_weight_map(model)
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+        raise ConfigError(
+            f"the target's weights in {model} are unreadable ({type(e).__name__}: {e})"
+        ) from None
+
+
+def _read_weight_map(model: str) -> dict[str, str]:
     for name in sorted(os.listdir(model)):
         if name.endswith(".index.json"):
             with open(os.path.join(model, name)) as f:
-                return json.load(f)["weight_map"]
+                return dict(json.load(f)["weight_map"])
     out: dict[str, str] = {}
     for name in sorted(os.listdir(model)):
         if name.endswith(".safetensors"):
             with open(os.path.join(model, name), "rb") as f:
                 n = int.from_bytes(f.read(8), "little")
-                header = json.loads(f.read(n))
+                header = json.loads(f.read(min(n, 100 << 20)))  # a torn file: no 2**64-byte read
             out.update({k: name for k in header if k != "__metadata__"})
     if not out:
         raise ConfigError(f"{model}: no *.index.json and no *.safetensors: SpecForge needs the weights")

@@ -9,8 +9,11 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from runner import specforge_cpu
 from runner.contract.config import from_dict
+from runner.contract.errors import ConfigError
 from runner.contract.status import Phase, StatusRecord, write_record
 from runner.output import verified
 from runner.serve import pidfile
@@ -145,6 +148,9 @@ def test_the_target_needs_both_keys_and_an_operator_may_name_them(tmp_path):
     keys = {"model": {"embedding_key": "nope"}}
     c = _checks(_cfg(tmp_path, _lane(tmp_path), specforge=keys))["target"]
     assert not c["ok"] and "no embedding key 'nope' and no lm_head tensor" in c["detail"]
+    (tmp_path / "model" / "model.safetensors.index.json").write_text("{")  # torn: a refusal, no traceback
+    with pytest.raises(ConfigError, match=r"the target's weights in .* are unreadable \(JSONDecodeError"):
+        runspec.plan(_cfg(tmp_path, _lane(tmp_path)))
 
 
 def test_the_disk_must_hold_max_checkpoints_plus_one_estimated_from_the_draft(tmp_path):
