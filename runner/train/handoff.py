@@ -2,10 +2,10 @@
 with ``[train]`` set and its lock is released (runner.cli run).
 
 It verifies the features, unless verify's kept verdict still holds (runner.output.verified),
-as a background verify does (niced, its progress in the status), so that a training start
-finds them verified; with ``[train] after_extraction`` it then starts the training. What came
-of it replaces ``handoff = "pending"`` in the extraction's record, where the watcher's done
-milestone reads it.
+recorded as a background verify is (its progress in the status, its result posted), so that
+a training start finds them verified; with ``[train] after_extraction`` it then starts the
+training. What came of it replaces ``handoff = "pending"`` in the extraction's record, where
+the watcher's done milestone reads it.
 """
 
 from __future__ import annotations
@@ -25,16 +25,20 @@ LAUNCH = "after_extraction"
 
 def _verify(cfg) -> str | None:
     """Verify now, unless the kept verdict holds; why the features are not fit to train (None: fit)."""
+    from ..output.verify import verify
+
     out = cfg.job.out
     if verified.check(out)[0]:
         return None
-    rep = background.start(out, cfg.path, "verify", [])
-    if not rep["started"]:
-        return rep["reason"]
+    prog = background.claim(out, "verify", [])  # in this process: torch is loaded already
+    if prog is None:
+        bg = background.read(out) or {}
+        return f"a background {bg.get('verb')} (pid {bg.get('pid')}) runs on {out}: verify when it is done"
     try:
-        os.waitpid(rep["pid"], 0)  # our child: its verdict is kept when it ends
-    except ChildProcessError:  # subprocess already reaped the child it no longer held
-        pass
+        prog.finish(verify(cfg, progress=prog))
+    except Exception as e:
+        prog.finish(None, f"{type(e).__name__}: {e}")
+        raise
     ok, detail, fix = verified.check(out)
     return None if ok else f"{detail} ({fix})"
 

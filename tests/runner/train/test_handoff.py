@@ -4,6 +4,7 @@ extraction's runner and the real trainer: test_specforge.py; its verify: test_de
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -13,7 +14,7 @@ import pytest
 from runner.contract import render
 from runner.contract.errors import ConfigError
 from runner.contract.status import HANDOFF_PENDING, Phase, StatusRecord, read_record, write_record
-from runner.job import view
+from runner.job import background, view
 from runner.train import handoff
 from tests.runner.helpers import held_box
 from tests.runner.train.test_preflight import _cfg, _lane, _model, _out
@@ -49,6 +50,20 @@ def test_after_extraction_asks_for_the_training_and_a_refusal_is_said(tmp_path, 
     assert text.startswith("training not started (after_extraction): training preflight: gpus: ")
     assert "vllm.service" in text and read_record(path).handoff == text
     assert not os.path.exists(tmp_path / "out-train")
+
+
+def test_unverified_features_are_verified_by_the_hand_off_itself_and_unsound_ones_refused(tmp_path):
+    _model(tmp_path)
+    out = _out(tmp_path, verify=False)  # two files that are no samples
+    rows = "".join(json.dumps({"input_ids": [5, 6, 7], "loss_mask": [0, 1, 1]}) + "\n" for _ in range(2))
+    (tmp_path / "d.jsonl").write_text(rows)
+    path = _pending(out)
+    text = handoff.run(_cfg(tmp_path, _lane(tmp_path), after_extraction=True))
+    assert text.startswith("training not started: the features are not verified: the last verify (")
+    assert "found 0 / 2 sound (2 corrupt)" in text and read_record(path).handoff == text
+    bg = background.read(str(out))
+    assert bg["verb"] == "verify" and bg["state"] == "done" and bg["pid"] == os.getpid()
+    assert bg["result"]["corrupt"] == [0, 1] and not os.path.exists(tmp_path / "out-train")
 
 
 def test_another_runners_record_is_left_alone(tmp_path):
