@@ -18,6 +18,7 @@ import os
 import shutil
 
 from .. import specforge_cpu
+from ..contract.errors import ConfigError
 from ..job.disk import fmt
 from ..job.preflight import gpus_check
 from ..output import verified
@@ -155,8 +156,8 @@ def _read(path: str) -> dict | None:
 
 def _weights(model: str) -> tuple[dict[str, str] | None, str]:
     try:
-        return runspec._weight_map(model), ""
-    except Exception as e:  # noqa: BLE001 - an unreadable index or header is this check's answer
+        return runspec.weight_map(model), ""
+    except ConfigError as e:  # an unreadable index or header: this check's answer
         return None, str(e)
 
 

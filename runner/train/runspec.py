@@ -77,7 +77,7 @@ def _text_config(model: str) -> dict:
     return c.get("text_config", c) if isinstance(c.get("text_config"), dict) else c
 
 
-def _weight_map(model: str) -> dict[str, str]:
+def weight_map(model: str) -> dict[str, str]:
     """The target's tensor → file map: its own index, else read from its safetensors headers."""
     try:
         return _read_weight_map(model)
@@ -112,13 +112,13 @@ def _key(weights: dict[str, str], suffix: str) -> str | None:
 
 def target_keys(model: str) -> tuple[str | None, str | None]:
     """(embedding key, lm_head key) in the target's weights, written nowhere."""
-    weights = _weight_map(model)
+    weights = weight_map(model)
     return _key(weights, "embed_tokens.weight"), _key(weights, "lm_head.weight")
 
 
 def target_view(model: str, dest: str) -> tuple[str, str]:
     """Link the target's files into ``dest`` and write its index; (embedding key, lm_head key)."""
-    weights = _weight_map(model)
+    weights = weight_map(model)
     emb, head = _key(weights, "embed_tokens.weight"), _key(weights, "lm_head.weight")
     if not os.path.isdir(dest):
         tmp = dest + ".tmp"
