@@ -15,10 +15,24 @@ from runner.contract import render
 from runner.contract.errors import ConfigError
 from runner.contract.status import HANDOFF_PENDING, Phase, StatusRecord, read_record, write_record
 from runner.job import background, view
-from runner.train import handoff
+from runner.train import handoff, record
 from tests.runner.helpers import held_box
 from tests.runner.train.test_preflight import _cfg, _lane, _model, _out
 from tests.runner.train.test_units import UNIFIED, _fake_python
+
+# specforge.cli whose train, given a run.yaml, runs a second and fails
+TRAINS_A_SECOND = """import argparse, sys, time
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["train"] and "-c" in argv:
+        time.sleep(1)
+        raise SystemExit(5)
+    p = argparse.ArgumentParser(prog="specforge")
+    p.add_subparsers(dest="command").add_parser("train")
+    p.parse_args(argv)
+if __name__ == "__main__":
+    main()
+"""
 
 
 def _pending(out, pid=None) -> str:
@@ -50,6 +64,22 @@ def test_after_extraction_asks_for_the_training_and_a_refusal_is_said(tmp_path, 
     assert text.startswith("training not started (after_extraction): training preflight: gpus: ")
     assert "vllm.service" in text and read_record(path).handoff == text
     assert not os.path.exists(tmp_path / "out-train")
+
+
+def test_under_a_systemd_service_the_runner_stays_while_the_training_it_started_runs(tmp_path, monkeypatch):
+    _model(tmp_path)
+    out = _out(tmp_path)
+    path = _pending(out)
+    # a CPU-lane interpreter whose trainer takes a second and fails (no GPU asked for, none held)
+    lane = os.path.dirname(os.path.dirname(_lane(tmp_path)))
+    fake = _fake_python(tmp_path, "sf", "0.2.0", TRAINS_A_SECOND)
+    os.replace(fake, os.path.join(lane, "bin", "python"))
+    monkeypatch.setenv(handoff.SYSTEMD_SERVICE_ENV, "0123abcd")
+    text = handoff.run(_cfg(tmp_path, os.path.join(lane, "bin", "python"), after_extraction=True))
+    assert text.startswith("training started (after_extraction): training started (trainer pid "), text
+    assert read_record(path).handoff == text
+    rec = record.read(str(tmp_path / "out-train"))  # the runner returned only once it had ended
+    assert rec["phase"] == "crashed" and "exited with code 5" in rec["reason"], rec
 
 
 def test_unverified_features_are_verified_by_the_hand_off_itself_and_unsound_ones_refused(tmp_path):

@@ -136,8 +136,9 @@ def test_the_extractions_output_trains_to_the_end_and_is_exported(uninterrupted,
 
 
 def test_after_extraction_starts_the_training_when_the_extraction_ends_done(
-    extracted, train_python, tmp_path
+    extracted, train_python, tmp_path, monkeypatch
 ):
+    monkeypatch.delenv("INVOCATION_ID", raising=False)  # a CI runner under systemd: the runner would stay
     run_dir = str(tmp_path / "handed")
     cfg = _config(extracted, run_dir, train_python)
     with open(cfg) as f:
