@@ -116,10 +116,9 @@ def target_keys(model: str) -> tuple[str | None, str | None]:
     return _key(weights, "embed_tokens.weight"), _key(weights, "lm_head.weight")
 
 
-def target_view(model: str, dest: str) -> tuple[str, str]:
-    """Link the target's files into ``dest`` and write its index; (embedding key, lm_head key)."""
+def target_view(model: str, dest: str) -> None:
+    """Link the target's files into ``dest`` and write its index."""
     weights = weight_map(model)
-    emb, head = _key(weights, "embed_tokens.weight"), _key(weights, "lm_head.weight")
     if not os.path.isdir(dest):
         tmp = dest + ".tmp"
         shutil.rmtree(tmp, ignore_errors=True)
@@ -130,7 +129,6 @@ def target_view(model: str, dest: str) -> tuple[str, str]:
             index = {"metadata": {}, "weight_map": weights}
             write_atomic(os.path.join(tmp, "model.safetensors.index.json"), json.dumps(index), 0o644)
         os.rename(tmp, dest)
-    return emb, head
 
 
 def draft_config(model: str, aux: list[int]) -> dict:
