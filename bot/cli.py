@@ -240,6 +240,7 @@ def _sglang_cpu_server(arch: str, tp: int) -> dict:
 
 def _headless(box, pid: int | None) -> int:
     from runner.contract.render import render_text
+    from runner.contract.status import HANDOFF_PENDING
 
     last = ""
     deadline = time.monotonic() + 60
@@ -253,7 +254,7 @@ def _headless(box, pid: int | None) -> int:
             print(text, flush=True)
             print("", flush=True)
             last = text
-        if rec.phase.is_terminal():
+        if rec.phase.is_terminal() and rec.handoff != HANDOFF_PENDING:  # done: and handed to training
             return 0 if rec.phase.value == "done" else 1
         time.sleep(timing.current().headless_poll_s)
 

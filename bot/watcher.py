@@ -277,7 +277,8 @@ def decide(prev: WatchState, obs: Observation, lim: Limits) -> tuple[list[Action
                     Action("milestone", f"{reached}% reached\n{text}", key=f"milestone:{job}:{reached}")
                 )
             st.milestone = reached
-    if rec.phase is Phase.DONE and st.milestone < 100:
+    # done, once the hand-off to training ([train]) has ended: the text says what came of it
+    if rec.phase is Phase.DONE and st.milestone < 100 and rec.handoff != status.HANDOFF_PENDING:
         later.append(Action("done", f":white_check_mark: {text}", key=f"done:{job}"))
         st.milestone = 100
 

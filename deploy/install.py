@@ -7,7 +7,8 @@ installed. The same record goes to the job's run directory. PREFIX must survive 
 under /tmp, /var/tmp, /dev/shm, /run and tmpfs/ramfs mounts are refused.
 
 Every step on the box is a fixed argv (never shell text) and is skipped when already done, so
-running deploy twice changes nothing the second time. Where systemd runs, a unit for the runner
+running deploy twice changes nothing the second time. With ``[train] python`` set it ends with
+``hsx-runner train setup`` (a check once the trainer's interpreter is there). Where systemd runs, a unit for the runner
 is installed; enabled at boot only with ``autostart``. Elsewhere ``hsx-runner start`` runs the
 job detached in its own session.
 """
@@ -19,18 +20,18 @@ import hashlib
 import json
 import os
 import posixpath
-import re
 import shutil
 import subprocess
 import sys
 import tempfile
-import unicodedata
 import zipfile
 from dataclasses import asdict, dataclass, field
 
 from remote.errors import RemoteError
 from runner.contract.config import Config, from_dict, require_job
 from runner.contract.errors import ConfigError, HsxError
+
+from .unit import UNIT_DIR, UNIT_NAME, render_unit
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -39,8 +40,6 @@ else:  # pragma: no cover
 
 EPHEMERAL_DIRS = ("/tmp", "/var/tmp", "/dev/shm", "/run")
 EPHEMERAL_FS = ("tmpfs", "ramfs")
-UNIT_NAME = "hsx-runner.service"
-UNIT_DIR = "/etc/systemd/system"
 RECORD = "deploy.json"
 PIP_TIMEOUT_S = 3600.0  # a first install downloads torch (and sglang: ~11 GB)
 STEP_TIMEOUT_S = 300.0
@@ -48,37 +47,6 @@ STEP_TIMEOUT_S = 300.0
 RUNNER_IMPORTS = (
     "import runner.cli, runner.job.phases, patches.hooks, torch, transformers, aiohttp, orjson, xxhash"
 )
-
-UNIT_TEMPLATE = """\
-# systemd unit for the hsx runner on the GPU box, written by `hsx deploy` for its prefix.
-# Enabled at boot only when deploy runs with autostart: a GPU service that starts by itself
-# after a reboot can hold the GPUs before anyone has looked at the box.
-[Unit]
-Description=hsx runner (hidden-state extraction)
-After=network-online.target local-fs.target
-Wants=network-online.target
-RequiresMountsFor={out}
-# Restart after a crash, but give up after 3 crashes in 10 minutes.
-StartLimitIntervalSec=600
-StartLimitBurst=3
-
-[Service]
-Type=simple
-WorkingDirectory={prefix}
-ExecStart={runner} run --config {config}
-Restart=on-failure
-RestartSec=30
-# 1 job failed with a reason, 2 config error, 3 already running: a restart would not help.
-RestartPreventExitStatus=1 2 3
-# SIGTERM to the runner alone: it drains in-flight requests and stops its server itself.
-KillMode=mixed
-KillSignal=SIGTERM
-TimeoutStopSec=120
-LimitNOFILE=65536
-
-[Install]
-WantedBy=multi-user.target
-"""
 
 
 @dataclass
@@ -107,6 +75,7 @@ class Report:
     kept: list[str] = field(default_factory=list)
     record: dict = field(default_factory=dict)
     preflight: dict | None = None
+    train: dict | None = None  # `hsx-runner train setup`'s reply, when the job's config sets [train] python
     warnings: list[str] = field(default_factory=list)
 
     def text(self) -> str:
@@ -116,6 +85,10 @@ class Report:
         pf = self.preflight or {}
         for c in pf.get("checks", []):
             lines.append(f"  preflight {'ok ' if c['ok'] else 'BAD'} {c['name']}: {c['detail']}")
+        if self.train is not None:
+            t = self.train
+            said = f"specforge {t.get('version')} at {t.get('python')}" if t.get("ok") else t.get("reason")
+            lines.append(f"  train setup {'ok ' if t.get('ok') else 'BAD'}: {said}")
         return "\n".join(lines)
 
 
@@ -218,45 +191,6 @@ def runner_config(cfg: Config, opts: Options) -> tuple[bytes, Config]:
     job = from_dict(parsed, base_dir=posixpath.dirname(rc), source=rc)
     require_job(job)
     return data, job
-
-
-UNIT_PLAIN = re.compile(r"[A-Za-z0-9/._+,:@=~-]*")  # needs no quotes in a unit
-UNIT_REFUSED = "\"'\\"  # systemd refuses them in an executable's name; in a path, refused alike
-
-
-def unit_path(what: str, path: str) -> str:
-    """A path as a unit file must spell it: ``%`` doubled (systemd's specifiers); control
-    characters, quotes and backslashes refused (a newline would start a new directive)."""
-    cc = next((c for c in path if unicodedata.category(c) == "Cc"), None)
-    if cc is not None:
-        raise ConfigError(f"{what} {path!r} holds a control character ({cc!r}): no unit file can hold it")
-    if any(c in UNIT_REFUSED for c in path):
-        raise ConfigError(
-            f"{what} {path!r} holds a quote or a backslash, which systemd cannot take in a unit"
-        )
-    if path != path.strip(" "):
-        raise ConfigError(f"{what} {path!r} begins or ends with a space, which systemd would drop")
-    return path.replace("%", "%%")
-
-
-def _word(text: str) -> str:
-    """One word of ExecStart or a path list: double-quoted when it holds anything but plain
-    characters (a space would split it)."""
-    return text if UNIT_PLAIN.fullmatch(text) else f'"{text}"'
-
-
-def render_unit(prefix: str, config: str, out: str) -> str:
-    """The runner's unit, every path escaped as systemd reads it, or a ConfigError naming the
-    path it cannot hold."""
-    p = unit_path("the install prefix", prefix)
-    c = unit_path("[remote] runner_config", config)
-    o = unit_path("[job] out", out)
-    return UNIT_TEMPLATE.format(
-        prefix=p,  # WorkingDirectory takes its value whole: never quoted
-        runner=_word(f"{p}/venv/bin/hsx-runner"),  # the executable: no $ expansion there
-        config=_word(c.replace("$", "$$")),  # an argument: $ would be an environment variable
-        out=_word(o),  # RequiresMountsFor is a list of paths
-    )
 
 
 # --- the box ------------------------------------------------------------------------------------
@@ -382,7 +316,29 @@ def deploy(cfg: Config, opts: Options, transport) -> Report:
             f"hsx-runner preflight failed on the box (exit {res.code}): {res.stderr[-800:]}"
         ) from None
     rep.ok = bool(rep.preflight.get("ok"))
+    if job.train.python:  # [train] set: its interpreter checked (the CPU lane built) on the box
+        rep.train = _train_setup(transport, f"{venv}/bin/hsx-runner", rc)
+        rep.ok = rep.ok and bool(rep.train.get("ok"))
+    elif "train" in tomllib.loads(conf_bytes.decode()):
+        rep.warnings.append(
+            "[train] names no python: set it to an interpreter with specforge 0.2.0 (train setup checks it)"
+        )
     return rep
+
+
+def _train_setup(transport, runner: str, rc: str) -> dict:
+    """``hsx-runner train setup`` on the box: idempotent (a check once the interpreter is there)."""
+    res = transport.run([runner, "train", "setup", "--json", "--config", rc], PIP_TIMEOUT_S)
+    try:
+        got = json.loads(res.stdout)
+    except json.JSONDecodeError:
+        got = None
+    if not isinstance(got, dict):
+        return {
+            "ok": False,
+            "reason": f"hsx-runner train setup failed on the box (exit {res.code}): {res.stderr[-800:]}",
+        }
+    return got
 
 
 def _now() -> str:

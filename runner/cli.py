@@ -53,8 +53,18 @@ def _not_while_training(verb: str):
     return wrap
 
 
-@_not_while_training("the extraction")
 def cmd_run(args, cfg: Config) -> int:
+    """The job; once it ended done and released the output, its hand-off to training."""
+    code = _run_job(args, cfg)
+    if code == 0 and args.rank is None and cfg.train.python:
+        from .train import handoff
+
+        handoff.run(cfg)
+    return code
+
+
+@_not_while_training("the extraction")
+def _run_job(args, cfg: Config) -> int:
     from .job.phases import run
 
     if (args.rank is None) != (args.world is None):

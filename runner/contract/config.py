@@ -156,6 +156,7 @@ class TrainConfig:
     log_interval: int = 10
     seed: int = 0  # SpecForge's, and the held-out split's
     eval_samples: int = 0  # held out of training for SpecForge's eval (val acc, acceptance length); 0: none
+    after_extraction: bool = False  # the extraction's end, done and verified, starts the training
     specforge: dict = field(default_factory=dict)  # [train.specforge]: run.yaml keys, merged last
 
 
@@ -372,6 +373,8 @@ def validate_train(cfg: Config) -> None:
         raise ConfigError("[train] learning_rate must be positive")
     if t.eval_samples < 0:
         raise ConfigError("[train] eval_samples must not be negative (0: no eval)")
+    if t.after_extraction and not t.python:
+        raise ConfigError("[train] after_extraction needs [train] python (hsx-runner train setup builds one)")
 
 
 def require_job(cfg: Config) -> None:

@@ -11,7 +11,17 @@ import datetime as dt
 
 from .ranks import NAMED, QUIET
 from .replies import AdoptReport, CompactReport, PreflightReport, VerifyReport
-from .status import NOT_STARTED, STALE_S, Phase, StatusRecord, age_s, heartbeat_age, is_stale, parse_iso
+from .status import (
+    HANDOFF_PENDING,
+    NOT_STARTED,
+    STALE_S,
+    Phase,
+    StatusRecord,
+    age_s,
+    heartbeat_age,
+    is_stale,
+    parse_iso,
+)
 
 MAX_ERROR_CHARS = 400
 MAX_CLOCK_S = 1e9  # ~31 years: an ETA past it is shown without its clock time
@@ -104,6 +114,13 @@ def background_line(rec: StatusRecord) -> str:
     if bg.get("eta_s") is not None and total:
         line += f", ETA {human_duration(bg['eta_s'])}"
     return line
+
+
+def handoff_line(rec: StatusRecord) -> str:
+    """A done job's hand-off to training ([train] set): under way, or what came of it."""
+    if rec.handoff == HANDOFF_PENDING:
+        return "training: verifying the features first (the training preflight needs them verified)"
+    return rec.handoff or ""
 
 
 def background_result(rec: StatusRecord) -> str:
@@ -287,6 +304,8 @@ def render_text(rec: StatusRecord, now: dt.datetime | None = None, stale_s: floa
     lines = _phase_lines(rec, now)
     if background_line(rec):
         lines.append(background_line(rec))
+    if rec.handoff:
+        lines.append(handoff_line(rec))
     if ranks_line(rec):
         lines.append(ranks_line(rec))
     if rec.phase is not Phase.EXTRACTING and rec.server.restarts and rec.phase is not Phase.STARTING_SERVER:

@@ -23,6 +23,8 @@ STATUS = "status.json"  # in the job's output directory
 EVENTS = "events.jsonl"
 STALE_S = 120.0  # an active runner whose heartbeat is older than this may be hung or gone
 NOT_STARTED = "not started yet"  # the reason of the stopped record of a job that never ran
+# a done job's hand-off to training (runner/train/handoff.py) while it verifies the features
+HANDOFF_PENDING = "pending"
 # a background verb's progress (runner/job/background.py writes it): the keys a renderer reads
 BACKGROUND = {
     "verb": "str", "state": "str", "pid": "int | None", "started_at": "str | None", "done": "int | None",
@@ -112,6 +114,7 @@ class StatusRecord:
     heartbeat_age_s: float | None = None  # filled by readers, not by the writer
     ranks: list[RankEntry] | None = None  # a cluster run only: one entry per rank (the Slurm engine)
     background: dict | None = None  # a background verb (verify) and its progress; filled by readers
+    handoff: str | None = None  # [train] set, the job done: HANDOFF_PENDING, then what came of it
 
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)

@@ -93,6 +93,18 @@ def _start(out: str, config: str, verb: str, args: list[str]) -> dict:
     return {"started": True, "pid": p.pid, "verb": verb, "background": True}
 
 
+def claim(out: str, verb: str, args: list[str]) -> Progress | None:
+    """The record claimed for ``verb`` run by this very process, under the lock start takes
+    (None: another background verb runs)."""
+    os.makedirs(out, exist_ok=True)
+    with open(os.path.join(out, LOCK), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        have = read(out)
+        if have and have.get("state") == "running":
+            return None
+        return Progress(out, verb, args)
+
+
 @contextlib.contextmanager
 def recording(out: str, verb: str, args: list[str], on: bool, plain: tuple = ()):
     """The detached run's Progress (None when not detached); an exception that ends the verb

@@ -12,7 +12,7 @@ import sys
 
 from ..contract.config import Config, require_job
 from ..contract.errors import ConfigError, JobFailed, ServerError
-from ..contract.status import Phase
+from ..contract.status import HANDOFF_PENDING, Phase
 from ..data import layers, lengths
 from ..data.dataset import Dataset, open_dataset
 from ..output import compact, ranks
@@ -150,7 +150,7 @@ class Job:
                 len(plan.remaining),
             )
             if not plan.remaining:
-                recorder.phase(Phase.DONE)
+                self._done()
                 return 0
             return await self._run(ds, plan.remaining, aux)
         except asyncio.CancelledError:
@@ -239,8 +239,16 @@ class Job:
             n = self.extractor.transient_failed
             recorder.phase(Phase.FAILED, f"{n} samples failed after retries; resume to retry them")
             return 1
-        recorder.phase(Phase.DONE)
+        self._done()
         return 0
+
+    def _done(self) -> None:
+        """DONE; with [train] set, the record says first that this runner hands the features to
+        training next (runner.train.handoff, once the lock is released), so no reader takes the
+        done job's record for the end of the story."""
+        if self.rank is None and self.cfg.train.python:
+            self.recorder.record.handoff = HANDOFF_PENDING
+        self.recorder.phase(Phase.DONE)
 
     async def _tick(self) -> None:
         while True:

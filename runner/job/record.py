@@ -214,7 +214,7 @@ def claim_record(path: str, job: str) -> None:
     except StatusError:
         rec = StatusRecord(job=job)
     rec.phase, rec.reason, rec.pid, rec.alive = Phase.PREFLIGHT, None, os.getpid(), True
-    rec.failed_in = rec.hint = rec.log_tail = None
+    rec.failed_in = rec.hint = rec.log_tail = rec.handoff = None
     rec.started_at = rec.heartbeat_at = rec.phase_since = now_iso()
     rec.done_this_run = rec.errors_this_run = 0
     rec.rate = rec.tokens_per_s = rec.eta_s = None

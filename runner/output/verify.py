@@ -103,8 +103,13 @@ AHEAD = 4 * WORKERS
 
 
 def verify(cfg: Config, repair: bool = False, quick: bool = False, progress=None) -> dict:
-    """``progress(files_done, total, bytes_read)`` is called as it goes (background verify)."""
+    """``progress(files_done, total, bytes_read)`` is called as it goes (background verify).
+    The verdict is kept (runner.output.verified) with the output's identity from before the
+    scan: a change while it runs leaves it stale, never wrongly fresh."""
+    from .verified import identity, save
+
     out = cfg.job.out
+    before = identity(out)
     store = Store(out)
     info = layers.model_info(cfg.job.model)
     desc = store.description() or {
@@ -177,7 +182,7 @@ def verify(cfg: Config, repair: bool = False, quick: bool = False, progress=None
         for idx in unrecorded:
             store.adopt(idx)
             repaired.append(idx)
-    return {
+    report = {
         "total": total,
         "ok": ok,
         "missing": missing,
@@ -191,3 +196,6 @@ def verify(cfg: Config, repair: bool = False, quick: bool = False, progress=None
         "quick": quick,
         "complete": ok == total and not stray,
     }
+    if os.path.isdir(out):
+        save(out, report, before)
+    return report

@@ -14,7 +14,7 @@ from .procs import parent_and_group
 # name inside a service's own sub-groups (a delegated tree names what it likes), nor anything
 # under user.slice: any user may call a unit of their own manager sshd.service.
 _UNIT_RE = re.compile(r"/system\.slice/(?:[^/]+\.slice/)*([^/]+\.service)(?:/|$)")
-RUNNER_UNIT = "hsx-runner.service"  # hsx's own (deploy/install.py UNIT_NAME): never stopped
+RUNNER_UNIT = "hsx-runner.service"  # hsx's own (deploy/unit.py UNIT_NAME): never stopped
 
 
 def unit_of(cgroup_text: str) -> str | None:

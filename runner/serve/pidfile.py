@@ -76,6 +76,11 @@ def _verified(path: str) -> tuple[int | None, str]:
     return pid, ""
 
 
+def live(path: str) -> int | None:
+    """The pid of the server the file names, when that very server still runs."""
+    return _verified(path)[0]
+
+
 def kill_stale(path: str) -> int | None:
     """SIGKILL the process group of the server the file names, if it is that server; the
     group's id when it was killed, else None. A file that does not prove it is removed, and

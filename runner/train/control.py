@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -20,7 +21,7 @@ from ..contract.config import Config
 from ..contract.errors import ConfigError
 from ..contract.replies import NOT_OK, OK, REFUSED, Reply
 from ..output.lock import is_held_at
-from . import exclusive, progress, runspec
+from . import exclusive, preflight, progress, runspec
 from .history import read as history_of
 from .history import reset as reset_history
 from .record import ACTIVE, Record, now, read
@@ -131,13 +132,17 @@ def start(cfg: Config) -> Reply:
             f"{paths.root} holds checkpoints ({', '.join(f'step {s}' for s in held)}): "
             "a fresh start would delete them; resume it (hsx-runner train resume) or set another [train] run_dir"
         )
+    if not runspec.feature_files(cfg.job.out):
+        return _refused(f"no feature files under {cfg.job.out}: extract first")
     try:
+        _, spec, draft = runspec.plan(cfg)
+        found = preflight.checks(cfg, spec, draft)
+        if why := preflight.refusal(found):
+            return _refused(why, checks=found)
         paths, spec = runspec.prepare(cfg)
     except ConfigError as e:
         return _refused(str(e))
     files = runspec.feature_files(spec["data"]["hidden_states_path"])  # with eval: the training files only
-    if not files:
-        return _refused(f"no feature files under {cfg.job.out}: extract first")
     total = runspec.total_steps(spec, files)
     world = int(spec["deployment"]["trainer"].get("nproc_per_node", 1))
     epochs = int(spec["training"]["num_epochs"])
@@ -168,6 +173,17 @@ def resume(cfg: Config) -> Reply:
     ckpt = progress.durable(d["output_dir"], d["run_id"], d.get("world") or 1, set())
     if ckpt is None:
         return _refused(f"no complete checkpoint in {d['output_dir']}: nothing to resume from")
+    try:
+        with open(paths.yaml) as f:
+            spec = json.load(f)
+    except (OSError, ValueError) as e:
+        return _refused(f"{paths.yaml} is unreadable ({e})")
+    try:
+        found = preflight.checks(cfg, spec)
+    except ConfigError as e:
+        return _refused(str(e))
+    if why := preflight.refusal(found):
+        return _refused(why, checks=found)
     cmd = runspec.command(cfg, paths, progress.step_dir(d["output_dir"], d["run_id"], ckpt))
     write_atomic(paths.command, json.dumps(cmd, indent=1) + "\n", 0o644)
     return _launch(cfg, paths, "resume")
@@ -238,13 +254,40 @@ def export(cfg: Config) -> Reply:
         why = (p.stderr.strip().splitlines() or ["no output"])[-1]
         return Reply({"ok": False, "reason": why, "argv": argv}, f"export failed: {why}", NOT_OK)
     want = runspec.description(cfg)["aux_layer_ids"]
-    with open(os.path.join(out, "config.json")) as f:
-        got = (json.load(f).get("eagle_config") or {}).get("eagle_aux_hidden_state_layer_ids")
-    if got != want:
-        why = f"the exported draft's layer ids {got} differ from the extraction's {want}"
-        return Reply({"ok": False, "reason": why, "export_dir": out}, why, NOT_OK)
-    flags = ["--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", out]
-    text = f"exported step {ckpt} to {out}; serve it with: {' '.join(flags)}"
-    return Reply(
-        {"ok": True, "export_dir": out, "checkpoint_step": ckpt, "aux_layer_ids": got, "flags": flags}, text
-    )
+    try:
+        with open(os.path.join(out, "config.json")) as f:
+            got = (json.load(f).get("eagle_config") or {}).get("eagle_aux_hidden_state_layer_ids")
+    except (OSError, ValueError, AttributeError) as e:
+        why = f"the export left no readable config.json in {out} ({e}): do not serve it"
+        return Reply({"ok": False, "reason": why, "export_dir": out}, f"export REFUSED: {why}", NOT_OK)
+    if got != want:  # SGLang would feed the draft other layers than it was trained on
+        why = (f"the exported draft's layer ids {got} differ from the extraction's {want}: SGLang would "
+               f"feed it the wrong layers; do not serve it (the files are kept in {out})")  # fmt: skip
+        return Reply({"ok": False, "reason": why, "export_dir": out, "aux_layer_ids": got}, f"export REFUSED: {why}",
+                     NOT_OK)  # fmt: skip
+    flags = serve_flags(cfg, out)
+    text = (f"exported step {ckpt} to {out}; serve it with: python -m sglang.launch_server "
+            f"{shlex.join(flags)}")  # fmt: skip
+    rep = {"ok": True, "export_dir": out, "checkpoint_step": ckpt, "aux_layer_ids": got, "flags": flags}
+    return Reply({**rep, "message": text}, text)  # the message: what chat posts
+
+
+# What SGLang 0.5.23 picks itself when no step count is given (_auto_choose_speculative_params in
+# sglang/srt/arg_groups/speculative_hook.py): (num_steps, eagle_topk, num_draft_tokens) by the
+# target's architecture. Said explicitly, so the command shows what it serves with.
+SGLANG_EAGLE = {"LlamaForCausalLM": (5, 4, 8), "Grok1ForCausalLM": (5, 4, 8), "Grok1VForCausalLM": (5, 4, 8)}
+SGLANG_EAGLE_DEFAULT = (3, 1, 4)
+
+
+def serve_flags(cfg: Config, export_dir: str) -> list[str]:
+    """SGLang's flags that serve the target with the exported draft as its EAGLE-3 speculator."""
+    try:
+        with open(os.path.join(cfg.job.model, "config.json")) as f:
+            arch = (json.load(f).get("architectures") or [""])[0]
+    except (OSError, ValueError, AttributeError, IndexError):
+        arch = ""
+    steps, topk, tokens = SGLANG_EAGLE.get(arch, SGLANG_EAGLE_DEFAULT)
+    flags = ["--model-path", os.path.abspath(cfg.job.model), "--speculative-algorithm", "EAGLE3",
+             "--speculative-draft-model-path", export_dir, "--speculative-num-steps", str(steps),
+             "--speculative-eagle-topk", str(topk), "--speculative-num-draft-tokens", str(tokens)]  # fmt: skip
+    return flags + ["--trust-remote-code"] * cfg.job.trust_remote_code

@@ -78,36 +78,48 @@ def _text_config(model: str) -> dict:
     return c.get("text_config", c) if isinstance(c.get("text_config"), dict) else c
 
 
-def _weight_map(model: str) -> dict[str, str]:
+def weight_map(model: str) -> dict[str, str]:
     """The target's tensor → file map: its own index, else read from its safetensors headers."""
+    try:
+        return _read_weight_map(model)
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+        raise ConfigError(
+            f"the target's weights in {model} are unreadable ({type(e).__name__}: {e})"
+        ) from None
+
+
+def _read_weight_map(model: str) -> dict[str, str]:
     for name in sorted(os.listdir(model)):
         if name.endswith(".index.json"):
             with open(os.path.join(model, name)) as f:
-                return json.load(f)["weight_map"]
+                return dict(json.load(f)["weight_map"])
     out: dict[str, str] = {}
     for name in sorted(os.listdir(model)):
         if name.endswith(".safetensors"):
             with open(os.path.join(model, name), "rb") as f:
                 n = int.from_bytes(f.read(8), "little")
-                header = json.loads(f.read(n))
+                header = json.loads(f.read(min(n, 100 << 20)))  # a torn file: no 2**64-byte read
             out.update({k: name for k in header if k != "__metadata__"})
     if not out:
         raise ConfigError(f"{model}: no *.index.json and no *.safetensors: SpecForge needs the weights")
     return out
 
 
-def _key(weights: dict[str, str], suffix: str, what: str) -> str:
+def _key(weights: dict[str, str], suffix: str) -> str | None:
+    """The target's tensor named ``suffix`` (None: [train.specforge] must name it; preflight says so)."""
     hits = sorted(k for k in weights if k == suffix or k.endswith("." + suffix))
-    if not hits:
-        raise ConfigError(f"the target's weights have no {what} ({suffix})")
-    return min(hits, key=len)
+    return min(hits, key=len) if hits else None
 
 
-def target_view(model: str, dest: str) -> tuple[str, str]:
-    """Link the target's files into ``dest`` and write its index; (embedding key, lm_head key)."""
-    weights = _weight_map(model)
-    emb = _key(weights, "embed_tokens.weight", "embedding")
-    head = _key(weights, "lm_head.weight", "lm_head")
+def target_keys(model: str) -> tuple[str | None, str | None]:
+    """(embedding key, lm_head key) in the target's weights, written nowhere."""
+    weights = weight_map(model)
+    return _key(weights, "embed_tokens.weight"), _key(weights, "lm_head.weight")
+
+
+def target_view(model: str, dest: str) -> None:
+    """Link the target's files into ``dest`` and write its index."""
+    weights = weight_map(model)
     if not os.path.isdir(dest):
         tmp = dest + ".tmp"
         shutil.rmtree(tmp, ignore_errors=True)
@@ -118,7 +130,6 @@ def target_view(model: str, dest: str) -> tuple[str, str]:
             index = {"metadata": {}, "weight_map": weights}
             write_atomic(os.path.join(tmp, "model.safetensors.index.json"), json.dumps(index), 0o644)
         os.rename(tmp, dest)
-    return emb, head
 
 
 def draft_config(model: str, aux: list[int]) -> dict:
@@ -199,18 +210,41 @@ def command(cfg: Config, paths: RunPaths, resume_from: str | None) -> dict:
     return {"argv": argv, "env": {"PYTHONUNBUFFERED": "1", **specforge_cpu.env(cfg.train.python)}}
 
 
-def prepare(cfg: Config) -> tuple[RunPaths, dict]:
-    """Write the run dir's files for a first start (the view is kept if there); (paths, spec)."""
+def draft_for(cfg: Config, desc: dict) -> dict:
+    """The draft to train: the operator's own ``[job] draft_config`` (whose layer ids the
+    extraction took), else one derived from the target; its layer ids are the extraction's
+    wherever it names none."""
+    if not cfg.job.draft_config:
+        return draft_config(cfg.job.model, desc["aux_layer_ids"])
+    try:
+        with open(cfg.job.draft_config) as f:
+            d = json.load(f)
+    except (OSError, ValueError) as e:
+        raise ConfigError(f"[job] draft_config {cfg.job.draft_config} is unreadable ({e})") from None
+    eagle = dict(d.get("eagle_config") or {})
+    eagle.setdefault("eagle_aux_hidden_state_layer_ids", list(desc["aux_layer_ids"]))
+    return {**d, "eagle_config": eagle}
+
+
+def plan(cfg: Config) -> tuple[RunPaths, dict, dict]:
+    """What a first start writes, written nowhere (preflight judges it first): (paths, spec, draft)."""
     desc = description(cfg)
     paths = RunPaths(run_dir(cfg))
-    os.makedirs(paths.root, exist_ok=True)
-    emb, head = target_view(cfg.job.model, paths.target)
-    write_atomic(paths.draft, json.dumps(draft_config(cfg.job.model, desc["aux_layer_ids"]), indent=1), 0o644)
+    emb, head = target_keys(cfg.job.model)
     spec = spec_for(cfg, paths, desc, emb, head)
+    if cfg.train.eval_samples and spec["data"].get("hidden_states_path") != paths.features:
+        raise ConfigError("[train.specforge] data.hidden_states_path and [train] eval_samples conflict: "
+                          "the held-out samples would be trained on")  # fmt: skip
+    return paths, spec, draft_for(cfg, desc)
+
+
+def prepare(cfg: Config) -> tuple[RunPaths, dict]:
+    """Write the run dir's files for a first start (the view is kept if there); (paths, spec)."""
+    paths, spec, draft = plan(cfg)
+    os.makedirs(paths.root, exist_ok=True)
     if cfg.train.eval_samples:
-        if spec["data"].get("hidden_states_path") != paths.features:
-            raise ConfigError("[train.specforge] data.hidden_states_path and [train] eval_samples conflict: "
-                              "the held-out samples would be trained on")  # fmt: skip
         split.write(cfg.job.out, paths.root, cfg.train.eval_samples, cfg.train.seed)
+    target_view(cfg.job.model, paths.target)
+    write_atomic(paths.draft, json.dumps(draft, indent=1), 0o644)
     write_atomic(paths.yaml, json.dumps(spec, indent=1) + "\n", 0o644)
     return paths, spec

@@ -48,6 +48,24 @@ def test_milestones_once_each_and_done_once():
     assert len(posted) == 3
 
 
+def test_done_waits_for_the_hand_off_to_training_and_says_what_came_of_it():
+    st = WatchState()
+    pending = rec(done=37312, phase="done", handoff="pending")
+    for i in range(2):  # the runner verifies the features first: done is not the end of the story yet
+        acts, st = decide(st, Observation(T0 + dt.timedelta(minutes=i), record=pending), LIM)
+        assert "done" not in kinds(acts)
+    said = "training started (after_extraction): training started (trainer pid 77)"
+    acts, st = decide(
+        st, Observation(T0 + dt.timedelta(minutes=2), record=rec(done=37312, phase="done", handoff=said)), LIM
+    )
+    (done,) = [a for a in acts if a.kind == "done"]
+    assert done.text.startswith(":white_check_mark: Done: 37,312 / 37,312") and said in done.text
+    acts, _ = decide(
+        st, Observation(T0 + dt.timedelta(minutes=3), record=rec(done=37312, phase="done", handoff=said)), LIM
+    )
+    assert "done" not in kinds(acts)
+
+
 def test_crash_alerts_once_with_resume_and_again_for_a_new_crash():
     st = WatchState()
     crashed = rec(

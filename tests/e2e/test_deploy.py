@@ -13,14 +13,23 @@ import pytest
 from deploy import install
 from runner.contract.config import from_dict, load
 from runner.contract.errors import ConfigError
+from tests.runner.train.test_units import UNIFIED, _fake_python
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
+def _with_train(conf: str, python: str) -> None:
+    with open(conf, "a") as f:
+        f.write(f'[train]\npython = "{python}"\n')
+
+
 def test_deploy_installs_records_and_is_idempotent(gpu_box, demo_assets, tmp_path):
     conf = gpu_box.ops_config(str(tmp_path / "job"), demo_assets, "deploytest", 20)
+    _with_train(conf, _fake_python(tmp_path, "sf", "0.2.0", UNIFIED))
     code, rep = gpu_box.deploy(conf)
     assert code == 0, rep
+    # [train] set: the box's runner checked its interpreter (hsx-runner train setup)
+    assert rep["train"]["ok"] and rep["train"]["version"] == "0.2.0", rep["train"]
     prefix = gpu_box.prefix
     assert rep["prefix"] == prefix and rep["preflight"]["ok"]
     rec = rep["record"]
@@ -40,7 +49,17 @@ def test_deploy_installs_records_and_is_idempotent(gpu_box, demo_assets, tmp_pat
 
     code, again = gpu_box.deploy(conf)
     assert code == 0 and again["changed"] == [], again["changed"]
-    assert again["record"]["deployed_at"] == rec["deployed_at"]
+    assert again["record"]["deployed_at"] == rec["deployed_at"] and again["train"]["ok"]
+
+    with open(conf) as f:  # an interpreter whose specforge is the legacy one: deployed, and said
+        text = f.read().rsplit("[train]", 1)[0]
+    with open(conf, "w") as f:
+        f.write(text)
+    _with_train(
+        conf, _fake_python(tmp_path, "legacy", "0.2.0", "def main(argv=None):\n    raise SystemExit(2)\n")
+    )
+    code, bad = gpu_box.deploy(conf)
+    assert code == 1 and not bad["ok"] and "legacy" in bad["train"]["reason"], bad
 
 
 def test_prefix_must_survive_a_reboot(tmp_path):

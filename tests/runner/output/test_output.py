@@ -9,6 +9,7 @@ import os
 import shutil
 
 from runner.contract.config import load
+from runner.output import verified
 from runner.output.adopt import adopt
 from runner.output.store import sample_path
 from tests.conftest import write_job
@@ -29,8 +30,10 @@ def test_verify_finds_a_corrupt_sample_and_repair_quarantines_it(tmp_path, demo_
     conf = _job(tmp_path / "job", demo_assets)
     _, store, err = extract_in_process(load(conf), dump_server)
     assert err is None and sorted(store.manifest()) == list(range(N))
+    assert not verified.check(store.out)[0]  # never verified
     code, rep = verify(conf)
     assert code == 0 and rep["ok"] == N and rep["complete"] and rep["corrupt"] == rep["missing"] == []
+    assert verified.check(store.out)[0]  # kept: the training preflight takes it
 
     victim = sample_path(store.out, 2)
     with open(victim, "r+b") as f:  # flip bytes inside the tensor data
@@ -38,10 +41,14 @@ def test_verify_finds_a_corrupt_sample_and_repair_quarantines_it(tmp_path, demo_
         b = f.read(8)
         f.seek(-8, os.SEEK_CUR)
         f.write(bytes(x ^ 0xFF for x in b))
+    ok, detail, _ = verified.check(store.out)  # the same files, one rewritten in place since
+    assert not ok and f"the same {N} feature files, but sizes, times or the manifest changed" in detail
     code, rep = verify(conf, "--quick")
     assert code == 0 and rep["ok"] == N  # --quick checks sizes and shapes, not checksums or values
+    assert "was --quick" in verified.check(store.out)[1]  # and so does not make them fit to train
     code, rep = verify(conf)
     assert code == 1 and rep["corrupt"] == [2] and rep["reasons"]["2"] == "checksum differs from the manifest"
+    assert f"found {N - 1} / {N} sound (1 corrupt)" in verified.check(store.out)[1]
     code, rep = verify(conf, "--repair")
     assert rep["repaired"] == [2]
     assert os.listdir(os.path.join(store.out, ".quarantine")) == ["rows_0-2000_data_2.ckpt.bad"]

@@ -14,7 +14,8 @@ import pytest
 from runner import specforge_cpu
 from runner.contract.config import load
 from runner.contract.train import TrainRecord, render_train
-from runner.train import split
+from runner.output import verified
+from runner.train import preflight, progress, split
 from tests.conftest import BIN, ROOT, runner
 from tests.sshd import skip_or_fail
 
@@ -46,6 +47,10 @@ def test_the_demo_trains_its_draft_to_the_end_and_exports_it(tmp_path):
     assert cfg.train.python == os.path.join(
         specforge_cpu.venv_dir(os.path.join(ROOT, ".cache")), "bin", "python"
     )
+    # the extraction's end handed the output to training: verified (the preflight's first check)
+    st = json.loads(runner("status", "--json", "--config", conf, check=True).stdout)
+    assert st["handoff"] == "features verified for training: `/train start` trains the draft", st
+    assert verified.check(cfg.job.out)[0]
     assert _train(conf, "start")["started"]
     deadline = time.monotonic() + 300
     while (st := _train(conf, "status"))["phase"] in ("preflight", "loading", "training"):
@@ -73,9 +78,33 @@ def test_the_demo_trains_its_draft_to_the_end_and_exports_it(tmp_path):
         {"step": st["eval_step"], "val_acc": st["val_acc"], "acc_len": st["acc_len"], "launch": 1}
     ]
     assert h["marks"] == [{"step": total, "kind": "done", "launch": 1}]
+    # the preflight's estimate of a checkpoint against SpecForge's own
+    with open(work / "out-train" / "draft.json") as f:
+        estimate = preflight.checkpoint_bytes(json.load(f))
+    ckpt = progress.step_dir(st["output_dir"], st["run_id"], st["checkpoint_step"])
+    real = sum(os.path.getsize(os.path.join(ckpt, n)) for n in os.listdir(ckpt))
+    assert 0.9 * real <= estimate <= 1.1 * real, (estimate, real)
     rep = _train(conf, "export")
-    assert rep["ok"] and os.path.getsize(os.path.join(rep["export_dir"], "model.safetensors")) > 0
-    assert rep["export_dir"] == str(work / "out-train" / "export")
+    out = str(work / "out-train" / "export")
+    assert (
+        rep["ok"] and os.path.getsize(os.path.join(out, "model.safetensors")) > 0 and rep["export_dir"] == out
+    )
+    with open(os.path.join(out, "config.json")) as f:  # the exported draft reads the extraction's layers
+        ids = json.load(f)["eagle_config"]["eagle_aux_hidden_state_layer_ids"]
+    with open(os.path.join(cfg.job.out, "dataset.json")) as f:
+        assert ids == rep["aux_layer_ids"] == json.load(f)["aux_layer_ids"]
+    # SGLang 0.5.23's own choice of steps, top-k and draft tokens for a LlamaForCausalLM target
+    steps = [
+        "--speculative-num-steps",
+        "5",
+        "--speculative-eagle-topk",
+        "4",
+        "--speculative-num-draft-tokens",
+        "8",
+    ]
+    eagle = ["--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", out]
+    assert rep["flags"] == ["--model-path", cfg.job.model, *eagle, *steps]
+    assert f"serve it with: python -m sglang.launch_server --model-path {cfg.job.model} " in rep["message"]
 
 
 def _the_split_is_disjoint_and_covers_the_samples(out, run):

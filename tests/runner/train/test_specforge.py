@@ -40,6 +40,7 @@ def extracted(tmp_path_factory, demo_assets, train_python):
     """A real extraction's output and a config to train on it (each test adds its own run_dir)."""
     path = write_job(tmp_path_factory.mktemp("trainjob"), demo_assets, SAMPLES)
     runner("run", "--config", path, timeout=300, check=True)
+    runner("verify", "--config", path, timeout=300, check=True)  # the training preflight's first check
     return path
 
 
@@ -127,10 +128,37 @@ def test_the_extractions_output_trains_to_the_end_and_is_exported(uninterrupted,
         "eagle_aux_hidden_state_layer_ids"
     ]
     assert rep["ok"] and rep["export_dir"] == out and got == want == rep["aux_layer_ids"]
-    assert rep["flags"] == ["--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", out]
+    flags = ["--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", out]
+    assert rep["flags"][2:6] == flags and rep["flags"][:2] == ["--model-path", rep["flags"][1]]
     assert os.path.getsize(os.path.join(out, "model.safetensors")) > 0
     text = runner("train", "export", "--config", cfg).stdout
     assert "--speculative-algorithm EAGLE3 --speculative-draft-model-path" in text
+
+
+def test_after_extraction_starts_the_training_when_the_extraction_ends_done(
+    extracted, train_python, tmp_path, monkeypatch
+):
+    monkeypatch.delenv("INVOCATION_ID", raising=False)  # a CI runner under systemd: the runner would stay
+    run_dir = str(tmp_path / "handed")
+    cfg = _config(extracted, run_dir, train_python)
+    with open(cfg) as f:
+        text = f.read().replace("[train]\n", "[train]\nafter_extraction = true\n", 1)
+    with open(cfg, "w") as f:
+        f.write(text)
+    runner("run", "--config", cfg, timeout=300, check=True)  # ends done: every sample is there, verified
+    try:
+        st = json.loads(runner("status", "--json", "--config", cfg, check=True).stdout)
+        assert st["phase"] == "done" and st["handoff"].startswith(
+            "training started (after_extraction): training started (trainer pid "
+        ), st
+        assert f"log {run_dir}/train.log" in st["handoff"]
+        rec = _train(cfg, "status")
+        assert (
+            rec["phase"] in ("preflight", "loading", "training") and rec["launch"] == "start" and rec["pid"]
+        )
+        assert json.load(open(os.path.join(run_dir, "command.json")))["argv"][0] == train_python
+    finally:
+        assert _train(cfg, "stop")["done"]
 
 
 def test_a_second_start_into_the_run_is_refused_and_deletes_nothing(uninterrupted):
