@@ -1,9 +1,6 @@
-"""The run directory, from the job's facts: ``run.yaml``, the draft config, the target view,
-``command.json``.
+"""The run directory, from the job's facts: ``run.yaml``, the draft config, the target view
+(``target``), ``command.json``.
 
-The target view is a folder in the run dir with the target's files linked and an index
-written (SpecForge's target head refuses a model dir without ``*.index.json``); SpecForge's
-resume checks the target's identity, so the view is written once and kept for the run's life.
 ``run.yaml`` is JSON (YAML's subset), so hsx needs no YAML library.
 """
 
@@ -12,7 +9,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import shutil
 from dataclasses import dataclass
 
 from .. import specforge_cpu
@@ -20,6 +16,7 @@ from ..contract.atomic import write_atomic
 from ..contract.config import Config
 from ..contract.errors import ConfigError
 from ..output.store import DESCRIPTION
+from . import target
 
 RUN_ID = "hsx-eagle3"
 # the target's config keys a draft shares (SpecForge's own list for a generated draft config)
@@ -71,57 +68,8 @@ def feature_files(out: str) -> int:
     return sum(f.endswith((".ckpt", ".ckpt.gz")) for _, _, fs in os.walk(out) for f in fs)
 
 
-def _text_config(model: str) -> dict:
-    with open(os.path.join(model, "config.json")) as f:
-        c = json.load(f)
-    return c.get("text_config", c) if isinstance(c.get("text_config"), dict) else c
-
-
-def _weight_map(model: str) -> dict[str, str]:
-    """The target's tensor → file map: its own index, else read from its safetensors headers."""
-    for name in sorted(os.listdir(model)):
-        if name.endswith(".index.json"):
-            with open(os.path.join(model, name)) as f:
-                return json.load(f)["weight_map"]
-    out: dict[str, str] = {}
-    for name in sorted(os.listdir(model)):
-        if name.endswith(".safetensors"):
-            with open(os.path.join(model, name), "rb") as f:
-                n = int.from_bytes(f.read(8), "little")
-                header = json.loads(f.read(n))
-            out.update({k: name for k in header if k != "__metadata__"})
-    if not out:
-        raise ConfigError(f"{model}: no *.index.json and no *.safetensors: SpecForge needs the weights")
-    return out
-
-
-def _key(weights: dict[str, str], suffix: str, what: str) -> str:
-    hits = sorted(k for k in weights if k == suffix or k.endswith("." + suffix))
-    if not hits:
-        raise ConfigError(f"the target's weights have no {what} ({suffix})")
-    return min(hits, key=len)
-
-
-def target_view(model: str, dest: str) -> tuple[str, str]:
-    """Link the target's files into ``dest`` and write its index; (embedding key, lm_head key)."""
-    weights = _weight_map(model)
-    emb = _key(weights, "embed_tokens.weight", "embedding")
-    head = _key(weights, "lm_head.weight", "lm_head")
-    if not os.path.isdir(dest):
-        tmp = dest + ".tmp"
-        shutil.rmtree(tmp, ignore_errors=True)
-        os.makedirs(tmp)
-        for name in os.listdir(model):
-            os.symlink(os.path.join(os.path.abspath(model), name), os.path.join(tmp, name))
-        if not any(n.endswith(".index.json") for n in os.listdir(model)):
-            index = {"metadata": {}, "weight_map": weights}
-            write_atomic(os.path.join(tmp, "model.safetensors.index.json"), json.dumps(index), 0o644)
-        os.rename(tmp, dest)
-    return emb, head
-
-
 def draft_config(model: str, aux: list[int]) -> dict:
-    t = _text_config(model)
+    t = target.text_config(model)
     d = {k: t[k] for k in SHARED if t.get(k) is not None}
     d.update(
         architectures=["LlamaForCausalLMEagle3"], model_type="llama", num_hidden_layers=1,
@@ -197,7 +145,7 @@ def prepare(cfg: Config) -> tuple[RunPaths, dict]:
     desc = description(cfg)
     paths = RunPaths(run_dir(cfg))
     os.makedirs(paths.root, exist_ok=True)
-    emb, head = target_view(cfg.job.model, paths.target)
+    emb, head = target.view(cfg.job.model, paths.target)
     write_atomic(paths.draft, json.dumps(draft_config(cfg.job.model, desc["aux_layer_ids"]), indent=1), 0o644)
     spec = spec_for(cfg, paths, desc, emb, head)
     write_atomic(paths.yaml, json.dumps(spec, indent=1) + "\n", 0o644)
