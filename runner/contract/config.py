@@ -154,6 +154,8 @@ class TrainConfig:
     max_checkpoints: int = 2  # >= 2: a save cut short leaves the previous one
     log_interval: int = 10
     seed: int = 0
+    gpus: int = 1  # trainer processes per node: SpecForge's deployment.trainer.nproc_per_node
+    nodes: int = 1  # > 1: one Slurm job of nodes x gpus ([cluster] engine = "slurm")
     specforge: dict = field(default_factory=dict)  # [train.specforge]: run.yaml keys, merged last
 
 
@@ -359,7 +361,7 @@ def validate_cluster(cfg: Config) -> None:
 
 def validate_train(cfg: Config) -> None:
     t = cfg.train
-    for key in ("epochs", "batch_size", "save_interval", "log_interval"):
+    for key in ("epochs", "batch_size", "save_interval", "log_interval", "gpus", "nodes"):
         if getattr(t, key) < 1:
             raise ConfigError(f"[train] {key} must be at least 1")
     if t.max_steps < 0:
@@ -368,6 +370,10 @@ def validate_train(cfg: Config) -> None:
         raise ConfigError("[train] max_checkpoints must be at least 2 (a cut-short save keeps the previous)")
     if t.learning_rate <= 0:
         raise ConfigError("[train] learning_rate must be positive")
+    if t.nodes > 1 and cfg.cluster.engine != "slurm":
+        raise ConfigError(
+            '[train] nodes > 1 needs [cluster] engine = "slurm" (one box trains on its own gpus)'
+        )
 
 
 def require_job(cfg: Config) -> None:

@@ -137,7 +137,7 @@ def start(cfg: Config) -> Reply:
     if not files:
         return _refused(f"no feature files under {cfg.job.out}: extract first")
     total = runspec.total_steps(spec, files)
-    world = int(spec["deployment"]["trainer"].get("nproc_per_node", 1))
+    world = runspec.world(spec)
     epochs = int(spec["training"]["num_epochs"])
     cmd = runspec.command(cfg, paths, None)
     write_atomic(paths.command, json.dumps(cmd, indent=1) + "\n", 0o644)

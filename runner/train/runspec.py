@@ -88,10 +88,15 @@ def merge(base: dict, over: dict) -> dict:
     return out
 
 
+def world(spec: dict) -> int:
+    """The trainer's ranks: SpecForge's nnodes x nproc_per_node (an operator's keys included)."""
+    t = spec["deployment"]["trainer"]
+    return int(t.get("nnodes", 1)) * int(t.get("nproc_per_node", 1))
+
+
 def total_steps(spec: dict, files: int) -> int:
     t = spec["training"]
-    world = int(spec["deployment"]["trainer"].get("nproc_per_node", 1))
-    per_epoch = math.ceil(files / (int(t["batch_size"]) * world * int(t.get("accumulation_steps", 1))))
+    per_epoch = math.ceil(files / (int(t["batch_size"]) * world(spec) * int(t.get("accumulation_steps", 1))))
     epochs = per_epoch * int(t["num_epochs"])
     return min(int(t["max_steps"]), epochs) if t.get("max_steps") else epochs  # a cap: the epochs end it too
 
@@ -123,7 +128,7 @@ def spec_for(cfg: Config, paths: RunPaths, desc: dict, emb: str, head: str) -> d
         },
         "training": training,
         "tracking": {"report_to": "none"},
-        "deployment": {"mode": "local_colocated", "trainer": {"nnodes": 1, "nproc_per_node": 1}},
+        "deployment": {"mode": "local_colocated", "trainer": {"nnodes": t.nodes, "nproc_per_node": t.gpus}},
     }
     if specforge_cpu.shims_of(cfg.train.python):
         spec = merge(spec, specforge_cpu.yaml_keys())
@@ -137,7 +142,9 @@ def command(cfg: Config, paths: RunPaths, resume_from: str | None) -> dict:
     argv = [cfg.train.python, "-m", "specforge.cli", "train", "-c", paths.yaml]
     if resume_from:
         argv.append(f"training.resume_from={resume_from}")
-    return {"argv": argv, "env": {"PYTHONUNBUFFERED": "1", **specforge_cpu.env(cfg.train.python)}}
+    with open(paths.yaml) as f:
+        procs = int(json.load(f)["deployment"]["trainer"].get("nproc_per_node", 1))
+    return {"argv": argv, "env": {"PYTHONUNBUFFERED": "1", **specforge_cpu.env(cfg.train.python, procs)}}
 
 
 def prepare(cfg: Config) -> tuple[RunPaths, dict]:

@@ -12,6 +12,7 @@ since that checkpoint, at the price of a second way for a run to be watched.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -20,7 +21,7 @@ import sys
 import time
 
 from ..output.lock import JobLock
-from ..serve.procs import die_with_parent
+from ..serve.procs import become_subreaper, cmdline, die_with_parent, end_descendants, pids
 from . import exclusive, progress
 from .record import Record, now
 
@@ -57,6 +58,7 @@ class Supervisor:
         self.synced: set[int] = set()
         self.stop_asked = False
         self.proc: subprocess.Popen | None = None
+        self.steps = progress.StepLines()
 
     def _on_term(self, signum, _frame) -> None:
         self.stop_asked = True
@@ -79,6 +81,12 @@ class Supervisor:
         signal.signal(signal.SIGINT, self._on_term)
         with open(os.path.join(self.root, "command.json")) as f:
             cmd = json.load(f)
+        # Several ranks: SpecForge's launcher starts torchrun, and torchrun each rank, in sessions
+        # of their own. As their subreaper this process finds them when the launcher dies, and
+        # SIGTERM, not SIGKILL, at its own death lets the launcher end them itself.
+        become_subreaper()
+        self._end_strays()
+        death = signal.SIGTERM if (self.rec.d.get("world") or 1) > 1 else signal.SIGKILL
         with open(self.log, "ab") as log:
             log.write(f"--- hsx: {self.rec.d.get('launch', 'start')} at {now()}\n".encode())
             log.flush()
@@ -88,15 +96,29 @@ class Supervisor:
             self.proc = subprocess.Popen(
                 cmd["argv"], env={**os.environ, **cmd["env"]}, cwd=self.root, stdout=log,
                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
-                preexec_fn=die_with_parent,
+                preexec_fn=lambda: die_with_parent(death),
             )  # fmt: skip
         self.rec.update(pid=self.proc.pid)
         self.rec.write()
         rc = self._watch(start)
+        end_descendants()  # a launcher killed by -9 leaves torchrun and its ranks: none go on
         self._finish(rc, start)
         os.close(use)
         lock.release()
         return 0
+
+    def _end_strays(self) -> None:
+        """SIGKILL what a killed supervisor's launch left of this run (ranks torchrun gives 30 s
+        to end): with the lock held here, nothing else may train into it."""
+        yaml = os.path.join(self.root, "run.yaml")
+        deadline = time.monotonic() + 30
+        while strays := [p for p in pids() if {yaml, "specforge.cli"} <= set(cmdline(p))]:
+            for p in strays:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(p, signal.SIGKILL)
+            if time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
 
     def _watch(self, offset: int) -> int:
         grace_until = None
@@ -111,15 +133,12 @@ class Supervisor:
             buf += chunk
             *lines, buf = buf.split(b"\n")
             for raw in lines:
-                got = progress.parse_step(raw.decode("utf-8", "replace"))
-                if got:
+                for got in self.steps.feed(raw.decode("utf-8", "replace")):
                     self.rec.step_line(*got)
             self.rec.update(checkpoint_step=self._durable(), heartbeat=now())
             if rc is not None:
-                if buf:
-                    got = progress.parse_step(buf.decode("utf-8", "replace"))
-                    if got:
-                        self.rec.step_line(*got)
+                for got in self.steps.feed(buf.decode("utf-8", "replace")):
+                    self.rec.step_line(*got)
                 return rc
             if time.monotonic() - last_write >= REPLACE_S:
                 self.rec.write()

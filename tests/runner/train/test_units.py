@@ -283,3 +283,25 @@ def test_a_wrappers_target_view_is_its_text_model_with_the_prefixed_keys(tmp_pat
     assert spec["model"]["lm_head_key"] == "language_model.lm_head.weight"
     assert json.load(open(paths.draft))["hidden_size"] == 64  # the text model's, for the draft too
     assert json.load(open(model / "config.json"))["model_type"] == "kimi_k25"  # the target is untouched
+
+
+def test_gpus_and_nodes_are_specforges_topology_and_set_the_world_and_steps(tmp_path):
+    _model(tmp_path)
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "dataset.json").write_text(json.dumps({"aux_layer_ids": [1, 3, 4]}))
+    cfg = _cfg(tmp_path, gpus=2, epochs=3)
+    paths, spec = runspec.prepare(cfg)
+    assert spec["deployment"]["trainer"] == {"nnodes": 1, "nproc_per_node": 2}
+    assert runspec.world(spec) == 2 and runspec.total_steps(spec, 13) == 7 * 3  # each rank: ceil(13 / 2)
+    assert _cfg(tmp_path).train.gpus == 1
+    for bad, says in (({"gpus": 0}, "gpus must be at least 1"), ({"nodes": 2}, 'engine = "slurm"')):
+        with pytest.raises(ConfigError, match=says):
+            _cfg(tmp_path, **bad)
+    lane = tmp_path / "lane"
+    (lane / "bin").mkdir(parents=True)
+    (lane / specforge_cpu.SHIMS).mkdir()
+    (lane / specforge_cpu.SHIMS / "sitecustomize.py").write_text("")
+    for gpus, omp in ((1, None), (2, "1")):
+        cfg = _cfg(tmp_path, python=str(lane / "bin/python"), gpus=gpus, run_dir=str(tmp_path / f"r{gpus}"))
+        paths, _ = runspec.prepare(cfg)
+        assert runspec.command(cfg, paths, None)["env"].get("OMP_NUM_THREADS") == omp
