@@ -27,6 +27,7 @@ SHARED = (
     "pad_token_id",
 )  # fmt: skip
 DRAFT_VOCAB = 32000  # SpecForge's EAGLE-3 default
+MASTER = "set-by-each-launch"  # run.yaml's master_addr on several nodes: the Slurm job's overrides it
 
 
 @dataclass
@@ -130,6 +131,8 @@ def spec_for(cfg: Config, paths: RunPaths, desc: dict, emb: str, head: str) -> d
         "tracking": {"report_to": "none"},
         "deployment": {"mode": "local_colocated", "trainer": {"nnodes": t.nodes, "nproc_per_node": t.gpus}},
     }
+    if t.nodes > 1:  # SpecForge refuses several nodes without one; each launch names the real first node
+        spec["deployment"]["trainer"]["master_addr"] = MASTER
     if specforge_cpu.shims_of(cfg.train.python):
         spec = merge(spec, specforge_cpu.yaml_keys())
     return merge(spec, t.specforge)
