@@ -209,11 +209,14 @@ def cmd_preflight(args, cfg: Config) -> int:
 def cmd_train(args, cfg: Config) -> int:
     from .train import control
 
+    via = control
+    if cfg.cluster.engine == "slurm" and args.action in ("start", "resume", "stop", "status"):
+        from .engines import slurm_train as via
     if args.action == "setup":
         return _answer(args, control.setup(cfg, args.root))
     if args.action == "stop":
-        return _answer(args, control.stop(cfg, args.wait))
-    return _answer(args, getattr(control, args.action)(cfg))
+        return _answer(args, via.stop(cfg, args.wait))
+    return _answer(args, getattr(via, args.action)(cfg))
 
 
 def parser() -> argparse.ArgumentParser:

@@ -75,12 +75,14 @@ def shims_of(python: str) -> str | None:
     return d if os.path.exists(os.path.join(d, "sitecustomize.py")) else None
 
 
-def env(python: str) -> dict[str, str]:
-    """The trainer's environment on a CPU: no torch.compile, gloo, the loss shim."""
+def env(python: str, procs: int = 1) -> dict[str, str]:
+    """The trainer's environment on a CPU: no torch.compile, gloo, the loss shim; with several
+    processes (``procs`` on this box), one OpenMP thread each, or they fight for the cores."""
     shims = shims_of(python)
     if not shims:
         return {}
-    return {"TORCHDYNAMO_DISABLE": "1", "SPECFORGE_DEVICE": "cpu", "PYTHONPATH": shims}
+    out = {"TORCHDYNAMO_DISABLE": "1", "SPECFORGE_DEVICE": "cpu", "PYTHONPATH": shims}
+    return {**out, "OMP_NUM_THREADS": "1"} if procs > 1 else out
 
 
 def yaml_keys() -> dict[str, dict]:

@@ -157,6 +157,8 @@ class TrainConfig:
     seed: int = 0  # SpecForge's, and the held-out split's
     eval_samples: int = 0  # held out of training for SpecForge's eval (val acc, acceptance length); 0: none
     after_extraction: bool = False  # the extraction's end, done and verified, starts the training
+    gpus: int = 1  # trainer processes per node: SpecForge's deployment.trainer.nproc_per_node
+    nodes: int = 1  # > 1: one Slurm job of nodes x gpus ([cluster] engine = "slurm")
     specforge: dict = field(default_factory=dict)  # [train.specforge]: run.yaml keys, merged last
 
 
@@ -362,7 +364,7 @@ def validate_cluster(cfg: Config) -> None:
 
 def validate_train(cfg: Config) -> None:
     t = cfg.train
-    for key in ("epochs", "batch_size", "save_interval", "log_interval"):
+    for key in ("epochs", "batch_size", "save_interval", "log_interval", "gpus", "nodes"):
         if getattr(t, key) < 1:
             raise ConfigError(f"[train] {key} must be at least 1")
     if t.max_steps < 0:
@@ -375,6 +377,10 @@ def validate_train(cfg: Config) -> None:
         raise ConfigError("[train] eval_samples must not be negative (0: no eval)")
     if t.after_extraction and not t.python:
         raise ConfigError("[train] after_extraction needs [train] python (hsx-runner train setup builds one)")
+    if t.nodes > 1 and cfg.cluster.engine != "slurm":
+        raise ConfigError(
+            '[train] nodes > 1 needs [cluster] engine = "slurm" (one box trains on its own gpus)'
+        )
 
 
 def require_job(cfg: Config) -> None:

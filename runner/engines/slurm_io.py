@@ -89,6 +89,22 @@ def query(job_ids: list[str]) -> dict[str, Task]:
     return found
 
 
+def job(job_id: str) -> Task | None:
+    """What Slurm says about one plain (not array) job; None when it no longer knows it."""
+    p = _run(["squeue", "-h", "-t", "all", "-j", job_id, "-o", "%i|%T|%N|%r"])
+    for line in p.stdout.splitlines() if p.returncode == 0 else []:
+        parts = line.strip().split("|")
+        if len(parts) == 4 and parts[0] == job_id:
+            return Task(parts[1], parts[2], "" if parts[3] == "None" else parts[3])
+    if shutil.which("sacct"):
+        p = _run(["sacct", "-n", "-P", "-X", "-j", job_id, "-o", "JobID,State,NodeList,Reason"])
+        for line in p.stdout.splitlines() if p.returncode == 0 else []:
+            parts = line.strip().split("|")
+            if len(parts) == 4 and parts[0] == job_id and parts[1]:
+                return Task(parts[1].split()[0], parts[2], "" if parts[3] == "None" else parts[3])
+    return None
+
+
 def query_ranks(ids: dict[int, str]) -> dict[int, Task]:
     """rank -> what Slurm says about its 'JOB_TASK'; a rank Slurm no longer knows is absent."""
     info = query(list({t.split("_")[0] for t in ids.values()}))

@@ -3,9 +3,11 @@ the server's lifecycle, the shared-memory cleanup and free-gpus ask of it."""
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import signal
+import time
 
 
 def pids() -> list[int]:
@@ -59,11 +61,61 @@ def group(pgid: int) -> set[int]:
     return out
 
 
-def die_with_parent() -> None:
-    """In a child before exec (``preexec_fn``): SIGKILL it when the thread that started it dies,
-    so a runner or supervisor killed by SIGKILL never leaves its server or trainer running
+def cmdline(pid: int) -> list[str]:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return [a.decode("utf-8", "replace") for a in f.read().split(b"\0") if a]
+    except OSError:
+        return []
+
+
+def die_with_parent(sig: int = signal.SIGKILL) -> None:
+    """In a child before exec (``preexec_fn``): send it ``sig`` when the thread that started it
+    dies, so a runner or supervisor killed by SIGKILL never leaves its server or trainer running
     unwatched (PR_SET_PDEATHSIG)."""
     try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, sig)
     except OSError:
         pass
+
+
+def become_subreaper() -> None:
+    """Orphans below this process become its children, not init's (PR_SET_CHILD_SUBREAPER):
+    what a launcher started in sessions of their own stays where this process can find it."""
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(36, 1)
+    except OSError:
+        pass
+
+
+def descendants(pid: int) -> set[int]:
+    """Every process below ``pid`` (zombies included), whatever session it started."""
+    kids: dict[int, list[int]] = {}
+    for p in pids():
+        pg = parent_and_group(p)
+        if pg:
+            kids.setdefault(pg[0], []).append(p)
+    out, todo = set(), [pid]
+    while todo:
+        for c in kids.get(todo.pop(), []):
+            if c not in out:
+                out.add(c)
+                todo.append(c)
+    return out
+
+
+def end_descendants(timeout: float = 30.0) -> None:
+    """SIGKILL everything below this process and reap what became its children (a subreaper's
+    orphans), until nothing is left or ``timeout`` passes."""
+    me = os.getpid()
+    deadline = time.monotonic() + timeout
+    while (left := descendants(me)) and time.monotonic() < deadline:
+        for p in left:
+            st = proc_stat(p)
+            if st and st[0] != "Z":
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(p, signal.SIGKILL)
+            if (parent_and_group(p) or (0,))[0] == me:
+                with contextlib.suppress(ChildProcessError):
+                    os.waitpid(p, os.WNOHANG)
+        time.sleep(0.05)

@@ -83,12 +83,16 @@ def _running(paths: runspec.RunPaths) -> int | None:
     return pid if held else None
 
 
-def _launch(cfg: Config, paths: runspec.RunPaths, launch: str) -> Reply:
+def _launch(cfg: Config, paths: runspec.RunPaths, launch: str, submit=None) -> Reply:
+    """Record the launch and start its supervisor here, or hand it to ``submit`` (the Slurm
+    engine's job, whose batch script is the supervisor)."""
     rec = Record.load(paths.root)
     rec.update(phase="preflight", launch=launch, launches=(rec.d.get("launches") or 0) + 1, reason="",
                run_dir=paths.root, export_dir=runspec.export_dir(cfg), python=cfg.train.python,
                heartbeat=now(), pid=None, features=os.path.abspath(cfg.job.out))  # fmt: skip
     rec.write()
+    if submit:
+        return submit(cfg, paths, launch)
     with open(os.path.join(paths.root, "supervisor.log"), "ab") as log:
         p = subprocess.Popen(
             [sys.executable, "-m", "runner.train.supervisor", paths.root], stdout=log, stderr=subprocess.STDOUT,
@@ -115,7 +119,7 @@ def _launch(cfg: Config, paths: runspec.RunPaths, launch: str) -> Reply:
     return Reply({"started": True, "supervisor_pid": p.pid, "run_dir": paths.root}, f"training {DID[launch]}")
 
 
-def start(cfg: Config) -> Reply:
+def start(cfg: Config, submit=None) -> Reply:
     specforge_cpu.ensure(cfg.train.python)
     why = check_python(cfg.train.python)
     if why:
@@ -144,7 +148,7 @@ def start(cfg: Config) -> Reply:
         return _refused(str(e))
     files = runspec.feature_files(spec["data"]["hidden_states_path"])  # with eval: the training files only
     total = runspec.total_steps(spec, files)
-    world = int(spec["deployment"]["trainer"].get("nproc_per_node", 1))
+    world = runspec.world(spec)
     epochs = int(spec["training"]["num_epochs"])
     cmd = runspec.command(cfg, paths, None)
     write_atomic(paths.command, json.dumps(cmd, indent=1) + "\n", 0o644)
@@ -155,10 +159,10 @@ def start(cfg: Config) -> Reply:
                eval_samples=cfg.train.eval_samples)  # fmt: skip
     rec.write()
     reset_history(paths.root)
-    return _launch(cfg, paths, "start")
+    return _launch(cfg, paths, "start", submit)
 
 
-def resume(cfg: Config) -> Reply:
+def resume(cfg: Config, submit=None) -> Reply:
     specforge_cpu.ensure(cfg.train.python)
     paths = runspec.RunPaths(runspec.run_dir(cfg))
     if (pid := _running(paths)) is not None:
@@ -186,7 +190,7 @@ def resume(cfg: Config) -> Reply:
         return _refused(why, checks=found)
     cmd = runspec.command(cfg, paths, progress.step_dir(d["output_dir"], d["run_id"], ckpt))
     write_atomic(paths.command, json.dumps(cmd, indent=1) + "\n", 0o644)
-    return _launch(cfg, paths, "resume")
+    return _launch(cfg, paths, "resume", submit)
 
 
 def stop(cfg: Config, wait: float) -> Reply:

@@ -24,6 +24,7 @@ from ..job.preflight import gpus_check
 from ..output import verified
 from ..serve import pidfile
 from . import progress, runspec
+from .target import weight_map
 
 # Bytes a checkpoint keeps per trainable parameter: the bf16 weight, SpecForge's fp32 master
 # copy and AdamW's two fp32 moments (specforge/optimizer.py BF16Optimizer). The embedding is
@@ -156,7 +157,7 @@ def _read(path: str) -> dict | None:
 
 def _weights(model: str) -> tuple[dict[str, str] | None, str]:
     try:
-        return runspec.weight_map(model), ""
+        return weight_map(model), ""
     except ConfigError as e:  # an unreadable index or header: this check's answer
         return None, str(e)
 

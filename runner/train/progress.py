@@ -17,7 +17,9 @@ import re
 
 from ..contract.atomic import fsync_path
 
-STEP_RE = re.compile(r"^step (\d+): (\{.*\})\s*$")
+# a step dict holds numbers and lists of them, never a brace: found anywhere in a line, since
+# two ranks' prints can share one (print writes the text and its newline apart)
+STEP_RE = re.compile(r"step (\d+): (\{[^{}]*\})")
 CKPT_RE = re.compile(r"-step(\d+)$")
 STATE = "training_state.pt"
 _NAMES = {"nan": math.nan, "inf": math.inf, "True": True, "False": False, "None": None}
@@ -39,22 +41,50 @@ def _value(node: ast.AST):
     raise ValueError(f"not a plain value: {ast.dump(node)[:60]}")
 
 
+def parse_steps(line: str) -> list[tuple[int, dict]]:
+    """(step, metrics) of each ``step N: {...}`` in a line; a malformed one is left out."""
+    out = []
+    for m in STEP_RE.finditer(line):
+        try:
+            d = _value(ast.parse(m.group(2), mode="eval").body)
+        except (SyntaxError, ValueError, RecursionError):
+            continue
+        if isinstance(d, dict):  # a tracker's train/ keys are the plain ones
+            out.append(
+                (
+                    int(m.group(1)),
+                    {k.removeprefix("train/") if isinstance(k, str) else k: v for k, v in d.items()},
+                )
+            )
+    return out
+
+
 def parse_step(line: str) -> tuple[int, dict] | None:
-    """(step, metrics) of a ``step N: {...}`` line, else None (a malformed one too)."""
-    m = STEP_RE.match(line.strip())
-    if not m:
-        return None
-    try:
-        d = _value(ast.parse(m.group(2), mode="eval").body)
-    except (SyntaxError, ValueError, RecursionError):
-        return None
-    if not isinstance(d, dict):
-        return None
-    return int(m.group(1)), {k.removeprefix("train/") if isinstance(k, str) else k: v for k, v in d.items()}
+    """The first step line's (step, metrics) in a line, else None."""
+    got = parse_steps(line)
+    return got[0] if got else None
 
 
 def is_eval(metrics: dict) -> bool:
     return any(isinstance(k, str) and k.startswith("eval/") for k in metrics)
+
+
+class StepLines:
+    """A launch's step and eval lines, each once: every rank prints every line, and the copies
+    agree (SpecForge all-reduces the metrics before it logs), so the first copy of a step counts;
+    an eval's line may share a training line's step."""
+
+    def __init__(self):
+        self.last = {"step": 0, "eval": 0}
+
+    def feed(self, line: str) -> list[tuple[int, dict]]:
+        out = []
+        for step, m in parse_steps(line):
+            kind = "eval" if is_eval(m) else "step"
+            if step > self.last[kind]:
+                self.last[kind] = step
+                out.append((step, m))
+        return out
 
 
 def number(x) -> float | None:

@@ -1,9 +1,6 @@
-"""The run directory, from the job's facts: ``run.yaml``, the draft config, the target view,
+"""The run directory, from the job's facts: ``run.yaml``, the draft config, the target view (``target``),
 ``command.json``, and the held-out split (``split``) when ``[train] eval_samples`` is set.
 
-The target view is a folder in the run dir with the target's files linked and an index
-written (SpecForge's target head refuses a model dir without ``*.index.json``); SpecForge's
-resume checks the target's identity, so the view is written once and kept for the run's life.
 ``run.yaml`` is JSON (YAML's subset), so hsx needs no YAML library.
 """
 
@@ -12,7 +9,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import shutil
 from dataclasses import dataclass
 
 from .. import specforge_cpu
@@ -20,7 +16,7 @@ from ..contract.atomic import write_atomic
 from ..contract.config import Config
 from ..contract.errors import ConfigError
 from ..output.store import DESCRIPTION
-from . import split
+from . import split, target
 
 RUN_ID = "hsx-eagle3"
 # the target's config keys a draft shares (SpecForge's own list for a generated draft config)
@@ -31,6 +27,7 @@ SHARED = (
     "pad_token_id",
 )  # fmt: skip
 DRAFT_VOCAB = 32000  # SpecForge's EAGLE-3 default
+MASTER = "set-by-each-launch"  # run.yaml's master_addr on several nodes: the Slurm job's overrides it
 
 
 @dataclass
@@ -72,68 +69,8 @@ def feature_files(out: str) -> int:
     return len(split.sample_files(out))
 
 
-def _text_config(model: str) -> dict:
-    with open(os.path.join(model, "config.json")) as f:
-        c = json.load(f)
-    return c.get("text_config", c) if isinstance(c.get("text_config"), dict) else c
-
-
-def weight_map(model: str) -> dict[str, str]:
-    """The target's tensor → file map: its own index, else read from its safetensors headers."""
-    try:
-        return _read_weight_map(model)
-    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
-        raise ConfigError(
-            f"the target's weights in {model} are unreadable ({type(e).__name__}: {e})"
-        ) from None
-
-
-def _read_weight_map(model: str) -> dict[str, str]:
-    for name in sorted(os.listdir(model)):
-        if name.endswith(".index.json"):
-            with open(os.path.join(model, name)) as f:
-                return dict(json.load(f)["weight_map"])
-    out: dict[str, str] = {}
-    for name in sorted(os.listdir(model)):
-        if name.endswith(".safetensors"):
-            with open(os.path.join(model, name), "rb") as f:
-                n = int.from_bytes(f.read(8), "little")
-                header = json.loads(f.read(min(n, 100 << 20)))  # a torn file: no 2**64-byte read
-            out.update({k: name for k in header if k != "__metadata__"})
-    if not out:
-        raise ConfigError(f"{model}: no *.index.json and no *.safetensors: SpecForge needs the weights")
-    return out
-
-
-def _key(weights: dict[str, str], suffix: str) -> str | None:
-    """The target's tensor named ``suffix`` (None: [train.specforge] must name it; preflight says so)."""
-    hits = sorted(k for k in weights if k == suffix or k.endswith("." + suffix))
-    return min(hits, key=len) if hits else None
-
-
-def target_keys(model: str) -> tuple[str | None, str | None]:
-    """(embedding key, lm_head key) in the target's weights, written nowhere."""
-    weights = weight_map(model)
-    return _key(weights, "embed_tokens.weight"), _key(weights, "lm_head.weight")
-
-
-def target_view(model: str, dest: str) -> None:
-    """Link the target's files into ``dest`` and write its index."""
-    weights = weight_map(model)
-    if not os.path.isdir(dest):
-        tmp = dest + ".tmp"
-        shutil.rmtree(tmp, ignore_errors=True)
-        os.makedirs(tmp)
-        for name in os.listdir(model):
-            os.symlink(os.path.join(os.path.abspath(model), name), os.path.join(tmp, name))
-        if not any(n.endswith(".index.json") for n in os.listdir(model)):
-            index = {"metadata": {}, "weight_map": weights}
-            write_atomic(os.path.join(tmp, "model.safetensors.index.json"), json.dumps(index), 0o644)
-        os.rename(tmp, dest)
-
-
 def draft_config(model: str, aux: list[int]) -> dict:
-    t = _text_config(model)
+    t = target.text_config(model)
     d = {k: t[k] for k in SHARED if t.get(k) is not None}
     d.update(
         architectures=["LlamaForCausalLMEagle3"], model_type="llama", num_hidden_layers=1,
@@ -152,10 +89,15 @@ def merge(base: dict, over: dict) -> dict:
     return out
 
 
+def world(spec: dict) -> int:
+    """The trainer's ranks: SpecForge's nnodes x nproc_per_node (an operator's keys included)."""
+    t = spec["deployment"]["trainer"]
+    return int(t.get("nnodes", 1)) * int(t.get("nproc_per_node", 1))
+
+
 def total_steps(spec: dict, files: int) -> int:
     t = spec["training"]
-    world = int(spec["deployment"]["trainer"].get("nproc_per_node", 1))
-    per_epoch = math.ceil(files / (int(t["batch_size"]) * world * int(t.get("accumulation_steps", 1))))
+    per_epoch = math.ceil(files / (int(t["batch_size"]) * world(spec) * int(t.get("accumulation_steps", 1))))
     epochs = per_epoch * int(t["num_epochs"])
     return min(int(t["max_steps"]), epochs) if t.get("max_steps") else epochs  # a cap: the epochs end it too
 
@@ -190,8 +132,10 @@ def spec_for(cfg: Config, paths: RunPaths, desc: dict, emb: str, head: str) -> d
         },
         "training": training,
         "tracking": {"report_to": "none"},
-        "deployment": {"mode": "local_colocated", "trainer": {"nnodes": 1, "nproc_per_node": 1}},
+        "deployment": {"mode": "local_colocated", "trainer": {"nnodes": t.nodes, "nproc_per_node": t.gpus}},
     }
+    if t.nodes > 1:  # SpecForge refuses several nodes without one; each launch names the real first node
+        spec["deployment"]["trainer"]["master_addr"] = MASTER
     if specforge_cpu.shims_of(cfg.train.python):
         spec = merge(spec, specforge_cpu.yaml_keys())
     spec = merge(spec, t.specforge)
@@ -207,7 +151,9 @@ def command(cfg: Config, paths: RunPaths, resume_from: str | None) -> dict:
     argv = [cfg.train.python, "-m", "specforge.cli", "train", "-c", paths.yaml]
     if resume_from:
         argv.append(f"training.resume_from={resume_from}")
-    return {"argv": argv, "env": {"PYTHONUNBUFFERED": "1", **specforge_cpu.env(cfg.train.python)}}
+    with open(paths.yaml) as f:
+        procs = int(json.load(f)["deployment"]["trainer"].get("nproc_per_node", 1))
+    return {"argv": argv, "env": {"PYTHONUNBUFFERED": "1", **specforge_cpu.env(cfg.train.python, procs)}}
 
 
 def draft_for(cfg: Config, desc: dict) -> dict:
@@ -230,7 +176,7 @@ def plan(cfg: Config) -> tuple[RunPaths, dict, dict]:
     """What a first start writes, written nowhere (preflight judges it first): (paths, spec, draft)."""
     desc = description(cfg)
     paths = RunPaths(run_dir(cfg))
-    emb, head = target_keys(cfg.job.model)
+    emb, head = target.keys(cfg.job.model)
     spec = spec_for(cfg, paths, desc, emb, head)
     if cfg.train.eval_samples and spec["data"].get("hidden_states_path") != paths.features:
         raise ConfigError("[train.specforge] data.hidden_states_path and [train] eval_samples conflict: "
@@ -244,7 +190,7 @@ def prepare(cfg: Config) -> tuple[RunPaths, dict]:
     os.makedirs(paths.root, exist_ok=True)
     if cfg.train.eval_samples:
         split.write(cfg.job.out, paths.root, cfg.train.eval_samples, cfg.train.seed)
-    target_view(cfg.job.model, paths.target)
+    target.view(cfg.job.model, paths.target)
     write_atomic(paths.draft, json.dumps(draft, indent=1), 0o644)
     write_atomic(paths.yaml, json.dumps(spec, indent=1) + "\n", 0o644)
     return paths, spec

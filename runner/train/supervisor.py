@@ -12,6 +12,7 @@ since that checkpoint, at the price of a second way for a run to be watched.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -20,7 +21,7 @@ import sys
 import time
 
 from ..output.lock import JobLock
-from ..serve.procs import die_with_parent
+from ..serve.procs import become_subreaper, cmdline, die_with_parent, end_descendants, pids
 from . import exclusive, history, progress
 from .record import Record, now
 
@@ -58,7 +59,7 @@ class Supervisor:
         self.stop_asked = False
         self.proc: subprocess.Popen | None = None
         self.hist: history.Writer | None = None
-        self.seen = {"step": 0, "eval": 0}  # this launch's last step of each kind: other ranks repeat it
+        self.steps = progress.StepLines()  # other ranks repeat each line
         self.last: tuple[int, float] | None = None  # this launch's last step line: (step, when seen)
 
     def _on_term(self, signum, _frame) -> None:
@@ -84,6 +85,12 @@ class Supervisor:
             cmd = json.load(f)
         self.hist = history.Writer(self.root, self.rec.d.get("launches") or 1)
         self.hist.add("launch", _resumes_at(cmd["argv"]), how=self.rec.d.get("launch", "start"))
+        # Several ranks: SpecForge's launcher starts torchrun, and torchrun each rank, in sessions
+        # of their own. As their subreaper this process finds them when the launcher dies, and
+        # SIGTERM, not SIGKILL, at its own death lets the launcher end them itself.
+        become_subreaper()
+        self._end_strays()
+        death = signal.SIGTERM if (self.rec.d.get("world") or 1) > 1 else signal.SIGKILL
         with open(self.log, "ab") as log:
             log.write(f"--- hsx: {self.rec.d.get('launch', 'start')} at {now()}\n".encode())
             log.flush()
@@ -93,16 +100,30 @@ class Supervisor:
             self.proc = subprocess.Popen(
                 cmd["argv"], env={**os.environ, **cmd["env"]}, cwd=self.root, stdout=log,
                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
-                preexec_fn=die_with_parent,
+                preexec_fn=lambda: die_with_parent(death),
             )  # fmt: skip
         self.rec.update(pid=self.proc.pid)
         self.rec.write()
         rc = self._watch(start)
+        end_descendants()  # a launcher killed by -9 leaves torchrun and its ranks: none go on
         self._finish(rc, start)
         self.hist.close()
         os.close(use)
         lock.release()
         return 0
+
+    def _end_strays(self) -> None:
+        """SIGKILL what a killed supervisor's launch left of this run (ranks torchrun gives 30 s
+        to end): with the lock held here, nothing else may train into it."""
+        yaml = os.path.join(self.root, "run.yaml")
+        deadline = time.monotonic() + 30
+        while strays := [p for p in pids() if {yaml, "specforge.cli"} <= set(cmdline(p))]:
+            for p in strays:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(p, signal.SIGKILL)
+            if time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
 
     def _watch(self, offset: int) -> int:
         grace_until = None
@@ -134,16 +155,12 @@ class Supervisor:
             time.sleep(POLL_S)
 
     def _line(self, text: str) -> None:
-        got = progress.parse_step(text)
-        if not got:
-            return
-        step, m = got
-        kind = "eval" if progress.is_eval(m) else "step"
-        if step <= self.seen[kind]:
-            return
-        self.seen[kind] = step
+        for step, m in self.steps.feed(text):
+            self._step(step, m)
+
+    def _step(self, step: int, m: dict) -> None:
         d = self.rec.d
-        if kind == "eval":
+        if progress.is_eval(m):
             self.rec.eval_line(step, m)
             self.hist.add("eval", step, val_acc=d["val_acc"], acc_len=d["acc_len"])
             return

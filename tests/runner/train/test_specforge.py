@@ -16,6 +16,7 @@ import time
 import pytest
 
 from runner import specforge_cpu
+from runner.serve import procs
 from runner.train import progress
 from tests.conftest import ROOT, runner, write_job
 from tests.sshd import skip_or_fail
@@ -44,10 +45,11 @@ def extracted(tmp_path_factory, demo_assets, train_python):
     return path
 
 
-def _config(extracted, run_dir, python) -> str:
+def _config(extracted, run_dir, python, **train) -> str:
+    more = "".join(f"{k} = {json.dumps(v)}\n" for k, v in train.items())
     text = open(extracted).read() + (
         f'[train]\npython = "{python}"\nrun_dir = "{run_dir}"\nepochs = {EPOCHS}\nsave_interval = {SAVE}\n'
-        f"log_interval = {LOG}\nlearning_rate = 0.001\n[train.specforge.training]\nttt_length = 3\n"
+        f"log_interval = {LOG}\nlearning_rate = 0.001\n{more}[train.specforge.training]\nttt_length = 3\n"
     )
     path = os.path.join(os.path.dirname(extracted), f"train-{os.path.basename(run_dir)}.toml")
     with open(path, "w") as f:
@@ -368,3 +370,30 @@ def test_a_kill_during_a_save_resumes_from_the_previous_complete_checkpoint(
     assert all(cut[s] == whole[s] for s in whole), {
         s: (cut[s], whole[s]) for s in whole if cut[s] != whole[s]
     }
+
+
+def test_two_ranks_on_gloo_train_through_a_kill_to_the_end_with_each_ranks_file(
+    extracted, train_python, tmp_path
+):
+    """[train] gpus = 2: SpecForge's own launcher runs torchrun and two ranks, each in a session
+    of its own. A kill -9 of the launcher leaves none of them going; the resume ends with every
+    rank's file in its checkpoint."""
+    run_dir = str(tmp_path / "two")
+    total = TOTAL // 4  # each rank takes half the files; max_steps ends it at half its epochs
+    cfg = _config(extracted, run_dir, train_python, gpus=2, max_steps=total)
+    assert _train(cfg, "start")["started"]
+    st = _until(cfg, lambda s: s["checkpoint_step"] is not None, "checkpoint")
+    assert st["world"] == 2 and st["total_steps"] == total and st["step"] < total, st
+    tree = {p for p in procs.descendants(st["pid"]) if "specforge.cli" in procs.cmdline(p)}
+    assert len(tree) == 3, tree  # torchrun and its two ranks
+    assert json.load(open(os.path.join(run_dir, "command.json")))["env"]["OMP_NUM_THREADS"] == "1"
+    os.kill(st["pid"], signal.SIGKILL)
+    st = _until(cfg, lambda s: s["phase"] == "crashed", "crashed record")
+    assert "killed by signal 9" in st["reason"] and not any(_alive(p) for p in tree), st
+    assert _train(cfg, "resume")["started"]
+    st = _until(cfg, lambda s: s["phase"] not in ("preflight", "loading", "training"), "end")
+    assert st["phase"] == "done" and st["step"] == st["checkpoint_step"] == total, st
+    names = set(os.listdir(progress.step_dir(os.path.join(run_dir, "output"), "hsx-eagle3", total)))
+    assert {"training_state.pt", "training_state_rank0.pt", "training_state_rank1.pt"} <= names, names
+    last = open(os.path.join(run_dir, "train.log")).read().rsplit("--- hsx: resume at ", 1)[1]
+    assert [s for s, _ in progress.parse_steps(last)].count(total - total % LOG) == 2  # both ranks print it

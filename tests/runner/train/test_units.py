@@ -13,6 +13,7 @@ import sys
 
 import pytest
 
+from runner import specforge_cpu
 from runner.contract.config import from_dict
 from runner.contract.errors import ConfigError
 from runner.output.lock import JobLock
@@ -188,8 +189,6 @@ def test_the_crash_reason_is_the_tracebacks_exception_with_what_it_prints_below(
 
 
 def test_the_cpu_shims_reach_only_the_cpu_lanes_own_venv(tmp_path):
-    from runner import specforge_cpu
-
     _model(tmp_path)
     (tmp_path / "out").mkdir()
     (tmp_path / "out" / "dataset.json").write_text(json.dumps({"aux_layer_ids": [1, 3, 4]}))
@@ -207,8 +206,6 @@ def test_the_cpu_shims_reach_only_the_cpu_lanes_own_venv(tmp_path):
 
 
 def test_only_a_lane_path_is_built_on_first_use(tmp_path, monkeypatch):
-    from runner import specforge_cpu
-
     lane = os.path.join(specforge_cpu.venv_dir(str(tmp_path)), "bin", "python")
     assert specforge_cpu.root_of(lane) == str(tmp_path)
     assert specforge_cpu.root_of("/usr/bin/python3") is None
@@ -287,3 +284,68 @@ def test_export_checks_the_drafts_layer_ids_and_says_how_sglang_serves_it(tmp_pa
         f"--speculative-algorithm EAGLE3 --speculative-draft-model-path {out} --speculative-num-steps 5 "
         "--speculative-eagle-topk 4 --speculative-num-draft-tokens 8"
     )
+
+
+def _wrapper(tmp_path, top_hidden: bool):
+    """Kimi-K2.5's layout: a wrapper config around a DeepSeek-V3 text_config (remote code named in
+    both), the weights under language_model. and a vision tower beside them."""
+    m = tmp_path / "kimi"
+    m.mkdir()
+    text = {"model_type": "kimi_k2", "architectures": ["DeepseekV3ForCausalLM"], "hidden_size": 64,
+            "vocab_size": 300, "num_attention_heads": 4, "num_key_value_heads": 4, "intermediate_size": 128,
+            "auto_map": {"AutoConfig": "configuration_deepseek.DeepseekV3Config"}}  # fmt: skip
+    wrapper = {"model_type": "kimi_k25", "architectures": ["KimiK25ForConditionalGeneration"],
+               "auto_map": {"AutoConfig": "configuration_kimi_k25.KimiK25Config"}, "text_config": text,
+               "vision_config": {"hidden_size": 16}}  # fmt: skip
+    if top_hidden:  # a remote-code config that answers the text model's size at the top too
+        wrapper.update(hidden_size=64, vocab_size=300)
+    (m / "config.json").write_text(json.dumps(wrapper))
+    names = ("language_model.model.embed_tokens.weight", "language_model.lm_head.weight",
+             "vision_tower.patch_embed.proj.weight", "mm_projector.proj.0.weight")  # fmt: skip
+    raw = json.dumps({n: {"dtype": "BF16", "shape": [2], "data_offsets": [0, 4]} for n in names}).encode()
+    (m / "model.safetensors").write_bytes(len(raw).to_bytes(8, "little") + raw + b"\0" * 4)
+    (m / "configuration_kimi_k25.py").write_text("")
+    return m
+
+
+@pytest.mark.parametrize("top_hidden", [False, True])
+def test_a_wrappers_target_view_is_its_text_model_with_the_prefixed_keys(tmp_path, top_hidden):
+    model = _wrapper(tmp_path, top_hidden)
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "dataset.json").write_text(json.dumps({"aux_layer_ids": [1, 3, 4]}))
+    cfg = _cfg(tmp_path, specforge={})
+    cfg.job.model = str(model)
+    paths, spec = runspec.prepare(cfg)
+    view = json.load(open(os.path.join(paths.target, "config.json")))
+    assert view["model_type"] == "deepseek_v3" and view["architectures"] == ["DeepseekV3ForCausalLM"]
+    assert view["hidden_size"] == 64 and "auto_map" not in view and "vision_config" not in view
+    assert not os.path.islink(os.path.join(paths.target, "config.json"))
+    assert os.path.islink(os.path.join(paths.target, "model.safetensors"))
+    index = json.load(open(os.path.join(paths.target, "model.safetensors.index.json")))
+    assert index["weight_map"]["language_model.lm_head.weight"] == "model.safetensors"
+    assert spec["model"]["embedding_key"] == "language_model.model.embed_tokens.weight"
+    assert spec["model"]["lm_head_key"] == "language_model.lm_head.weight"
+    assert json.load(open(paths.draft))["hidden_size"] == 64  # the text model's, for the draft too
+    assert json.load(open(model / "config.json"))["model_type"] == "kimi_k25"  # the target is untouched
+
+
+def test_gpus_and_nodes_are_specforges_topology_and_set_the_world_and_steps(tmp_path):
+    _model(tmp_path)
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "dataset.json").write_text(json.dumps({"aux_layer_ids": [1, 3, 4]}))
+    cfg = _cfg(tmp_path, gpus=2, epochs=3)
+    paths, spec = runspec.prepare(cfg)
+    assert spec["deployment"]["trainer"] == {"nnodes": 1, "nproc_per_node": 2}
+    assert runspec.world(spec) == 2 and runspec.total_steps(spec, 13) == 7 * 3  # each rank: ceil(13 / 2)
+    assert _cfg(tmp_path).train.gpus == 1
+    for bad, says in (({"gpus": 0}, "gpus must be at least 1"), ({"nodes": 2}, 'engine = "slurm"')):
+        with pytest.raises(ConfigError, match=says):
+            _cfg(tmp_path, **bad)
+    lane = tmp_path / "lane"
+    (lane / "bin").mkdir(parents=True)
+    (lane / specforge_cpu.SHIMS).mkdir()
+    (lane / specforge_cpu.SHIMS / "sitecustomize.py").write_text("")
+    for gpus, omp in ((1, None), (2, "1")):
+        cfg = _cfg(tmp_path, python=str(lane / "bin/python"), gpus=gpus, run_dir=str(tmp_path / f"r{gpus}"))
+        paths, _ = runspec.prepare(cfg)
+        assert runspec.command(cfg, paths, None)["env"].get("OMP_NUM_THREADS") == omp

@@ -1,0 +1,155 @@
+"""Training on Slurm ([cluster] engine = "slurm"): one job of [train] nodes x gpus, through
+SpecForge's own launcher.
+
+The job's batch script is the run's supervisor (``runner.train.supervisor``) on the job's first
+node, so the run dir (beside the output, on the filesystem the nodes share) keeps its record, log
+and lock as on one box. On one node the supervisor starts SpecForge's launcher as a box does
+(torchrun over the node's gpus). On several, command.json's argv is ``srun`` starting that launcher
+once per node with its node rank and the job's first node as master, as SpecForge's
+``deployment.trainer`` asks of each node when nnodes > 1. A queued job holds no lock yet: status
+asks Slurm then; stop is scancel (Slurm's SIGTERM reaches the supervisor, which stops the
+trainer as ``train stop`` does on a box).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import sys
+import time
+
+from ..contract import timing
+from ..contract.atomic import write_atomic
+from ..contract.config import Config
+from ..contract.replies import OK, REFUSED, Reply
+from ..contract.status import now_iso
+from ..train import control, runspec
+from ..train.record import Record
+from . import slurm_io
+from .slurm_merge import QUEUED, RUNNING
+
+JOB = "slurm.json"  # in the run dir: the last submitted job and its sbatch argv
+SCRIPT = "slurm-train.sh"
+# Each node's task: its node rank, and the job's first node as the master, from Slurm's own
+# variables; fixed text, the trainer's argv passed as its arguments.
+NODE = (
+    'export NODE_RANK="$SLURM_NODEID"; '
+    'exec "$@" "deployment.trainer.master_addr=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)"'
+)
+
+
+def node_argv(argv: list[str], nodes: int) -> list[str]:
+    """The trainer's argv on ``nodes`` nodes: itself on one; srun's one task per node on several."""
+    if nodes == 1:
+        return argv
+    return ["srun", f"--nodes={nodes}", f"--ntasks={nodes}", "--ntasks-per-node=1", "--kill-on-bad-exit=1",
+            "bash", "-c", NODE, "hsx-train-node", *argv]  # fmt: skip
+
+
+def write_script(cfg: Config, paths: runspec.RunPaths) -> str:
+    py = cfg.cluster.python or sys.executable
+    cmd = [py, "-m", "runner.train.supervisor", paths.root]
+    path = os.path.join(paths.root, SCRIPT)
+    text = (
+        "#!/bin/bash\n# hsx: the training's supervisor on the job's first node; written by hsx-runner train\n"
+        f"exec {shlex.join(cmd)}\n"
+    )
+    write_atomic(path, text, 0o755)
+    return path
+
+
+def sbatch_argv(cfg: Config, paths: runspec.RunPaths, script: str) -> list[str]:
+    c, t = cfg.cluster, cfg.train
+    argv = [
+        "sbatch", "--parsable", f"--job-name=hsx-train-{cfg.job.name}", f"--nodes={t.nodes}",
+        "--ntasks-per-node=1", f"--output={os.path.join(paths.root, 'slurm-%j.out')}", "--open-mode=append",
+        f"--chdir={paths.root}", "--no-requeue",  # a requeued batch script would find no launch waiting
+    ]  # fmt: skip
+    if c.partition:
+        argv.append(f"--partition={c.partition}")
+    if c.gpus_per_node:
+        argv.append(f"--gpus-per-node={t.gpus}")
+    if c.time_limit:
+        argv.append(f"--time={c.time_limit}")
+    return argv + list(c.sbatch_args) + [script]
+
+
+def _job(paths: runspec.RunPaths) -> dict:
+    try:
+        with open(os.path.join(paths.root, JOB)) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return {}
+
+
+def _live(paths: runspec.RunPaths) -> tuple[str, slurm_io.Task] | None:
+    """The run's job while Slurm has it queued or running."""
+    job = _job(paths).get("job")
+    task = slurm_io.job(job) if job else None
+    return (job, task) if task and task.state in QUEUED | RUNNING else None
+
+
+def submit(cfg: Config, paths: runspec.RunPaths, launch: str) -> Reply:
+    """control's launch, as a Slurm job: command.json for the job's nodes, the script, sbatch."""
+    with open(paths.command) as f:
+        cmd = json.load(f)
+    cmd["argv"] = node_argv(cmd["argv"], cfg.train.nodes)
+    write_atomic(paths.command, json.dumps(cmd, indent=1) + "\n", 0o644)
+    argv = sbatch_argv(cfg, paths, write_script(cfg, paths))
+    job = slurm_io.sbatch(argv)
+    write_atomic(
+        os.path.join(paths.root, JOB), json.dumps({"job": job, "submitted_at": now_iso(), "argv": argv})
+    )
+    text = f"training {control.DID[launch]}: Slurm job {job}, {cfg.train.nodes} node(s) x {cfg.train.gpus}"
+    return Reply({"started": True, "job_id": job, "run_dir": paths.root, "argv": argv}, text, OK)
+
+
+def _refuse_live(cfg: Config) -> Reply | None:
+    paths = runspec.RunPaths(runspec.run_dir(cfg))
+    if live := _live(paths):
+        why = f"the training's Slurm job {live[0]} is {live[1].state.lower()}: stop it first (hsx-runner train stop)"
+        return Reply({"started": False, "reason": why, "job_id": live[0]}, why, REFUSED)
+    return None
+
+
+def start(cfg: Config) -> Reply:
+    return _refuse_live(cfg) or control.start(cfg, submit)
+
+
+def resume(cfg: Config) -> Reply:
+    return _refuse_live(cfg) or control.resume(cfg, submit)
+
+
+def status(cfg: Config) -> Reply:
+    """The run's record, with Slurm's word while its job waits for its supervisor: queued, or
+    ended before the supervisor could say anything."""
+    rep = control.status(cfg)
+    d, paths = rep.obj, runspec.RunPaths(runspec.run_dir(cfg))
+    job = _job(paths).get("job")
+    if not job or d.get("phase") != "crashed" or Record.load(paths.root).d.get("phase") != "preflight":
+        return rep
+    task = slurm_io.job(job)
+    if task and task.state in QUEUED | RUNNING:
+        why = f"Slurm job {job} is {task.state.lower()}" + (f" ({task.reason})" if task.reason else "")
+        d.update(phase="preflight", reason=why)
+    else:
+        state = task.state.lower() if task else "gone"
+        log = os.path.join(paths.root, f"slurm-{job}.out")
+        d.update(reason=f"Slurm job {job} ended ({state}) before its supervisor ran; see {log}")
+    return Reply(d, f"{d['phase']} · {d['reason']}", OK)
+
+
+def stop(cfg: Config, wait: float) -> Reply:
+    paths = runspec.RunPaths(runspec.run_dir(cfg))
+    live = _live(paths)
+    if not live:
+        return Reply({"stopped": False, "reason": "no training job is queued or running"},
+                     "no training job is queued or running", REFUSED)  # fmt: skip
+    slurm_io.scancel([live[0]])
+    deadline = time.monotonic() + wait
+    while time.monotonic() < deadline and _live(paths):
+        time.sleep(timing.current().cluster_stop_poll_s)
+    gone = _live(paths) is None
+    text = f"cancelled Slurm job {live[0]}" + ("" if gone else "; still ending")
+    return Reply({"stopped": True, "done": gone, "job_id": live[0]}, text, OK)

@@ -1,0 +1,144 @@
+"""Training on the Slurm engine (runner/engines/slurm_train.py): one job of [train] nodes x gpus
+whose batch script is the run's supervisor. The script, the sbatch argv and each node's task
+on several nodes (no Slurm needed); on the test Slurm, a queued job said and cancelled, and a job
+run to the end by its supervisor with a stand-in trainer (SpecForge's own run through this path
+costs a minute here: tests/runner/train/test_specforge.py runs it without Slurm)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+from runner.contract.config import load
+from runner.engines import slurm_train
+from runner.train import runspec
+from tests.cluster.conftest import cluster_job
+from tests.conftest import runner
+
+
+def _train_section(python: str, **more) -> str:
+    keys = {"python": python, "epochs": 1, "save_interval": 1, "log_interval": 1, **more}
+    return "[train]\n" + "".join(f"{k} = {json.dumps(v)}\n" for k, v in keys.items())
+
+
+def test_the_job_is_nodes_by_gpus_and_each_node_runs_specforges_launcher_with_its_rank(tmp_path):
+    conf = tmp_path / "hsx.toml"
+    conf.write_text(
+        '[job]\nname = "big"\nmodel = "m"\ndataset = "d.jsonl"\nout = "out"\n'
+        '[cluster]\nengine = "slurm"\npartition = "gpu"\ngpus_per_node = 8\ntime_limit = "2-00:00:00"\n'
+        'sbatch_args = ["--account=lab"]\n' + _train_section("/venv/bin/python", nodes=4, gpus=8)
+    )
+    cfg = load(str(conf))
+    paths = runspec.RunPaths(runspec.run_dir(cfg))
+    os.makedirs(paths.root)
+    argv = slurm_train.sbatch_argv(cfg, paths, slurm_train.write_script(cfg, paths))
+    assert argv[:2] == ["sbatch", "--parsable"] and argv[-2:] == [
+        "--account=lab",
+        paths.root + "/slurm-train.sh",
+    ]
+    for want in ("--nodes=4", "--ntasks-per-node=1", "--gpus-per-node=8", "--partition=gpu",
+                 "--time=2-00:00:00", "--no-requeue", f"--chdir={paths.root}"):  # fmt: skip
+        assert want in argv, (want, argv)
+    script = open(os.path.join(paths.root, "slurm-train.sh")).read()
+    assert script.splitlines()[-1].endswith(f"-m runner.train.supervisor {paths.root}")
+    one = ["/venv/bin/python", "-m", "specforge.cli", "train", "-c", paths.yaml]
+    assert slurm_train.node_argv(one, 1) == one  # one node: SpecForge's launcher as on a box
+    many = slurm_train.node_argv(one, 4)
+    assert many[:5] == ["srun", "--nodes=4", "--ntasks=4", "--ntasks-per-node=1", "--kill-on-bad-exit=1"]
+    # what a node's task runs: its rank and the first node as master, from Slurm's variables
+    bin_ = tmp_path / "bin"
+    bin_.mkdir()
+    (bin_ / "scontrol").write_text(
+        '#!/bin/sh\n[ "$1 $2 $3" = "show hostnames gpu[07-10]" ] && printf "gpu07\\ngpu08\\n"\n'
+    )
+    (bin_ / "scontrol").chmod(0o755)
+    shown = [
+        "python3",
+        "-c",
+        "import json, os, sys; print(json.dumps([os.environ['NODE_RANK'], *sys.argv[1:]]))",
+    ]
+    env = {"PATH": f"{bin_}:{os.environ['PATH']}", "SLURM_NODEID": "2", "SLURM_JOB_NODELIST": "gpu[07-10]"}
+    p = subprocess.run(many[5:-len(one)] + shown + ["training.resume_from=/r/x-step9"], env=env,
+                       capture_output=True, text=True, timeout=30)  # fmt: skip
+    assert json.loads(p.stdout) == [
+        "2",
+        "training.resume_from=/r/x-step9",
+        "deployment.trainer.master_addr=gpu07",
+    ], p
+    assert runspec.spec_for(cfg, paths, {"max_length": 8}, "e", "h")["deployment"]["trainer"] == {
+        "nnodes": 4, "nproc_per_node": 8, "master_addr": runspec.MASTER,  # SpecForge refuses 4 nodes without one
+    }  # fmt: skip
+
+
+def _train(conf: str, action: str) -> dict:
+    return json.loads(runner("train", action, "--json", "--config", conf).stdout)
+
+
+# A stand-in for the trainer's interpreter (specforge 0.2.0's unified CLI to hsx's check), so the
+# job's path is proven at Slurm's speed: it says which Slurm job it runs in and logs two steps.
+STAND_IN = """import os, sys
+def main(argv):
+    if "--help" in argv:
+        raise SystemExit(0)
+    print("in Slurm job", os.environ.get("SLURM_JOB_ID"), flush=True)
+    for step in (1, 2):
+        print(f"step {step}: {{'loss': 1.0, 'acc': 0.5}}", flush=True)
+if __name__ == "__main__":
+    main(sys.argv[1:])
+"""
+
+
+def _stand_in(tmp_path) -> str:
+    site = tmp_path / "site"
+    (site / "specforge").mkdir(parents=True)
+    (site / "specforge" / "__init__.py").write_text("")
+    (site / "specforge" / "cli.py").write_text(STAND_IN)
+    (site / "specforge-0.2.0.dist-info").mkdir()
+    (site / "specforge-0.2.0.dist-info" / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: specforge\nVersion: 0.2.0\n"
+    )
+    py = tmp_path / "python"
+    py.write_text(f'#!/bin/sh\nPYTHONPATH={site} exec {sys.executable} "$@"\n')
+    py.chmod(0o755)
+    return str(py)
+
+
+def test_a_training_job_on_slurm_is_said_queued_cancels_and_runs_its_supervisor_to_the_end(
+    slurm, demo_assets, tmp_path
+):
+    conf = cluster_job(tmp_path / "t", demo_assets, samples=1)
+    runner("run", "--config", conf, check=True, timeout=300)  # the features, extracted here
+    py = _stand_in(tmp_path)
+    text = open(conf).read()
+    with open(conf, "a") as f:
+        f.write(_train_section(py))
+    held = os.path.join(os.path.dirname(conf), "held.toml")  # a job Slurm holds back an hour
+    with open(held, "w") as f:
+        f.write(text.replace("[cluster]\n", '[cluster]\nsbatch_args = ["--begin=now+3600"]\n'))
+        f.write(_train_section(py, run_dir="held-train"))
+    rep = _train(held, "start")
+    assert rep["started"] and "--nodes=1" in rep["argv"], rep
+    assert rep["message"] == f"training started: Slurm job {rep['job_id']}, 1 node(s) x 1"
+    st = _train(held, "status")
+    assert st["phase"] == "preflight" and st["reason"].startswith(f"Slurm job {rep['job_id']} is pending"), st
+    again = _train(held, "start")
+    assert not again["started"] and f"Slurm job {rep['job_id']} is pending" in again["reason"], again
+    assert _train(held, "stop")["done"]
+    st = _train(held, "status")
+    assert st["phase"] == "crashed" and f"Slurm job {rep['job_id']} ended (cancelled)" in st["reason"], st
+    rep = _train(conf, "start")
+    assert rep["started"], rep
+    deadline = time.monotonic() + 120
+    while (st := _train(conf, "status"))["phase"] in ("preflight", "loading", "training"):
+        assert time.monotonic() < deadline, st
+        time.sleep(0.2)
+    assert st["phase"] == "done" and st["step"] == st["total_steps"] == 1, st  # one sample, one epoch
+    out = os.path.join(os.path.dirname(conf), "out-train")
+    assert json.load(open(os.path.join(out, "slurm.json")))["job"] == rep["job_id"]
+    log = open(os.path.join(out, "train.log")).read()
+    assert (
+        "--- hsx: start at" in log and f"in Slurm job {rep['job_id']}" in log
+    )  # the supervisor ran in the job
