@@ -1,6 +1,6 @@
 """Training steps/s under ``hsx-runner train`` ÷ bare ``specforge train``, the same run.yaml.
 
-    .venv/bin/python -m bench.train [--workdir D] [--samples 40] [--steps 60] [--repeats 2] [--gpus 1] [--threads 1]
+    .venv/bin/python -m bench.train [--workdir D] [--samples 40] [--steps 60] [--repeats 2] [--gpus 1]
 
 On an ``hsx demo`` output (built in ``--workdir`` unless there; ``/tmp/hsx-bench-train`` by
 default), with the demo's [train] (the SpecForge CPU lane) cut to ``--steps``. Runs, in ABBA
@@ -16,9 +16,7 @@ Both use the one run dir and its run.yaml (its output emptied before each run, s
 resumes or rewinds another). The rate is SpecForge's own, from its step lines: steps over the
 seconds of its ``perf/optimizer_step_time_s`` windows (checkpoint saves included), the first
 window (warm-up) left out. The ratio is the median over the repeats of each back-to-back
-pair's (the box's other load drifts less within a pair). ``--threads`` torch threads per trainer process in both (one by
-default: on a shared 2-core box, two spinning OpenMP threads make every step time noise).
-Also the supervisor's own CPU time over its run's wall time: what hsx can take from the trainer
+pair's (the box's other load drifts less within a pair). Also the supervisor's own CPU time over its run's wall time: what hsx can take from the trainer
 at most, whatever the box's other load. Prints a table, then one JSON line; medians over the
 repeats.
 """
@@ -128,12 +126,7 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=60)
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--gpus", type=int, default=1, help="trainer processes ([train] gpus)")
-    ap.add_argument(
-        "--threads", type=int, default=1, help="torch threads per trainer process, both runs alike"
-    )
     args = ap.parse_args()
-    # both runs inherit it: hsx's supervisor passes its environment on
-    os.environ["OMP_NUM_THREADS"] = str(args.threads)
     load0 = os.getloadavg()[0]
     workdir = os.path.abspath(args.workdir)
     demo(workdir, args.samples)
@@ -158,7 +151,7 @@ def main() -> None:
     sup = statistics.median(r["supervisor_cpu_s"] / r["wall_s"] for r in runs["hsx"])
     print(f"hsx's supervisor: {100 * sup:.2f}% of one core over its run (median)")
     print(f"load average {load0:.1f} at the start, {os.getloadavg()[0]:.1f} at the end")
-    report = {"steps": args.steps, "gpus": args.gpus, "threads": args.threads, "repeats": args.repeats,
+    report = {"steps": args.steps, "gpus": args.gpus, "repeats": args.repeats,
               "load": [load0, os.getloadavg()[0]], "bare_steps_per_s": med["bare"], "hsx_steps_per_s": med["hsx"],
               "ratio": statistics.median(pairs), "pair_ratios": pairs, "supervisor_core_share": sup, "wall_s": wall,
               "runs": runs}  # fmt: skip

@@ -75,14 +75,19 @@ def shims_of(python: str) -> str | None:
     return d if os.path.exists(os.path.join(d, "sitecustomize.py")) else None
 
 
-def env(python: str, procs: int = 1) -> dict[str, str]:
-    """The trainer's environment on a CPU: no torch.compile, gloo, the loss shim; with several
-    processes (``procs`` on this box), one OpenMP thread each, or they fight for the cores."""
+def env(python: str) -> dict[str, str]:
+    """The trainer's environment on a CPU: no torch.compile, gloo, the loss shim, and one OpenMP
+    thread per process. The demo's draft is too small for threads to pay, and on a shared 2-core
+    box two spinning ones made each step ~10x slower (0.7 steps/s against 8, bench.train)."""
     shims = shims_of(python)
     if not shims:
         return {}
-    out = {"TORCHDYNAMO_DISABLE": "1", "SPECFORGE_DEVICE": "cpu", "PYTHONPATH": shims}
-    return {**out, "OMP_NUM_THREADS": "1"} if procs > 1 else out
+    return {
+        "TORCHDYNAMO_DISABLE": "1",
+        "SPECFORGE_DEVICE": "cpu",
+        "PYTHONPATH": shims,
+        "OMP_NUM_THREADS": "1",
+    }
 
 
 def yaml_keys() -> dict[str, dict]:

@@ -151,9 +151,7 @@ def command(cfg: Config, paths: RunPaths, resume_from: str | None) -> dict:
     argv = [cfg.train.python, "-m", "specforge.cli", "train", "-c", paths.yaml]
     if resume_from:
         argv.append(f"training.resume_from={resume_from}")
-    with open(paths.yaml) as f:
-        procs = int(json.load(f)["deployment"]["trainer"].get("nproc_per_node", 1))
-    return {"argv": argv, "env": {"PYTHONUNBUFFERED": "1", **specforge_cpu.env(cfg.train.python, procs)}}
+    return {"argv": argv, "env": {"PYTHONUNBUFFERED": "1", **specforge_cpu.env(cfg.train.python)}}
 
 
 def draft_for(cfg: Config, desc: dict) -> dict:
