@@ -135,13 +135,20 @@ def sbatch_argv(cfg: Config, todo: list[int], script: str) -> list[str]:
     ]  # fmt: skip
     if c.requeue:
         argv.append("--requeue")
+    return argv + site_flags(c, c.gpus_per_node) + [script]
+
+
+def site_flags(c, gpus: int) -> list[str]:
+    """The site's own sbatch flags ([cluster]), the same for the extraction's array and a
+    training job; ``gpus`` per node where [cluster] asks for GPUs at all."""
+    out = []
     if c.partition:
-        argv.append(f"--partition={c.partition}")
+        out.append(f"--partition={c.partition}")
     if c.gpus_per_node:
-        argv.append(f"--gpus-per-node={c.gpus_per_node}")
+        out.append(f"--gpus-per-node={gpus}")
     if c.time_limit:
-        argv.append(f"--time={c.time_limit}")
-    return argv + list(c.sbatch_args) + [script]
+        out.append(f"--time={c.time_limit}")
+    return out + list(c.sbatch_args)
 
 
 def sbatch(argv: list[str]) -> str:

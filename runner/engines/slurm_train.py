@@ -66,13 +66,7 @@ def sbatch_argv(cfg: Config, paths: runspec.RunPaths, script: str) -> list[str]:
         "--ntasks-per-node=1", f"--output={os.path.join(paths.root, 'slurm-%j.out')}", "--open-mode=append",
         f"--chdir={paths.root}", "--no-requeue",  # a requeued batch script would find no launch waiting
     ]  # fmt: skip
-    if c.partition:
-        argv.append(f"--partition={c.partition}")
-    if c.gpus_per_node:
-        argv.append(f"--gpus-per-node={t.gpus}")
-    if c.time_limit:
-        argv.append(f"--time={c.time_limit}")
-    return argv + list(c.sbatch_args) + [script]
+    return argv + slurm_io.site_flags(c, t.gpus) + [script]
 
 
 def _job(paths: runspec.RunPaths) -> dict:

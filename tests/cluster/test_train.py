@@ -142,3 +142,24 @@ def test_a_training_job_on_slurm_is_said_queued_cancels_and_runs_its_supervisor_
     assert (
         "--- hsx: start at" in log and f"in Slurm job {rep['job_id']}" in log
     )  # the supervisor ran in the job
+
+
+def test_the_extractions_array_and_a_training_job_take_the_same_site_flags(tmp_path):
+    """[cluster]'s partition, GPUs, time and sbatch_args, from one place for both submissions;
+    the array asks for [cluster] gpus_per_node, the training job for [train] gpus."""
+    from runner.engines import slurm_io
+
+    conf = tmp_path / "hsx.toml"
+    conf.write_text(
+        '[job]\nname = "big"\nmodel = "m"\ndataset = "d.jsonl"\nout = "out"\n'
+        '[cluster]\nengine = "slurm"\npartition = "gpu"\ngpus_per_node = 2\ntime_limit = "1:00:00"\n'
+        'sbatch_args = ["--account=lab"]\n' + _train_section("/venv/bin/python", nodes=1, gpus=8)
+    )
+    cfg = load(str(conf))
+    site = ["--partition=gpu", "--time=1:00:00", "--account=lab"]
+    array = slurm_io.sbatch_argv(cfg, [0, 1], "/s.sh")
+    assert all(f in array for f in site) and "--gpus-per-node=2" in array and array[-1] == "/s.sh"
+    paths = runspec.RunPaths(runspec.run_dir(cfg))
+    train = slurm_train.sbatch_argv(cfg, paths, "/t.sh")
+    assert all(f in train for f in site) and "--gpus-per-node=8" in train and train[-1] == "/t.sh"
+    assert array.index("--account=lab") > array.index("--partition=gpu")  # the site's own flags last
