@@ -1,22 +1,22 @@
 """Training on the Slurm engine (runner/engines/slurm_train.py): one job of [train] nodes x gpus
 whose batch script is the run's supervisor. The script, the sbatch argv and each node's task
 on several nodes (no Slurm needed); on the test Slurm, a queued job said and cancelled, and a job
-run to the end by its supervisor with a stand-in trainer (SpecForge's own run through this path
-costs a minute here: tests/runner/train/test_specforge.py runs it without Slurm)."""
+whose supervisor runs SpecForge's trainer to the end (one sample, one step)."""
 
 from __future__ import annotations
 
 import json
 import os
 import subprocess
-import sys
 import time
 
+from runner import specforge_cpu
 from runner.contract.config import load
 from runner.engines import slurm_train
 from runner.train import runspec
 from tests.cluster.conftest import cluster_job
-from tests.conftest import runner
+from tests.conftest import ROOT, runner
+from tests.sshd import skip_or_fail
 
 
 def _train_section(python: str, **more) -> str:
@@ -77,41 +77,16 @@ def _train(conf: str, action: str) -> dict:
     return json.loads(runner("train", action, "--json", "--config", conf).stdout)
 
 
-# A stand-in for the trainer's interpreter (specforge 0.2.0's unified CLI to hsx's check), so the
-# job's path is proven at Slurm's speed: it says which Slurm job it runs in and logs two steps.
-STAND_IN = """import os, sys
-def main(argv):
-    if "--help" in argv:
-        raise SystemExit(0)
-    print("in Slurm job", os.environ.get("SLURM_JOB_ID"), flush=True)
-    for step in (1, 2):
-        print(f"step {step}: {{'loss': 1.0, 'acc': 0.5}}", flush=True)
-if __name__ == "__main__":
-    main(sys.argv[1:])
-"""
-
-
-def _stand_in(tmp_path) -> str:
-    site = tmp_path / "site"
-    (site / "specforge").mkdir(parents=True)
-    (site / "specforge" / "__init__.py").write_text("")
-    (site / "specforge" / "cli.py").write_text(STAND_IN)
-    (site / "specforge-0.2.0.dist-info").mkdir()
-    (site / "specforge-0.2.0.dist-info" / "METADATA").write_text(
-        "Metadata-Version: 2.1\nName: specforge\nVersion: 0.2.0\n"
-    )
-    py = tmp_path / "python"
-    py.write_text(f'#!/bin/sh\nPYTHONPATH={site} exec {sys.executable} "$@"\n')
-    py.chmod(0o755)
-    return str(py)
-
-
-def test_a_training_job_on_slurm_is_said_queued_cancels_and_runs_its_supervisor_to_the_end(
+def test_a_training_job_on_slurm_is_said_queued_cancels_and_runs_specforge_to_the_end(
     slurm, demo_assets, tmp_path
 ):
+    py = specforge_cpu.python_of(os.path.join(ROOT, ".cache"))
+    if py is None:
+        skip_or_fail(
+            "no SpecForge CPU venv (python -m runner.specforge_cpu .cache)", "HSX_REQUIRE_SPECFORGE_TRAIN"
+        )
     conf = cluster_job(tmp_path / "t", demo_assets, samples=1)
     runner("run", "--config", conf, check=True, timeout=300)  # the features, extracted here
-    py = _stand_in(tmp_path)
     text = open(conf).read()
     with open(conf, "a") as f:
         f.write(_train_section(py))
@@ -135,13 +110,15 @@ def test_a_training_job_on_slurm_is_said_queued_cancels_and_runs_its_supervisor_
     while (st := _train(conf, "status"))["phase"] in ("preflight", "loading", "training"):
         assert time.monotonic() < deadline, st
         time.sleep(0.2)
-    assert st["phase"] == "done" and st["step"] == st["total_steps"] == 1, st  # one sample, one epoch
+    assert st["phase"] == "done" and st["step"] == st["total_steps"] == st["checkpoint_step"] == 1, st
     out = os.path.join(os.path.dirname(conf), "out-train")
     assert json.load(open(os.path.join(out, "slurm.json")))["job"] == rep["job_id"]
-    log = open(os.path.join(out, "train.log")).read()
+    assert os.path.exists(
+        os.path.join(out, f"slurm-{rep['job_id']}.out")
+    )  # the batch script's, as sbatch wrote it
     assert (
-        "--- hsx: start at" in log and f"in Slurm job {rep['job_id']}" in log
-    )  # the supervisor ran in the job
+        "step 1: {" in open(os.path.join(out, "train.log")).read()
+    )  # SpecForge's, under the job's supervisor
 
 
 def test_the_extractions_array_and_a_training_job_take_the_same_site_flags(tmp_path):
