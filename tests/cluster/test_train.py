@@ -87,6 +87,7 @@ def test_a_training_job_on_slurm_is_said_queued_cancels_and_runs_specforge_to_th
         )
     conf = cluster_job(tmp_path / "t", demo_assets, samples=1)
     runner("run", "--config", conf, check=True, timeout=300)  # the features, extracted here
+    runner("verify", "--config", conf, check=True, timeout=120)  # and verified: the preflight's first check
     text = open(conf).read()
     with open(conf, "a") as f:
         f.write(_train_section(py))
