@@ -221,7 +221,12 @@ def test_kills_leave_crashed_records_and_resume_logs_the_uninterrupted_runs_loss
     told = story(hist, TrainRecord.from_dict(st))
     assert len(told.launches) == 3 and [m.kind for m in told.marks].count("crashed") == 2, told.marks
     assert told.count("resumed") == 2 and told.count("done") == 1, told.marks
-    assert sorted({p.step for p in told.points}) == sorted(whole)
+    # every step a supervisor read; a killed supervisor's trainer may have logged a few more
+    # before it died with it, which train.log keeps and the next launch goes on after
+    crash2 = [m.step for m in told.marks if m.kind == "crashed"][1]
+    back = [m.step for m in told.marks if m.kind == "resumed"][1]
+    steps = {p.step for p in told.points}
+    assert steps <= set(whole) and all(crash2 < s <= back for s in set(whole) - steps), (crash2, back)
 
 
 def test_setup_builds_or_finds_the_cpu_lane_and_accepts_the_real_wheel(extracted, train_python):
