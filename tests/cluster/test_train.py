@@ -24,14 +24,20 @@ def _train_section(python: str, **more) -> str:
     return "[train]\n" + "".join(f"{k} = {json.dumps(v)}\n" for k, v in keys.items())
 
 
-def test_the_job_is_nodes_by_gpus_and_each_node_runs_specforges_launcher_with_its_rank(tmp_path):
+def _site(tmp_path, gpus_per_node: int, time_limit: str, nodes: int, gpus: int):
+    """A Slurm job's config with a site's partition, GPUs, time limit and own sbatch flag."""
     conf = tmp_path / "hsx.toml"
     conf.write_text(
         '[job]\nname = "big"\nmodel = "m"\ndataset = "d.jsonl"\nout = "out"\n'
-        '[cluster]\nengine = "slurm"\npartition = "gpu"\ngpus_per_node = 8\ntime_limit = "2-00:00:00"\n'
-        'sbatch_args = ["--account=lab"]\n' + _train_section("/venv/bin/python", nodes=4, gpus=8)
+        f'[cluster]\nengine = "slurm"\npartition = "gpu"\ngpus_per_node = {gpus_per_node}\n'
+        f'time_limit = "{time_limit}"\nsbatch_args = ["--account=lab"]\n'
+        + _train_section("/venv/bin/python", nodes=nodes, gpus=gpus)
     )
-    cfg = load(str(conf))
+    return load(str(conf))
+
+
+def test_the_job_is_nodes_by_gpus_and_each_node_runs_specforges_launcher_with_its_rank(tmp_path):
+    cfg = _site(tmp_path, gpus_per_node=8, time_limit="2-00:00:00", nodes=4, gpus=8)
     paths = runspec.RunPaths(runspec.run_dir(cfg))
     os.makedirs(paths.root)
     argv = slurm_train.sbatch_argv(cfg, paths, slurm_train.write_script(cfg, paths))
@@ -127,13 +133,7 @@ def test_the_extractions_array_and_a_training_job_take_the_same_site_flags(tmp_p
     the array asks for [cluster] gpus_per_node, the training job for [train] gpus."""
     from runner.engines import slurm_io
 
-    conf = tmp_path / "hsx.toml"
-    conf.write_text(
-        '[job]\nname = "big"\nmodel = "m"\ndataset = "d.jsonl"\nout = "out"\n'
-        '[cluster]\nengine = "slurm"\npartition = "gpu"\ngpus_per_node = 2\ntime_limit = "1:00:00"\n'
-        'sbatch_args = ["--account=lab"]\n' + _train_section("/venv/bin/python", nodes=1, gpus=8)
-    )
-    cfg = load(str(conf))
+    cfg = _site(tmp_path, gpus_per_node=2, time_limit="1:00:00", nodes=1, gpus=8)
     site = ["--partition=gpu", "--time=1:00:00", "--account=lab"]
     array = slurm_io.sbatch_argv(cfg, [0, 1], "/s.sh")
     assert all(f in array for f in site) and "--gpus-per-node=2" in array and array[-1] == "/s.sh"
