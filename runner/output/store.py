@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 import orjson
 
 from ..contract import dump
-from ..contract.atomic import write_atomic
+from ..contract.atomic import read_object, write_atomic
 from ..contract.config import Config
 from ..contract.errors import ConfigError
 from ..data import layers
@@ -121,12 +121,7 @@ class Store:
 
     def description(self) -> dict | None:
         """dataset.json: what this output holds (None when absent or unreadable)."""
-        try:
-            with open(os.path.join(self.out, DESCRIPTION)) as f:
-                d = json.load(f)
-        except (OSError, ValueError):
-            return None
-        return d if isinstance(d, dict) else None
+        return read_object(os.path.join(self.out, DESCRIPTION))
 
     def pin(self, desc: dict) -> None:
         """Write dataset.json, or refuse a run whose pinned keys differ from the one there."""

@@ -12,12 +12,12 @@ preflight's shape: name, ok, detail, fix).
 from __future__ import annotations
 
 import glob
-import json
 import math
 import os
 import shutil
 
 from .. import specforge_cpu
+from ..contract.atomic import read_object
 from ..contract.errors import ConfigError
 from ..job.disk import fmt
 from ..job.preflight import gpus_check
@@ -146,15 +146,6 @@ def gpus(python: str, out: str) -> dict:
     return check
 
 
-def _read(path: str) -> dict | None:
-    try:
-        with open(path) as f:
-            d = json.load(f)
-    except (OSError, ValueError):
-        return None
-    return d if isinstance(d, dict) else None
-
-
 def _weights(model: str) -> tuple[dict[str, str] | None, str]:
     try:
         return weight_map(model), ""
@@ -168,7 +159,7 @@ def checks(cfg, spec: dict, draft: dict | None = None) -> list[dict]:
     m = spec.get("model") or {}
     where = m.get("draft_model_config", "")
     if draft is None or where != runspec.RunPaths(runspec.run_dir(cfg)).draft:
-        draft = _read(where)
+        draft = read_object(where)
     desc = runspec.description(cfg)
     path = m.get("target_model_path", "")
     weights, why = _weights(path if os.path.isdir(path) else cfg.job.model)

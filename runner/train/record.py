@@ -14,7 +14,7 @@ import json
 import math
 import os
 
-from ..contract.atomic import write_atomic
+from ..contract.atomic import read_object, write_atomic
 from ..contract.status import NOT_STARTED
 from ..output.lock import is_held_at
 from .progress import number
@@ -70,12 +70,7 @@ class Record:
 
 
 def _raw(root: str) -> dict | None:
-    try:
-        with open(os.path.join(root, "status.json")) as f:
-            d = json.load(f)
-    except (OSError, ValueError):
-        return None
-    return d if isinstance(d, dict) else None
+    return read_object(os.path.join(root, "status.json"))
 
 
 def read(root: str) -> dict:
