@@ -270,8 +270,8 @@ def parser() -> argparse.ArgumentParser:
     s = verb("train", cmd_train, "train the EAGLE-3 draft on the output with SpecForge ([train])")
     s.add_argument("action", choices=TRAIN_ACTIONS)
     s.add_argument("--wait", type=float, default=30.0, help="stop: how long to wait for the trainer to end")
-    s.add_argument("--root", default=os.path.expanduser("~/.cache/hsx"),
-                   help="setup without [train] python: where the CPU lane's venv is built")  # fmt: skip
+    s.add_argument("--root", default=None,
+                   help="setup without [train] python: where this box's lane's venv is built")  # fmt: skip
     return p
 
 
@@ -287,6 +287,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         cfg = load(args.config)
         require_job(cfg)
+        if cfg.train.python == "auto":  # the venv hsx builds for this box (runner/train/interpreter.py)
+            from .train import interpreter
+
+            cfg.train.python = interpreter.resolve(cfg.train.python, cfg.train.envs_dir or None)
         return args.fn(args, cfg)
     except StatusError as e:
         print(f"hsx-runner: {e}", file=sys.stderr)

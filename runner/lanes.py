@@ -18,6 +18,19 @@ def to_stderr(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
 
+class BuildError(RuntimeError):
+    """A build step failed: the venv is left without its marker, so the next build starts anew."""
+
+
+def default_root() -> str:
+    """Where a lane is built when nothing names a place: a source checkout's ``.cache``, else
+    ``~/.cache/hsx``."""
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    if os.path.exists(os.path.join(here, "pyproject.toml")):
+        return os.path.join(here, ".cache")
+    return os.path.expanduser("~/.cache/hsx")
+
+
 @dataclass(frozen=True)
 class Lane:
     name: str  # the folder's prefix and the name said while building: "sglang-cpu"
@@ -49,6 +62,13 @@ class Lane:
         py = os.path.join(d, "bin", "python")
         return py if os.path.exists(os.path.join(d, self.marker)) and os.path.exists(py) else None
 
+    def root_of(self, python: str) -> str | None:
+        """The root whose venv of this lane ``python`` is (built or not), else None."""
+        if not python:
+            return None
+        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(python))))
+        return root if os.path.join(self.venv_dir(root), "bin", "python") == os.path.abspath(python) else None
+
     def build(
         self,
         root: str,
@@ -66,7 +86,11 @@ class Lane:
         todo = [("creating the venv", [sys.executable, "-m", "venv", "--clear", d]), *steps(py)]
         for i, (what, argv) in enumerate(todo, 1):
             say(f"{self.title} {d}: step {i}/{len(todo)}: {what}")
-            subprocess.run(argv, check=True)
+            # stdout is hsx-runner's JSON answer: what pip says goes beside it, to stderr
+            code = subprocess.run(argv, stdout=sys.stderr, stdin=subprocess.DEVNULL).returncode
+            if code != 0:
+                raise BuildError(f"{self.title} {d}: step {i}/{len(todo)} ({what}) failed (exit {code}); "
+                                 "what it said is on stderr; the next setup starts it anew")  # fmt: skip
         finish(d)
         with open(os.path.join(d, self.marker), "w") as f:
             f.write(self.pins())

@@ -1,7 +1,8 @@
 """SpecForge's trainer on a CPU (CI's lane, the demo's ``[train]``): its venv and its shims.
 
 The venv holds the ``specforge==0.2.0`` wheel with ``--no-deps`` on this machine's CPU torch,
-apart from hsx's venv (its pins, torch 2.11 and sglang 0.5.14, would break extraction).
+apart from hsx's venv (its pins, torch 2.11 and sglang 0.5.14, would break extraction); a GPU
+box's venv, with those pins, is ``runner.specforge_gpu``.
 Built once, as every lane is (``runner.lanes``); ``python -m runner.specforge_cpu [ROOT]``
 builds it and prints its python.
 
@@ -66,7 +67,7 @@ sys.meta_path.insert(0, _Patch())
 
 
 LANE = Lane("specforge-cpu", "SpecForge CPU venv", MARKER, extra_key=SITECUSTOMIZE)
-venv_dir, python_of = LANE.venv_dir, LANE.python_of
+venv_dir, python_of, root_of = LANE.venv_dir, LANE.python_of, LANE.root_of
 
 
 def shims_of(python: str) -> str | None:
@@ -96,35 +97,6 @@ def yaml_keys() -> dict[str, dict]:
         "data": {"dataloader_num_workers": 0},
         "training": {"attention_backend": "sdpa", "fsdp_sharding": "NO_SHARD"},
     }
-
-
-def default_root() -> str:
-    """Where the lane is built when the config names none: a source checkout's ``.cache`` (the
-    SGLang lane's place too), else ``~/.cache/hsx``."""
-    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    if os.path.exists(os.path.join(here, "pyproject.toml")):
-        return os.path.join(here, ".cache")
-    return os.path.expanduser("~/.cache/hsx")
-
-
-def root_of(python: str) -> str | None:
-    """The root whose lane venv ``python`` is (built or not), else None."""
-    venv = os.path.dirname(os.path.dirname(os.path.abspath(python)))
-    root = os.path.dirname(venv)
-    return (
-        root
-        if python and os.path.join(LANE.venv_dir(root), "bin", "python") == os.path.abspath(python)
-        else None
-    )
-
-
-def ensure(python: str, say=to_stderr) -> None:
-    """Build the lane on first use when ``[train] python`` names it (the demo's does): the demo
-    never builds it for a user who never trains."""
-    root = root_of(python) if python else None
-    if root and python_of(root) is None:
-        say("building the SpecForge CPU venv once (a few minutes)")
-        build(root, say=say)
 
 
 def build(root: str, say=to_stderr) -> str:

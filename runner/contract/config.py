@@ -144,7 +144,10 @@ class ClusterConfig:
 class TrainConfig:
     """SpecForge's trainer on the job's output (runner/train). Off until ``python`` is set."""
 
-    python: str = ""  # an interpreter whose specforge is the 0.2.0 unified runtime
+    python: str = ""  # an interpreter whose specforge is the 0.2.0 unified runtime; "auto": hsx builds one
+    envs_dir: str = (
+        ""  # where python = "auto" builds its venv (several GB on a GPU box); default ~/.cache/hsx
+    )
     run_dir: str = ""  # default: <out>-train (outside out: SpecForge trains on every .ckpt under it)
     export_dir: str = ""  # default: <run_dir>/export
     epochs: int = 1
@@ -186,7 +189,7 @@ _PATH_KEYS = {
     "watcher": ("state_file",),
     "cluster": ("python",),
     "deploy": (),  # paths on the GPU box: never resolved here
-    "train": ("python", "run_dir", "export_dir"),
+    "train": ("python", "envs_dir", "run_dir", "export_dir"),
 }
 _PATH_LIST_KEYS = {"job": ("adopt_roots",)}
 

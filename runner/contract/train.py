@@ -14,7 +14,7 @@ from typing import Any
 
 from .errors import StatusError
 from .fields import plain, short
-from .render import human_duration, now_utc
+from .render import human_bytes, human_duration, now_utc
 from .status import NOT_STARTED, parse_iso
 
 ACTIONS = ("setup", "start", "resume", "stop", "status", "export", "history")  # hsx-runner train ACTION
@@ -61,6 +61,9 @@ class TrainRecord:
     eval_step: int | None = None
     best_acc_len: float | None = None  # the best simulated acceptance length so far
     best_step: int | None = None
+    run_bytes: int | None = None  # what the run dir holds on disk (checkpoints, logs), said by status
+    disk_free: int | None = None  # free on the run dir's filesystem
+    disk_path: str | None = None  # that filesystem's mount point
 
     @classmethod
     def from_dict(cls, d: Any) -> TrainRecord:
@@ -158,6 +161,15 @@ def render_train(rec: TrainRecord, now: dt.datetime | None = None) -> str:
         lines.append(f"last durable checkpoint: step {rec.checkpoint_step:,}{age}")
     elif rec.started:
         lines.append("no durable checkpoint yet")
+    if rec.run_bytes is not None:
+        free = (
+            f" · {rec.disk_path or 'its disk'}: {human_bytes(rec.disk_free)} free"
+            if rec.disk_free is not None
+            else ""
+        )
+        lines.append(f"run dir {rec.run_dir or '?'}: {human_bytes(rec.run_bytes)}{free}")
+    if rec.phase == "preflight" and rec.reason:  # a Slurm job in the queue says why it waits
+        lines.append(f"waiting: {rec.reason}")
     if rec.phase in ("crashed", "stopped") and rec.reason:
         lines.append(f"{rec.phase}: {rec.reason}")
     if rec.phase == "crashed":

@@ -78,8 +78,9 @@ ttt_length = 3  # the draft's unrolled steps: fewer than SpecForge's 7, a CPU's 
 
 def _train_python() -> str:
     from .. import specforge_cpu
+    from ..lanes import default_root
 
-    return os.path.join(specforge_cpu.venv_dir(specforge_cpu.default_root()), "bin", "python")
+    return os.path.join(specforge_cpu.venv_dir(default_root()), "bin", "python")
 
 
 def relocate(workdir: str) -> str | None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -20,8 +21,9 @@ from ..contract.atomic import write_atomic
 from ..contract.config import Config
 from ..contract.errors import ConfigError
 from ..contract.replies import NOT_OK, OK, REFUSED, Reply
+from ..lanes import BuildError
 from ..output.lock import is_held_at
-from . import exclusive, preflight, progress, runspec
+from . import exclusive, interpreter, preflight, progress, runspec
 from .history import read as history_of
 from .history import reset as reset_history
 from .record import ACTIVE, Record, now, read
@@ -65,17 +67,25 @@ def check_python(python: str) -> str | None:
     return None
 
 
-def setup(cfg: Config, root: str) -> Reply:
-    """Check ``[train] python``; unset, build the CPU lane's venv under ``root``."""
-    specforge_cpu.ensure(cfg.train.python)
-    python = cfg.train.python or specforge_cpu.build(root)
+def setup(cfg: Config, root: str | None) -> Reply:
+    """Build ``[train] python``'s lane when it names one (``auto`` does), then check it. Unset:
+    build this box's lane under ``root`` and say what to set."""
+    python, auto = cfg.train.python, interpreter.resolve(interpreter.AUTO, cfg.train.envs_dir or None)
+    if not python:  # what "auto" would build, or under --root
+        python = interpreter.resolve(interpreter.AUTO, root) if root else auto
+    try:
+        interpreter.ensure(python)
+    except BuildError as e:
+        return Reply({"ok": False, "python": python, "reason": str(e)}, f"setup failed: {e}", NOT_OK)
     why = check_python(python)
     if why:
         return Reply({"ok": False, "python": python, "reason": why}, f"refused: {why}", NOT_OK)
-    lane = " (the CPU lane)" if specforge_cpu.shims_of(python) else ""
-    return Reply(
-        {"ok": True, "python": python, "version": VERSION}, f"specforge {VERSION} ready: {python}{lane}"
-    )
+    lane = interpreter.lane_of(python)
+    said = f" ({lane.LANE.title})" if lane else ""
+    text = f"specforge {VERSION} ready: {python}{said}"
+    if not cfg.train.python:
+        text += f"; set [train] python = {json.dumps(interpreter.AUTO if python == auto else python)}"
+    return Reply({"ok": True, "python": python, "version": VERSION}, text)
 
 
 def _running(paths: runspec.RunPaths) -> int | None:
@@ -119,8 +129,18 @@ def _launch(cfg: Config, paths: runspec.RunPaths, launch: str, submit=None) -> R
     return Reply({"started": True, "supervisor_pid": p.pid, "run_dir": paths.root}, f"training {DID[launch]}")
 
 
+def _ensure(python: str) -> str | None:
+    """Build the lane ``python`` names on its first use; why it could not, else None."""
+    try:
+        interpreter.ensure(python)
+    except BuildError as e:
+        return str(e)
+    return None
+
+
 def start(cfg: Config, submit=None) -> Reply:
-    specforge_cpu.ensure(cfg.train.python)
+    if why := _ensure(cfg.train.python):
+        return _refused(why)
     why = check_python(cfg.train.python)
     if why:
         return _refused(why)
@@ -163,7 +183,8 @@ def start(cfg: Config, submit=None) -> Reply:
 
 
 def resume(cfg: Config, submit=None) -> Reply:
-    specforge_cpu.ensure(cfg.train.python)
+    if why := _ensure(cfg.train.python):
+        return _refused(why)
     paths = runspec.RunPaths(runspec.run_dir(cfg))
     if (pid := _running(paths)) is not None:
         return _refused(f"a training run is going in {paths.root} (supervisor pid {pid})")
@@ -213,9 +234,36 @@ def stop(cfg: Config, wait: float) -> Reply:
                  text)  # fmt: skip
 
 
+def _blocks(path: str) -> int:
+    """Bytes the files under ``path`` take on disk, as du counts them; links count nothing (the
+    features/ and eval/ trees are links to the output) and a checkpoint rotated away meanwhile
+    is simply not counted."""
+    total = 0
+    try:
+        with os.scandir(path) as it:
+            for e in it:
+                if e.is_dir(follow_symlinks=False):
+                    total += _blocks(e.path)
+                elif e.is_file(follow_symlinks=False):
+                    total += e.stat(follow_symlinks=False).st_blocks * 512
+    except OSError:
+        pass
+    return total
+
+
+def disk(root: str) -> dict:
+    """The run dir's disk use, its filesystem's free bytes and mount point ({} before it exists)."""
+    if not os.path.isdir(root):
+        return {}
+    mount = os.path.realpath(root)
+    while not os.path.ismount(mount):
+        mount = os.path.dirname(mount)
+    return {"run_bytes": _blocks(root), "disk_free": shutil.disk_usage(root).free, "disk_path": mount}
+
+
 def status(cfg: Config) -> Reply:
     root = runspec.run_dir(cfg)
-    d = read(root)
+    d = {**read(root), **disk(root)}
     d.setdefault("run_dir", root)
     d["run_dir"] = d["run_dir"] or root
     d["export_dir"] = d["export_dir"] or runspec.export_dir(cfg)

@@ -285,3 +285,15 @@ def test_the_demo_console_says_a_training_crash_with_the_resume_to_type(fake, tr
     assert said.count("(Resume: type /train resume)") == 1
     assert os.path.exists(os.path.join(os.path.dirname(train_cfg.path), "console-watch.json"))
     assert not os.path.exists(train_cfg.watcher.state_file)  # a bot's state is not the console's
+
+
+def test_progress_says_the_run_dirs_disk_use_and_a_queued_jobs_reason():
+    rec = TrainRecord.from_dict({**TRAINING, "run_bytes": 1_900_000_000, "disk_free": 3_300_000_000_000,
+                                 "disk_path": "/data"})  # fmt: skip
+    assert "run dir /data/out-train: 1.9 GB · /data: 3.3 TB free" in render_train(rec, now=NOW).splitlines()
+    assert "run dir" not in render_train(TrainRecord.from_dict(TRAINING), now=NOW)  # an older box: not said
+    queued = {**TRAINING, "phase": "preflight", "step": 0, "reason": "Slurm job 7 is pending (Resources)"}
+    text = render_train(TrainRecord.from_dict(queued), now=NOW)
+    assert "waiting: Slurm job 7 is pending (Resources)" in text.splitlines()
+    with pytest.raises(StatusError, match="'run_bytes'"):
+        TrainRecord.from_dict({**TRAINING, "run_bytes": "lots"})

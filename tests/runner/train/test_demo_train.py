@@ -84,6 +84,8 @@ def test_the_demo_trains_its_draft_to_the_end_and_exports_it(tmp_path):
     ckpt = progress.step_dir(st["output_dir"], st["run_id"], st["checkpoint_step"])
     real = sum(os.path.getsize(os.path.join(ckpt, n)) for n in os.listdir(ckpt))
     assert 0.9 * real <= estimate <= 1.1 * real, (estimate, real)
+    assert st["run_bytes"] >= real and st["disk_free"] > 0 and os.path.ismount(st["disk_path"])
+    assert f"run dir {run}: " in said
     rep = _train(conf, "export")
     out = str(work / "out-train" / "export")
     assert (

@@ -13,11 +13,12 @@ import sys
 
 import pytest
 
-from runner import specforge_cpu
+from runner import specforge_cpu, specforge_gpu
 from runner.contract.config import from_dict
 from runner.contract.errors import ConfigError
 from runner.output.lock import JobLock
-from runner.train import control, progress, record, runspec
+from runner.serve import gpus
+from runner.train import control, interpreter, progress, record, runspec
 from tests.conftest import RUNNER
 
 
@@ -208,14 +209,66 @@ def test_the_cpu_shims_reach_only_the_cpu_lanes_own_venv(tmp_path):
 
 def test_only_a_lane_path_is_built_on_first_use(tmp_path, monkeypatch):
     lane = os.path.join(specforge_cpu.venv_dir(str(tmp_path)), "bin", "python")
-    assert specforge_cpu.root_of(lane) == str(tmp_path)
-    assert specforge_cpu.root_of("/usr/bin/python3") is None
+    gpu = os.path.join(specforge_gpu.venv_dir(str(tmp_path)), "bin", "python")
+    assert specforge_cpu.root_of(lane) == str(tmp_path) and specforge_gpu.root_of(gpu) == str(tmp_path)
+    assert specforge_cpu.root_of("/usr/bin/python3") is None and specforge_cpu.root_of(gpu) is None
     assert specforge_cpu.root_of(str(tmp_path / "specforge-cpu-000000000000" / "bin" / "python")) is None
     built = []
-    monkeypatch.setattr(specforge_cpu, "build", lambda root, say: built.append(root))
-    specforge_cpu.ensure("/usr/bin/python3", say=lambda m: None)
-    specforge_cpu.ensure(lane, say=lambda m: None)
-    assert built == [str(tmp_path)]
+    monkeypatch.setattr(specforge_cpu, "build", lambda root, say: built.append(("cpu", root)))
+    monkeypatch.setattr(specforge_gpu, "build", lambda root, say: built.append(("gpu", root)))
+    for python in ("/usr/bin/python3", lane, gpu):
+        interpreter.ensure(python, say=lambda m: None)
+    assert built == [("cpu", str(tmp_path)), ("gpu", str(tmp_path))]
+
+
+def _nvml(tmp_path, n):
+    stub = tmp_path / f"nvml-{n}.json"
+    stub.write_text(json.dumps({"gpus": [{"used_mib": 0, "procs": []}] * n}))
+    return str(stub)
+
+
+def test_auto_is_specforges_own_pins_where_a_gpu_is_seen_and_the_cpu_lane_elsewhere(tmp_path, monkeypatch):
+    monkeypatch.setenv(gpus.STUB_ENV, _nvml(tmp_path, 2))
+    py = interpreter.resolve("auto", str(tmp_path))
+    assert py == os.path.join(specforge_gpu.venv_dir(str(tmp_path)), "bin", "python")
+    assert specforge_cpu.shims_of(py) is None  # no CPU shim reaches the GPU lane's trainer
+    ((what, argv),) = specforge_gpu.steps("PY")
+    assert argv == [
+        "PY",
+        "-m",
+        "pip",
+        "install",
+        "specforge==0.2.0",
+    ]  # its own pins: no --no-deps, no CPU torch
+    monkeypatch.setenv(gpus.STUB_ENV, _nvml(tmp_path, 0))
+    assert interpreter.resolve("auto", str(tmp_path)) == os.path.join(
+        specforge_cpu.venv_dir(str(tmp_path)), "bin", "python"
+    )
+    assert interpreter.resolve("/opt/sf/bin/python", str(tmp_path)) == "/opt/sf/bin/python"
+    assert _cfg(tmp_path, python="auto", envs_dir="envs").train.envs_dir == str(tmp_path / "envs")
+
+
+@pytest.mark.slow  # two venvs built (ensurepip)
+def test_a_gpu_boxs_setup_that_cannot_install_says_which_step_and_is_not_taken_for_built(tmp_path):
+    """The registry out of reach: train setup answers why (the step, pip's exit), leaves no
+    marker, and the next setup tries anew; the JSON answer is not mixed with pip's output."""
+    cfg = tmp_path / "hsx.toml"
+    cfg.write_text(
+        '[job]\nmodel = "m"\ndataset = "d.jsonl"\nout = "out"\n[train]\npython = "auto"\nenvs_dir = "envs"\n'
+    )
+    links = tmp_path / "nothing"
+    links.mkdir()
+    env = {**os.environ, gpus.STUB_ENV: _nvml(tmp_path, 1), "PIP_NO_INDEX": "1", "PIP_FIND_LINKS": str(links)}
+    for _ in range(2):
+        p = subprocess.run([RUNNER, "train", "setup", "--json", "--config", str(cfg)], capture_output=True,
+                           text=True, env=env, timeout=300)  # fmt: skip
+        got = json.loads(p.stdout)
+        assert p.returncode == 1 and got["ok"] is False, (p.stdout, p.stderr)
+        venv = specforge_gpu.venv_dir(str(tmp_path / "envs"))
+        assert got["python"] == os.path.join(venv, "bin", "python")
+        assert "step 2/2 (specforge 0.2.0 with its own pins" in got["reason"] and "exit 1" in got["reason"]
+        assert "specforge==0.2.0" in p.stderr  # pip's own words, on stderr
+        assert specforge_gpu.python_of(str(tmp_path / "envs")) is None  # never taken for built
 
 
 def test_a_supervisor_whose_output_was_taken_since_the_check_refuses_and_says_who(tmp_path):
@@ -342,3 +395,19 @@ def test_gpus_and_nodes_are_specforges_topology_and_set_the_world_and_steps(tmp_
     for bad, says in (({"gpus": 0}, "gpus must be at least 1"), ({"nodes": 2}, 'engine = "slurm"')):
         with pytest.raises(ConfigError, match=says):
             _cfg(tmp_path, **bad)
+
+
+def test_the_run_dirs_disk_use_counts_its_files_and_not_the_links_to_the_output(tmp_path):
+    big = tmp_path / "out" / "data_0.ckpt"
+    big.parent.mkdir()
+    big.write_bytes(os.urandom(1 << 20))
+    run = tmp_path / "run"
+    (run / "features").mkdir(parents=True)
+    (run / "features" / "data_0.ckpt").symlink_to(big)
+    (run / "output" / "hsx-eagle3-step20").mkdir(parents=True)
+    (run / "output" / "hsx-eagle3-step20" / "training_state.pt").write_bytes(os.urandom(300_000))
+    (run / "output" / "hsx-eagle3-latest").symlink_to(run / "output" / "hsx-eagle3-step20")
+    got = control.disk(str(run))
+    assert 300_000 <= got["run_bytes"] < 300_000 + 64 * 1024  # the checkpoint, once; the link trees nothing
+    assert got["disk_free"] > 0 and os.path.ismount(got["disk_path"])
+    assert control.disk(str(tmp_path / "none")) == {}
