@@ -30,14 +30,22 @@ def gpus_check(
     free_gpus: bool,
     expect: list[str] | None = None,
     until: float | None = None,
+    pick=None,
 ) -> dict:
     """Held GPUs: other processes on them, or memory in use that no visible process explains
     (inside a container NVML may show no PIDs). ``free_gpus`` stops the system units found but
     hsx's own; bound to a question (``expect``: the units it named, ``until``: when its answer
-    expires) it stops nothing once the answer expired or the GPUs changed hands."""
+    expires) it stops nothing once the answer expired or the GPUs changed hands. ``pick(devices)``:
+    the ones that will be used, and why there are too few ('' when there are enough)."""
     devices, err = gpus.survey()
     if err:
         return _check("gpus", not needs_gpu, err, "install the NVIDIA driver" if needs_gpu else "")
+    if pick:
+        devices, short = pick(devices)
+        if short:
+            return _check(
+                "gpus", False, short, "set [train] gpus to the GPUs there are (or CUDA_VISIBLE_DEVICES)"
+            )
     found = gpus.holders(devices, own_pid, HELD_MIB)
     own = gpus.protected_units(devices, {os.getpid(), *([own_pid] if own_pid else [])})
     units = sorted({h["unit"] for h in found if h["unit"]} - own)

@@ -130,9 +130,29 @@ def disk(spec: dict, draft: dict | None, total_steps: int) -> dict:
     return _check("disk", free >= count * each, detail, fix)
 
 
-def gpus(python: str, out: str) -> dict:
+def trainers_gpus(n: int):
+    """The GPUs SpecForge's launcher gives ``n`` local ranks: the first n, of CUDA_VISIBLE_DEVICES'
+    when it lists indices (NVML's numbering); a list of UUIDs is left to CUDA: all are checked."""
+    vis = os.environ.get("CUDA_VISIBLE_DEVICES")
+    listed = [x.strip() for x in (vis or "").split(",") if x.strip()]
+
+    def pick(devices: list[dict]) -> tuple[list[dict], str]:
+        pool, says = devices, f"NVML sees {len(devices)} GPUs"
+        if vis is not None and all(x.isdigit() for x in listed):
+            by = {d["gpu"]: d for d in devices}
+            pool = [by[int(x)] for x in listed if int(x) in by]
+            says = f"CUDA_VISIBLE_DEVICES={vis} leaves {len(pool)} GPUs"
+        if len(pool) < n:
+            return [], f"[train] gpus = {n}, and {says}"
+        return pool[:n], ""
+
+    return pick
+
+
+def gpus(python: str, out: str, n: int = 1, here: bool = True) -> dict:
     """The extraction's server (any rank's pid file that still proves it) holds its GPUs; then
-    anyone NVML shows, named as the extraction's preflight names them."""
+    anyone NVML shows on the ``n`` GPUs the trainer uses, named as the extraction's preflight
+    names them. Not ``here`` (the Slurm engine): the job's nodes' GPUs are Slurm's to give."""
     for path in sorted(glob.glob(os.path.join(out, "server*.pid"))):
         pid = pidfile.live(path)
         if pid is not None:
@@ -140,8 +160,13 @@ def gpus(python: str, out: str) -> dict:
             return _check(
                 "gpus", False, detail, "hsx-runner stop (/extract stop), or wait for the extraction to end"
             )
-    check = gpus_check(not specforge_cpu.shims_of(python), None, False)
-    if specforge_cpu.shims_of(python):  # the CPU lane trains on no GPU: held ones are no obstacle
+    if not here:
+        return _check(
+            "gpus", True, "Slurm gives the job its nodes' GPUs: none on this host are the trainer's"
+        )
+    cpu = specforge_cpu.shims_of(python)
+    check = gpus_check(not cpu, None, False, pick=None if cpu else trainers_gpus(n))
+    if cpu:  # the CPU lane trains on no GPU: held ones are no obstacle
         return {**check, "ok": True, "detail": f"the CPU lane trains on no GPU; {check['detail']}", "fix": ""}
     return check
 
@@ -170,7 +195,7 @@ def checks(cfg, spec: dict, draft: dict | None = None) -> list[dict]:
         layers(draft, where, list(desc["aux_layer_ids"])),
         target(spec, weights, why),
         disk(spec, draft, runspec.total_steps(spec, files)),
-        gpus(cfg.train.python, cfg.job.out),
+        gpus(cfg.train.python, cfg.job.out, cfg.train.gpus, cfg.cluster.engine != "slurm"),
     ]
 
 

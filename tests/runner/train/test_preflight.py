@@ -16,6 +16,7 @@ from runner.contract.config import from_dict
 from runner.contract.errors import ConfigError
 from runner.contract.status import Phase, StatusRecord, write_record
 from runner.output import verified
+from runner.serve import gpus as gpus_mod
 from runner.serve import pidfile
 from runner.train import preflight, runspec
 from tests.conftest import RUNNER
@@ -67,10 +68,10 @@ def _verdict(out, **report):
     verified.save(str(out), report, verified.identity(str(out)))
 
 
-def _cfg(tmp_path, python="", job=None, **train):
+def _cfg(tmp_path, python="", job=None, cluster=None, **train):
     body = {
         "job": {"model": str(tmp_path / "model"), "dataset": "d.jsonl", "out": str(tmp_path / "out"), **(job or {})},
-        "train": {"python": python, **train},
+        "train": {"python": python, **train}, "cluster": cluster or {},
     }  # fmt: skip
     return from_dict(body, base_dir=str(tmp_path))
 
@@ -191,6 +192,32 @@ def test_gpus_held_by_the_extractions_server_or_a_stranger_refuse_by_name(tmp_pa
     assert not c["ok"] and "vllm.service" in c["detail"] and "free-gpus" in c["fix"]
     c = preflight.gpus(_lane(tmp_path), str(out))  # the CPU lane uses none of them
     assert c["ok"] and "vllm.service" in c["detail"]
+
+
+def test_only_the_gpus_the_trainer_uses_are_checked_and_too_few_refuse(tmp_path, monkeypatch):
+    """SpecForge's launcher puts [train] gpus ranks on the first GPUs (or CUDA_VISIBLE_DEVICES')."""
+    out = _out(tmp_path)
+    stub = tmp_path / "nvml.json"
+    stranger = {"pid": 9001, "used_mib": 70_000, "comm": "python3", "cgroup": "0::/user.slice\n"}
+    free = {"used_mib": 0, "procs": []}
+    stub.write_text(json.dumps({"gpus": [free, free, {"used_mib": 70_000, "procs": [stranger]}]}))
+    monkeypatch.setenv(gpus_mod.STUB_ENV, str(stub))
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    gpu = "/opt/specforge/bin/python"
+    assert preflight.gpus(gpu, str(out), 2)["ok"]  # GPU 2 is held, and not the trainer's
+    c = preflight.gpus(gpu, str(out), 3)
+    assert not c["ok"] and "9001" in c["detail"]
+    c = preflight.gpus(gpu, str(out), 4)
+    assert (
+        not c["ok"] and c["detail"] == "[train] gpus = 4, and NVML sees 3 GPUs" and "[train] gpus" in c["fix"]
+    )
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1,2")
+    assert not preflight.gpus(gpu, str(out), 2)["ok"]  # the visible ones are 1 and 2: 2 is held
+    c = preflight.gpus(gpu, str(out), 3)
+    assert not c["ok"] and c["detail"] == "[train] gpus = 3, and CUDA_VISIBLE_DEVICES=1,2 leaves 2 GPUs"
+    _model(tmp_path)
+    slurm = _checks(_cfg(tmp_path, gpu, cluster={"engine": "slurm"}, gpus=8))["gpus"]
+    assert slurm["ok"] and "Slurm" in slurm["detail"]  # this host's GPUs are not the job's
 
 
 def test_train_start_refuses_unverified_features_and_writes_nothing(tmp_path):
