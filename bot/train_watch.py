@@ -29,7 +29,7 @@ from remote.errors import RemoteError
 from runner.contract.config import Config
 from runner.contract.render import human_duration
 from runner.contract.status import age_s, parse_iso
-from runner.contract.train import TrainRecord, eval_line, render_train
+from runner.contract.train import EXPORT_PENDING, TrainRecord, eval_line, render_train
 
 from .slack_out import TRAIN_KEY, Action
 
@@ -76,7 +76,7 @@ def _quiet(rec: TrainRecord, lim: TrainLimits, now: dt.datetime) -> tuple[str, s
                 "SpecForge prints nothing until its first step, and its vocab pass reads every feature file"
             ),
         )
-    if rec.phase != "training":
+    if rec.phase != "training" or rec.export == EXPORT_PENDING:  # the end's export logs no step
         return None
     t_step, t_launch = parse_iso(rec.last_step_at), parse_iso(rec.launched_at)
     since = rec.last_step_at if t_step and (t_launch is None or t_step >= t_launch) else rec.launched_at

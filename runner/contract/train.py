@@ -21,6 +21,7 @@ ACTIONS = ("setup", "start", "resume", "stop", "status", "export", "history")  #
 PHASES = ("preflight", "loading", "training", "done", "stopped", "crashed")
 ACTIVE = ("preflight", "loading", "training")
 WHERE = "training record"
+EXPORT_PENDING = "pending"  # the record's export while the supervisor exports at the end
 METRICS = ("loss", "acc", "acceptance_rate", "val_acc", "acc_len", "best_acc_len", "log_s")
 
 
@@ -61,6 +62,8 @@ class TrainRecord:
     eval_step: int | None = None
     best_acc_len: float | None = None  # the best simulated acceptance length so far
     best_step: int | None = None
+    export: str | None = None  # "pending" while the end's export runs, then what it said
+    export_ok: bool | None = None
     run_bytes: int | None = None  # what the run dir holds on disk (checkpoints, logs), said by status
     disk_free: int | None = None  # free on the run dir's filesystem
     disk_path: str | None = None  # that filesystem's mount point
@@ -174,6 +177,11 @@ def render_train(rec: TrainRecord, now: dt.datetime | None = None) -> str:
         lines.append(f"{rec.phase}: {rec.reason}")
     if rec.phase == "crashed":
         lines.append("`/train resume` continues from the last durable checkpoint")
+    if rec.export == EXPORT_PENDING and rec.active:
+        lines.append(f"exporting the draft to {rec.export_dir or 'the export dir'} (SpecForge's export)")
     if rec.phase == "done":
-        lines.append(f"done; `/train export` writes the draft to {rec.export_dir or 'the export dir'}")
+        if rec.export and rec.export != EXPORT_PENDING:
+            lines.append(f"done; {rec.export}" + ("" if rec.export_ok else " — `/train export` tries again"))
+        else:
+            lines.append(f"done; `/train export` writes the draft to {rec.export_dir or 'the export dir'}")
     return "\n".join(lines)

@@ -99,7 +99,8 @@ def _launch(cfg: Config, paths: runspec.RunPaths, launch: str, submit=None) -> R
     rec = Record.load(paths.root)
     rec.update(phase="preflight", launch=launch, launches=(rec.d.get("launches") or 0) + 1, reason="",
                run_dir=paths.root, export_dir=runspec.export_dir(cfg), python=cfg.train.python,
-               heartbeat=now(), pid=None, features=os.path.abspath(cfg.job.out))  # fmt: skip
+               heartbeat=now(), pid=None, features=os.path.abspath(cfg.job.out),
+               config=os.path.abspath(cfg.path) if cfg.path else None, export=None, export_ok=None)  # fmt: skip
     rec.write()
     if submit:
         return submit(cfg, paths, launch)
@@ -287,12 +288,19 @@ def history(cfg: Config) -> Reply:
 
 
 def export(cfg: Config) -> Reply:
+    """``train export``: the supervisor exports at the end itself; this exports again (or once
+    more after a failed one)."""
     paths = runspec.RunPaths(runspec.run_dir(cfg))
     if (pid := _running(paths)) is not None:
         return _refused(f"a training run is going (supervisor pid {pid}): export when it is done")
     d = read(paths.root)
     if d.get("phase") in ACTIVE or d.get("run_id") is None:
         return _refused(f"nothing to export in {paths.root}")
+    return export_run(cfg, paths, d)
+
+
+def export_run(cfg: Config, paths: runspec.RunPaths, d: dict) -> Reply:
+    """The last complete checkpoint exported for SGLang into export_dir, its layer ids checked."""
     ckpt = progress.durable(d["output_dir"], d["run_id"], d.get("world") or 1, set())
     if ckpt is None:
         return _refused(f"no complete checkpoint in {d['output_dir']}")

@@ -26,6 +26,7 @@ FIELDS = (
     "reason", "exit_code", "launch", "launches", "started_at", "launched_at", "ended_at",
     "last_step_at", "nan_loss", "output_dir", "run_id", "world", "steps_per_epoch", "checkpoint_at",
     "log_s", "log_interval", "eval_samples", "val_acc", "acc_len", "eval_step", "best_acc_len", "best_step",
+    "export", "export_ok",
 )  # fmt: skip
 
 

@@ -192,7 +192,9 @@ class Supervisor:
         )
         if rc == 0:  # every step ran; the last is logged only when log_interval divides it
             phase, reason = "done", ""
-            self.rec.update(step=self.rec.d.get("total_steps") or self.rec.d.get("step"))
+            self.rec.update(step=self.rec.d.get("total_steps") or self.rec.d.get("step"), export="pending")
+            self.rec.write()  # "done" waits for the draft: the record says it is being exported
+            self.rec.update(**self._export())
         elif self.stop_asked:
             phase, reason = "stopped", f"stopped on request (SpecForge saves nothing on a stop){at}"
         elif rc < 0:
@@ -204,6 +206,25 @@ class Supervisor:
         self.rec.update(phase=phase, reason=reason, exit_code=rc, heartbeat=now(), ended_at=now())
         self.hist.add(phase, self.rec.d.get("step"))  # before the record ends: no reader sees an end unmarked
         self.rec.write()
+
+    def _export(self) -> dict:
+        """The draft exported for SGLang at the end (control.export_run, as ``train export``
+        does, with this run's config): what the record says of it. A failure is said, never
+        raised: the training is done either way, and ``train export`` tries again."""
+        from ..contract.config import load
+        from . import control, runspec
+
+        path = self.rec.d.get("config")
+        if not path:
+            return {"export": None, "export_ok": None}
+        try:
+            cfg = load(path)
+            cfg.train.python = self.rec.d.get("python") or cfg.train.python  # as resolved at the launch
+            rep = control.export_run(cfg, runspec.RunPaths(self.root), self.rec.d)
+            return {"export": rep.text, "export_ok": bool(rep.obj.get("ok")), "export_dir": rep.obj.get("export_dir")
+                    or self.rec.d.get("export_dir")}  # fmt: skip
+        except Exception as e:  # noqa: BLE001 - said in the record; the run stays done
+            return {"export": f"export failed: {type(e).__name__}: {e}", "export_ok": False}
 
 
 def _resumes_at(argv: list[str]) -> int | None:

@@ -14,7 +14,7 @@ from slack_sdk import WebClient
 
 from bot.train_watch import ZERO_LOGS, TrainLimits, judge
 from bot.watcher import Watcher, WatchState, start_watcher
-from runner.contract.train import TrainRecord
+from runner.contract.train import TrainRecord, render_train
 
 from . import slack_api
 from .http_bot import STRANGER, serve
@@ -69,6 +69,35 @@ def test_done_is_posted_once_with_the_export_path():
     _, st = judge(WatchState(), TrainRecord.from_dict(TRAINING), NOW)
     (a,) = judge(st, TrainRecord.from_dict(done), NOW)[0]
     assert "/data/out-train/export" in a.text
+
+
+def test_done_waits_for_the_ends_export_and_posts_the_flags_that_serve_the_draft():
+    said = ("exported step 120 to /data/out-train/export; serve it with: python -m sglang.launch_server "
+            "--model-path /m --speculative-algorithm EAGLE3 --speculative-draft-model-path /data/out-train/export")  # fmt: skip
+    exporting = {**TRAINING, "step": 120, "export": "pending"}
+    late = NOW + dt.timedelta(hours=1)  # no step line for an hour: the export, not a stall
+    assert run([exporting], now=late) == []
+    assert "exporting the draft to /data/out-train/export" in render_train(
+        TrainRecord.from_dict(exporting), NOW
+    )
+    done = {
+        **exporting,
+        "phase": "done",
+        "export": said,
+        "export_ok": True,
+        "ended_at": "2026-12-01T12:02:00.000Z",
+    }
+    _, st = judge(WatchState(), TrainRecord.from_dict(exporting), late)
+    (a,) = judge(st, TrainRecord.from_dict(done), late)[0]
+    assert a.kind == "done" and f"\ndone; {said}" in a.text and "tries again" not in a.text
+    failed = {
+        **done,
+        "export": "export failed: ValueError: serving state is missing keys",
+        "export_ok": False,
+    }
+    assert "done; export failed: ValueError: serving state is missing keys — `/train export` tries again" in (
+        render_train(TrainRecord.from_dict(failed), NOW)
+    )
 
 
 def test_the_watcher_posts_the_crash_and_its_resume_button_runs_train_resume(fake, cfg):

@@ -60,6 +60,10 @@ def test_the_demo_trains_its_draft_to_the_end_and_exports_it(tmp_path):
     total = min(cfg.train.max_steps, (SAMPLES - HELD) * cfg.train.epochs)
     assert st["phase"] == "done" and st["step"] == st["total_steps"] == total, st
     assert st["checkpoint_step"] == st["total_steps"] and st["loss"] is not None and st["checkpoint_at"]
+    # the end exported the draft before it said done, and says how SGLang serves it
+    exported = os.path.join(str(work / "out-train" / "export"), "model.safetensors")
+    assert st["export_ok"] and os.path.getsize(exported) > 0, st
+    assert "serve it with: python -m sglang.launch_server" in st["export"]
     run = work / "out-train"
     _the_split_is_disjoint_and_covers_the_samples(str(work / "out"), str(run))
     evals = [ln for ln in open(run / "train.log") if "'eval/simulated_acc_len'" in ln]
@@ -86,7 +90,7 @@ def test_the_demo_trains_its_draft_to_the_end_and_exports_it(tmp_path):
     assert 0.9 * real <= estimate <= 1.1 * real, (estimate, real)
     assert st["run_bytes"] >= real and st["disk_free"] > 0 and os.path.ismount(st["disk_path"])
     assert f"run dir {run}: " in said
-    rep = _train(conf, "export")
+    rep = _train(conf, "export")  # again, by hand: the same files anew
     out = str(work / "out-train" / "export")
     assert (
         rep["ok"] and os.path.getsize(os.path.join(out, "model.safetensors")) > 0 and rep["export_dir"] == out

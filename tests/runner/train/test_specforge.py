@@ -116,6 +116,7 @@ def test_the_extractions_output_trains_to_the_end_and_is_exported(uninterrupted,
         st["step"] == st["total_steps"] == TOTAL and st["checkpoint_step"] == TOTAL and st["epoch"] == EPOCHS
     )
     assert isinstance(st["loss"], float) and st["run_dir"] == run_dir and st["python"]
+    assert st["export_ok"] and st["export"].startswith(f"exported step {TOTAL} to "), st  # at the end, itself
     assert sorted(_losses(run_dir)) == list(range(LOG, TOTAL + 1, LOG))
     cmd = json.load(open(os.path.join(run_dir, "command.json")))
     assert (
