@@ -56,10 +56,15 @@ def _not_while_training(verb: str):
 def cmd_run(args, cfg: Config) -> int:
     """The job; once it ended done and released the output, its hand-off to training."""
     code = _run_job(args, cfg)
-    if code == 0 and args.rank is None and cfg.train.python:
-        from .train import handoff
+    if code == 0 and cfg.train.python:
+        if args.rank is None:
+            from .train import handoff
 
-        handoff.run(cfg)
+            handoff.run(cfg)
+        else:  # a Slurm rank: the last of them to end done hands off
+            from .engines import slurm_handoff, slurm_train
+
+            slurm_handoff.run(cfg, args.rank, slurm_train.start)
     return code
 
 

@@ -21,7 +21,7 @@ from ..data.dataset import line_offsets
 from ..job import view
 from ..output import ranks
 from ..output.store import Store
-from . import slurm_io
+from . import slurm_handoff, slurm_io
 from .base import Engine
 from .slurm_merge import QUEUED, RUNNING, Inputs, Task, merge, task_ids
 
@@ -59,7 +59,10 @@ class SlurmEngine(Engine):
             job=self.cfg.job.name, state=st, tasks=tasks, records=records, markers=markers, now=now,
             out=out, adopted=len(store.adopted()), usage=usage, host=socket.gethostname(),
         )  # fmt: skip
-        return merge(inputs)
+        rec = merge(inputs)
+        if rec.phase is Phase.DONE and self.cfg.train.python:
+            rec.handoff = slurm_handoff.said(out, tasks)
+        return rec
 
     # --- logs and events: every rank's, each marked with its rank ----------------------------
     def logs(self, n: int, which: str = "runner", rank: int | None = None, server: bool = False) -> Reply:
@@ -130,6 +133,7 @@ class SlurmEngine(Engine):
                 verb, f"already running: {len(active)} rank(s) queued or running", ranks=sorted(active)
             )
         os.makedirs(os.path.join(out, "logs"), exist_ok=True)
+        slurm_handoff.clear(out)
         argv = slurm_io.sbatch_argv(cfg, todo, slurm_io.write_script(cfg, len(ranges)))
         job = slurm_io.sbatch(argv)
         now = now_iso()

@@ -107,12 +107,19 @@ def _refuse_live(cfg: Config) -> Reply | None:
     return None
 
 
+def _extraction(cfg: Config):
+    """The extraction's phase as its ranks merged say it: no one file on a cluster says done."""
+    from .slurm import SlurmEngine
+
+    return lambda: SlurmEngine(cfg).status().phase
+
+
 def start(cfg: Config) -> Reply:
-    return _refuse_live(cfg) or control.start(cfg, submit)
+    return _refuse_live(cfg) or control.start(cfg, submit, _extraction(cfg))
 
 
 def resume(cfg: Config) -> Reply:
-    return _refuse_live(cfg) or control.resume(cfg, submit)
+    return _refuse_live(cfg) or control.resume(cfg, submit, _extraction(cfg))
 
 
 def status(cfg: Config) -> Reply:

@@ -139,7 +139,8 @@ def _ensure(python: str) -> str | None:
     return None
 
 
-def start(cfg: Config, submit=None) -> Reply:
+def start(cfg: Config, submit=None, extraction=None) -> Reply:
+    """``submit``/``extraction``: the Slurm engine's launch and its merged extraction phase."""
     if why := _ensure(cfg.train.python):
         return _refused(why)
     why = check_python(cfg.train.python)
@@ -148,7 +149,7 @@ def start(cfg: Config, submit=None) -> Reply:
     paths = runspec.RunPaths(runspec.run_dir(cfg))
     if (pid := _running(paths)) is not None:
         return _refused(f"a training run is going in {paths.root} (supervisor pid {pid})")
-    if why := exclusive.why_not_train(cfg.job.out):
+    if why := exclusive.why_not_train(cfg.job.out, extraction):
         return _refused(why)
     run_id = Record.load(paths.root).d.get("run_id") or runspec.RUN_ID
     held = progress.checkpoints(paths.output, run_id)  # a run cut short before its first save: none
@@ -183,13 +184,13 @@ def start(cfg: Config, submit=None) -> Reply:
     return _launch(cfg, paths, "start", submit)
 
 
-def resume(cfg: Config, submit=None) -> Reply:
+def resume(cfg: Config, submit=None, extraction=None) -> Reply:
     if why := _ensure(cfg.train.python):
         return _refused(why)
     paths = runspec.RunPaths(runspec.run_dir(cfg))
     if (pid := _running(paths)) is not None:
         return _refused(f"a training run is going in {paths.root} (supervisor pid {pid})")
-    if why := exclusive.why_not_train(cfg.job.out):
+    if why := exclusive.why_not_train(cfg.job.out, extraction):
         return _refused(why)
     d = read(paths.root)
     if not os.path.exists(paths.yaml) or d.get("run_id") is None:

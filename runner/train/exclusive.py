@@ -108,15 +108,16 @@ def train(out: str, pid: int, run_dir: str) -> int:
     return fd
 
 
-def why_not_train(out: str) -> str | None:
-    """What refuses a training start or resume on ``out`` now (None: nothing)."""
+def why_not_train(out: str, extraction=None) -> str | None:
+    """What refuses a training start or resume on ``out`` now (None: nothing). ``extraction()``:
+    the extraction's phase where its record is not the box's one file (the Slurm engine's ranks)."""
     from ..contract.status import Phase
     from ..job.view import current
 
     if who := users_of(out):
         return f"{who}: train when it is done"
     try:
-        phase = current(out).phase
+        phase = extraction() if extraction else current(out).phase
     except Exception as e:  # noqa: BLE001 - a corrupt record refuses too, and says so
         return f"the extraction's status in {out} cannot be read ({e})"
     if phase != Phase.DONE:

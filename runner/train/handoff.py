@@ -48,15 +48,15 @@ def _verify(cfg) -> str | None:
     return None if ok else f"{detail} ({fix})"
 
 
-def hand_off(cfg) -> tuple[str, int | None]:
-    """Verify, then (after_extraction) start the training: one line saying what came of it, and
-    the training's supervisor pid when it started."""
+def hand_off(cfg, start=control.start) -> tuple[str, int | None]:
+    """Verify, then (after_extraction) start the training (``start``: the Slurm engine's submits
+    a job): one line saying what came of it, and the training's supervisor pid when it started here."""
     why = _verify(cfg)
     if why:
         return f"training not started: the features are not verified: {why}", None
     if not cfg.train.after_extraction:
         return "features verified for training: `/train start` trains the draft", None
-    reply = control.start(cfg)
+    reply = start(cfg)
     if reply.code == OK:
         return f"training started ({LAUNCH}): {reply.text}", reply.obj.get("supervisor_pid")
     return f"training not started ({LAUNCH}): {reply.text}", None

@@ -83,20 +83,37 @@ def _train(conf: str, action: str) -> dict:
     return json.loads(runner("train", action, "--json", "--config", conf).stdout)
 
 
-def test_a_training_job_on_slurm_is_said_queued_cancels_and_runs_specforge_to_the_end(
+def test_a_slurm_extraction_hands_off_to_a_training_job_then_one_is_said_queued_and_cancels(
     slurm, demo_assets, tmp_path
 ):
+    """The extraction's array, its last rank's hand-off (verify, then after_extraction submits the
+    training job), SpecForge's trainer under that job's supervisor to the end; then a held job."""
     py = specforge_cpu.python_of(os.path.join(ROOT, ".cache"))
     if py is None:
         skip_or_fail(
             "no SpecForge CPU venv (python -m runner.specforge_cpu .cache)", "HSX_REQUIRE_SPECFORGE_TRAIN"
         )
     conf = cluster_job(tmp_path / "t", demo_assets, samples=1)
-    runner("run", "--config", conf, check=True, timeout=300)  # the features, extracted here
-    runner("verify", "--config", conf, check=True, timeout=120)  # and verified: the preflight's first check
     text = open(conf).read()
     with open(conf, "a") as f:
-        f.write(_train_section(py))
+        f.write(_train_section(py, after_extraction=True))
+    assert json.loads(runner("start", "--json", "--config", conf).stdout)["started"]
+    deadline = time.monotonic() + 300
+    while (st := _train(conf, "status"))["phase"] != "done":
+        assert time.monotonic() < deadline and st["phase"] != "crashed", (st, _extraction(conf))
+        time.sleep(0.5)
+    assert st["step"] == st["total_steps"] == st["checkpoint_step"] == 1 and st["export_ok"], st
+    ex = _extraction(conf)
+    assert ex["phase"] == "done" and ex["handoff"].startswith(
+        "training started (after_extraction): training started: Slurm job "
+    ), ex
+    out = os.path.join(os.path.dirname(conf), "out-train")
+    job = json.load(open(os.path.join(out, "slurm.json")))["job"]
+    assert f"Slurm job {job}, 1 node(s)" in ex["handoff"]
+    assert os.path.exists(os.path.join(out, f"slurm-{job}.out"))  # the batch script's, as sbatch wrote it
+    assert (
+        "step 1: {" in open(os.path.join(out, "train.log")).read()
+    )  # SpecForge's, under the job's supervisor
     held = os.path.join(os.path.dirname(conf), "held.toml")  # a job Slurm holds back an hour
     with open(held, "w") as f:
         f.write(text.replace("[cluster]\n", '[cluster]\nsbatch_args = ["--begin=now+3600"]\n'))
@@ -111,21 +128,10 @@ def test_a_training_job_on_slurm_is_said_queued_cancels_and_runs_specforge_to_th
     assert _train(held, "stop")["done"]
     st = _train(held, "status")
     assert st["phase"] == "crashed" and f"Slurm job {rep['job_id']} ended (cancelled)" in st["reason"], st
-    rep = _train(conf, "start")
-    assert rep["started"], rep
-    deadline = time.monotonic() + 120
-    while (st := _train(conf, "status"))["phase"] in ("preflight", "loading", "training"):
-        assert time.monotonic() < deadline, st
-        time.sleep(0.2)
-    assert st["phase"] == "done" and st["step"] == st["total_steps"] == st["checkpoint_step"] == 1, st
-    out = os.path.join(os.path.dirname(conf), "out-train")
-    assert json.load(open(os.path.join(out, "slurm.json")))["job"] == rep["job_id"]
-    assert os.path.exists(
-        os.path.join(out, f"slurm-{rep['job_id']}.out")
-    )  # the batch script's, as sbatch wrote it
-    assert (
-        "step 1: {" in open(os.path.join(out, "train.log")).read()
-    )  # SpecForge's, under the job's supervisor
+
+
+def _extraction(conf: str) -> dict:
+    return json.loads(runner("status", "--json", "--config", conf).stdout)
 
 
 def test_the_extractions_array_and_a_training_job_take_the_same_site_flags(tmp_path):
@@ -141,3 +147,23 @@ def test_the_extractions_array_and_a_training_job_take_the_same_site_flags(tmp_p
     train = slurm_train.sbatch_argv(cfg, paths, "/t.sh")
     assert all(f in train for f in site) and "--gpus-per-node=8" in train and train[-1] == "/t.sh"
     assert array.index("--account=lab") > array.index("--partition=gpu")  # the site's own flags last
+
+
+def test_one_rank_claims_the_hand_off_and_the_merged_status_says_how_it_stands(tmp_path):
+    from runner.contract.status import HANDOFF_PENDING
+    from runner.engines import slurm_handoff
+    from runner.engines.slurm_merge import Task
+
+    out = str(tmp_path)
+    running, gone = {0: Task("RUNNING"), 1: Task("COMPLETED")}, {0: Task("COMPLETED")}
+    assert slurm_handoff.said(out, running) == HANDOFF_PENDING  # a rank may still claim it
+    assert "no rank handed the features to training" in slurm_handoff.said(out, gone)
+    assert slurm_handoff._claim(out, 0) and not slurm_handoff._claim(out, 1)  # one claimer only
+    assert slurm_handoff.said(out, running) == HANDOFF_PENDING  # rank 0 is at it
+    assert "the hand-off by rank 0 did not finish" in slurm_handoff.said(out, gone)
+    with open(os.path.join(out, slurm_handoff.FILE), "w") as f:
+        json.dump({"rank": 0, "text": "features verified for training"}, f)
+    assert slurm_handoff.said(out, gone) == "features verified for training"
+    slurm_handoff.clear(out)
+    slurm_handoff.clear(out)  # nothing to clear: no error
+    assert slurm_handoff._claim(out, 1)
