@@ -1,7 +1,8 @@
 """Training on the Slurm engine (runner/engines/slurm_train.py): one job of [train] nodes x gpus
 whose batch script is the run's supervisor. The script, the sbatch argv and each node's task
 on several nodes (no Slurm needed); on the test Slurm, a queued job said and cancelled, and a job
-whose supervisor runs SpecForge's trainer to the end (one sample, one step)."""
+whose supervisor runs SpecForge's trainer to the end (one sample, one step); on a two-node test
+Slurm, two nodes training one run together (two ranks, two steps)."""
 
 from __future__ import annotations
 
@@ -13,9 +14,9 @@ import time
 from runner import specforge_cpu
 from runner.contract.config import load
 from runner.engines import slurm_train
-from runner.train import runspec
+from runner.train import progress, runspec
 from tests.cluster.conftest import cluster_job
-from tests.conftest import ROOT, runner
+from tests.conftest import ROOT, runner, write_job
 from tests.sshd import skip_or_fail
 
 
@@ -141,3 +142,40 @@ def test_the_extractions_array_and_a_training_job_take_the_same_site_flags(tmp_p
     train = slurm_train.sbatch_argv(cfg, paths, "/t.sh")
     assert all(f in train for f in site) and "--gpus-per-node=8" in train and train[-1] == "/t.sh"
     assert array.index("--account=lab") > array.index("--partition=gpu")  # the site's own flags last
+
+
+def test_two_slurm_nodes_train_together_to_the_end(slurm_two_nodes, demo_assets, tmp_path):
+    """[train] nodes = 2 on a real two-node Slurm (two slurmds on this host): srun starts
+    SpecForge's launcher once per node with its node rank and the first node as master, and the
+    two torchruns train one run of two ranks (gloo) to the end."""
+    py = specforge_cpu.python_of(os.path.join(ROOT, ".cache"))
+    if py is None:
+        skip_or_fail(
+            "no SpecForge CPU venv (python -m runner.specforge_cpu .cache)", "HSX_REQUIRE_SPECFORGE_TRAIN"
+        )
+    conf = write_job(tmp_path / "t", demo_assets, samples=4)
+    runner("run", "--config", conf, check=True, timeout=300)  # extracted here, trained on Slurm
+    runner("verify", "--config", conf, check=True, timeout=120)
+    with open(conf, "a") as f:
+        f.write('[cluster]\nengine = "slurm"\ngpus_per_node = 0\n' + _train_section(py, nodes=2, gpus=1))
+    rep = _train(conf, "start")
+    assert rep["started"] and "--nodes=2" in rep["argv"], rep
+    deadline = time.monotonic() + 150
+    while (st := _train(conf, "status"))["phase"] in ("preflight", "loading", "training"):
+        assert time.monotonic() < deadline, st
+        time.sleep(0.2)
+    total = 2  # 4 samples over 2 ranks, one epoch
+    assert st["phase"] == "done" and st["world"] == 2, st
+    assert st["step"] == st["total_steps"] == st["checkpoint_step"] == total, st
+    out = os.path.join(os.path.dirname(conf), "out-train")
+    names = set(os.listdir(progress.step_dir(os.path.join(out, "output"), runspec.RUN_ID, total)))
+    assert {"training_state.pt", "training_state_rank0.pt", "training_state_rank1.pt"} <= names, names
+    log = open(os.path.join(out, "train.log")).read()
+    assert [s for s, _ in progress.parse_steps(log)].count(total) == 2, log[-3000:]  # both ranks print it
+    job = slurm_train._job(runspec.RunPaths(out))["job"]
+    shown = subprocess.run(
+        ["scontrol", "show", "job", job], capture_output=True, text=True, check=True
+    ).stdout
+    assert "NumNodes=2 " in shown and " NodeList=localhost,node2\n" in shown, shown
+    for node in slurm_two_nodes.names:  # the trainer's step ran a task on each node
+        assert f"StepId={job}.0" in open(os.path.join(slurm_two_nodes.dir, f"slurmd-{node}.log")).read(), node
