@@ -6,8 +6,10 @@ Slurm, two nodes training one run together (two ranks, two steps)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import socket
 import subprocess
 import time
 
@@ -67,17 +69,46 @@ def test_the_job_is_nodes_by_gpus_and_each_node_runs_specforges_launcher_with_it
         "-c",
         "import json, os, sys; print(json.dumps([os.environ['NODE_RANK'], *sys.argv[1:]]))",
     ]
-    env = {"PATH": f"{bin_}:{os.environ['PATH']}", "SLURM_NODEID": "2", "SLURM_JOB_NODELIST": "gpu[07-10]"}
-    p = subprocess.run(many[5:-len(one)] + shown + ["training.resume_from=/r/x-step9"], env=env,
-                       capture_output=True, text=True, timeout=30)  # fmt: skip
-    assert json.loads(p.stdout) == [
+    env = {"PATH": f"{bin_}:{os.environ['PATH']}", "SLURM_NODEID": "2", "SLURM_JOB_NODELIST": "gpu[07-10]",
+           "SLURM_JOB_ID": "123457"}  # fmt: skip
+
+    def task(argv: list[str]) -> list[str]:
+        p = subprocess.run(argv[5:-len(one)] + shown + ["training.resume_from=/r/x-step9"], env=env,
+                           capture_output=True, text=True, timeout=30)  # fmt: skip
+        return json.loads(p.stdout)
+
+    assert task(many) == [
         "2",
         "training.resume_from=/r/x-step9",
         "deployment.trainer.master_addr=gpu07",
-    ], p
+        "deployment.trainer.master_port=23457",  # the job's own, not torchrun's 29500 another job may hold
+    ]
+    # an operator's [train.specforge.deployment.trainer] master_port stands
+    assert task(slurm_train.node_argv(one, 4, own_port=False)) == ["2", "training.resume_from=/r/x-step9",
+                                                                   "deployment.trainer.master_addr=gpu07"]  # fmt: skip
     assert runspec.spec_for(cfg, paths, {"max_length": 8}, "e", "h")["deployment"]["trainer"] == {
         "nnodes": 4, "nproc_per_node": 8, "master_addr": runspec.MASTER,  # SpecForge refuses 4 nodes without one
     }  # fmt: skip
+
+
+def test_a_jobs_nodes_take_its_own_master_port_unless_run_yaml_names_one(tmp_path, monkeypatch):
+    """submit reads run.yaml: an operator's deployment.trainer.master_port is left to stand."""
+    cfg = _site(tmp_path, gpus_per_node=8, time_limit="1:00:00", nodes=2, gpus=8)
+    paths = runspec.RunPaths(runspec.run_dir(cfg))
+    os.makedirs(paths.root)
+    bin_ = tmp_path / "bin"
+    bin_.mkdir()
+    (bin_ / "sbatch").write_text("#!/bin/sh\necho 77\n")
+    (bin_ / "sbatch").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_}:{os.environ['PATH']}")
+    for trainer, own in (({"nnodes": 2}, True), ({"nnodes": 2, "master_port": 31000}, False)):
+        with open(paths.yaml, "w") as f:
+            json.dump({"deployment": {"trainer": trainer}}, f)
+        with open(paths.command, "w") as f:
+            json.dump({"argv": ["/venv/bin/python", "-m", "specforge.cli"], "env": {}}, f)
+        assert slurm_train.submit(cfg, paths, "start").obj["job_id"] == "77"
+        node = json.load(open(paths.command))["argv"][7]
+        assert ("deployment.trainer.master_port=" in node) is own, node
 
 
 def _train(conf: str, action: str) -> dict:
@@ -146,8 +177,9 @@ def test_the_extractions_array_and_a_training_job_take_the_same_site_flags(tmp_p
 
 def test_two_slurm_nodes_train_together_to_the_end(slurm_two_nodes, demo_assets, tmp_path):
     """[train] nodes = 2 on a real two-node Slurm (two slurmds on this host): srun starts
-    SpecForge's launcher once per node with its node rank and the first node as master, and the
-    two torchruns train one run of two ranks (gloo) to the end."""
+    SpecForge's launcher once per node with its node rank, the first node as master and the job's
+    own master port (torchrun's default held here), and the two torchruns train one run of two
+    ranks (gloo) to the end."""
     py = specforge_cpu.python_of(os.path.join(ROOT, ".cache"))
     if py is None:
         skip_or_fail(
@@ -158,12 +190,15 @@ def test_two_slurm_nodes_train_together_to_the_end(slurm_two_nodes, demo_assets,
     runner("verify", "--config", conf, check=True, timeout=120)
     with open(conf, "a") as f:
         f.write('[cluster]\nengine = "slurm"\ngpus_per_node = 0\n' + _train_section(py, nodes=2, gpus=1))
-    rep = _train(conf, "start")
-    assert rep["started"] and "--nodes=2" in rep["argv"], rep
-    deadline = time.monotonic() + 150
-    while (st := _train(conf, "status"))["phase"] in ("preflight", "loading", "training"):
-        assert time.monotonic() < deadline, st
-        time.sleep(0.2)
+    with contextlib.ExitStack() as held:  # torchrun's default master port busy, as on a shared node
+        with contextlib.suppress(OSError):  # or busy already
+            held.enter_context(socket.create_server(("", 29500)))
+        rep = _train(conf, "start")
+        assert rep["started"] and "--nodes=2" in rep["argv"], rep
+        deadline = time.monotonic() + 150
+        while (st := _train(conf, "status"))["phase"] in ("preflight", "loading", "training"):
+            assert time.monotonic() < deadline, st
+            time.sleep(0.2)
     total = 2  # 4 samples over 2 ranks, one epoch
     assert st["phase"] == "done" and st["world"] == 2, st
     assert st["step"] == st["total_steps"] == st["checkpoint_step"] == total, st
