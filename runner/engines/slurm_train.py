@@ -5,8 +5,8 @@ The job's batch script is the run's supervisor (``runner.train.supervisor``) on 
 node, so the run dir (beside the output, on the filesystem the nodes share) keeps its record, log
 and lock as on one box. On one node the supervisor starts SpecForge's launcher as a box does
 (torchrun over the node's gpus). On several, command.json's argv is ``srun`` starting that launcher
-once per node with its node rank and the job's first node as master, as SpecForge's
-``deployment.trainer`` asks of each node when nnodes > 1. A queued job holds no lock yet: status
+once per node with its node rank, the job's first node as master and a port of the job's own, as
+SpecForge's ``deployment.trainer`` asks of each node when nnodes > 1. A queued job holds no lock yet: status
 asks Slurm then; stop is scancel (Slurm's SIGTERM reaches the supervisor, which stops the
 trainer as ``train stop`` does on a box).
 """
@@ -20,7 +20,7 @@ import sys
 import time
 
 from ..contract import timing
-from ..contract.atomic import write_atomic
+from ..contract.atomic import read_object, write_atomic
 from ..contract.config import Config
 from ..contract.replies import OK, REFUSED, Reply
 from ..contract.status import now_iso
@@ -37,14 +37,18 @@ NODE = (
     'export NODE_RANK="$SLURM_NODEID"; '
     'exec "$@" "deployment.trainer.master_addr=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)"'
 )
+# and the job's own master port: torchrun's default, 29500, is whichever other torchrun on the first
+# node took it first (its store then fails to listen: EADDRINUSE). Below Linux's ephemeral ports.
+PORT = ' "deployment.trainer.master_port=$((20000 + SLURM_JOB_ID % 10000))"'
 
 
-def node_argv(argv: list[str], nodes: int) -> list[str]:
-    """The trainer's argv on ``nodes`` nodes: itself on one; srun's one task per node on several."""
+def node_argv(argv: list[str], nodes: int, own_port: bool = True) -> list[str]:
+    """The trainer's argv on ``nodes`` nodes: itself on one; srun's one task per node on several.
+    ``own_port``: the job's own master port (False where run.yaml names one)."""
     if nodes == 1:
         return argv
     return ["srun", f"--nodes={nodes}", f"--ntasks={nodes}", "--ntasks-per-node=1", "--kill-on-bad-exit=1",
-            "bash", "-c", NODE, "hsx-train-node", *argv]  # fmt: skip
+            "bash", "-c", NODE + (PORT if own_port else ""), "hsx-train-node", *argv]  # fmt: skip
 
 
 def write_script(cfg: Config, paths: runspec.RunPaths) -> str:
@@ -88,7 +92,8 @@ def submit(cfg: Config, paths: runspec.RunPaths, launch: str) -> Reply:
     """control's launch, as a Slurm job: command.json for the job's nodes, the script, sbatch."""
     with open(paths.command) as f:
         cmd = json.load(f)
-    cmd["argv"] = node_argv(cmd["argv"], cfg.train.nodes)
+    trainer = ((read_object(paths.yaml) or {}).get("deployment") or {}).get("trainer") or {}
+    cmd["argv"] = node_argv(cmd["argv"], cfg.train.nodes, own_port="master_port" not in trainer)
     write_atomic(paths.command, json.dumps(cmd, indent=1) + "\n", 0o644)
     argv = sbatch_argv(cfg, paths, write_script(cfg, paths))
     job = slurm_io.sbatch(argv)
@@ -108,9 +113,12 @@ def _refuse_live(cfg: Config) -> Reply | None:
 
 
 def _extraction(cfg: Config):
-    """The extraction's phase as its ranks merged say it: no one file on a cluster says done."""
+    """The extraction's phase as its ranks merged say it (no one file on a cluster says done);
+    None for an output extracted on a box (its own record says)."""
     from .slurm import SlurmEngine
 
+    if slurm_io.load_state(cfg.job.out) is None:
+        return None
     return lambda: SlurmEngine(cfg).status().phase
 
 

@@ -1,8 +1,9 @@
-"""A real single-node Slurm for the session (skipped where it cannot run, unless
-HSX_REQUIRE_SLURM=1), and jobs with a [cluster] section."""
+"""A real single-node Slurm for the session, and a two-node one for a test that asks (skipped
+where they cannot run, unless HSX_REQUIRE_SLURM=1), and jobs with a [cluster] section."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
@@ -17,15 +18,15 @@ from tests.conftest import write_job
 SHARD = 200  # rows per shard where a test asks for small_shards (production: 2000)
 
 
-@pytest.fixture(scope="session")
-def slurm():
+@contextlib.contextmanager
+def _cluster(nodes: int):
     why = available()
     if why:
         if os.environ.get("HSX_REQUIRE_SLURM"):
             pytest.fail(f"a test Slurm cannot start here: {why}")
         pytest.skip(f"no test Slurm: {why}")
     d = tempfile.mkdtemp(prefix="hsx-slurm-")  # under /tmp: munged must reach its socket
-    c = Cluster(d)
+    c = Cluster(d, nodes)
     old = os.environ.get("SLURM_CONF")
     try:
         c.start()
@@ -38,6 +39,20 @@ def slurm():
         else:
             os.environ["SLURM_CONF"] = old
         shutil.rmtree(d, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def slurm():
+    with _cluster(1) as c:
+        yield c
+
+
+@pytest.fixture
+def slurm_two_nodes():
+    """A second cluster of two nodes (two slurmds on this host), for the one test that needs
+    it; SLURM_CONF names it while the test runs."""
+    with _cluster(2) as c:
+        yield c
 
 
 @pytest.fixture

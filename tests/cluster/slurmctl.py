@@ -1,6 +1,7 @@
-"""A real single-node Slurm for tests, from Debian's packages: munged as the munge user,
-slurmctld -D and slurmd -D on a minimal private config (its own ports, spool and munge
-socket); stopped by its PIDs afterwards."""
+"""A real Slurm for tests, from Debian's packages: munged as the munge user, slurmctld -D and
+slurmd -D on a minimal private config (its own ports, spool and munge socket); stopped by its
+PIDs afterwards. One node, or several: one slurmd per node on this host, each with its own
+port, spool, pid and log (Debian's slurmd runs several on one host)."""
 
 from __future__ import annotations
 
@@ -47,18 +48,14 @@ CONF = """\
 ClusterName=hsxtest
 SlurmctldHost={host}(127.0.0.1)
 SlurmctldPort={ctld_port}
-SlurmdPort={d_port}
-SlurmUser=root
+{slurmd}SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
 CredType=cred/munge
 AuthInfo=socket={sock}
 StateSaveLocation={d}/state
-SlurmdSpoolDir={d}/spool
 SlurmctldPidFile={d}/slurmctld.pid
-SlurmdPidFile={d}/slurmd.pid
 SlurmctldLogFile={d}/slurmctld.log
-SlurmdLogFile={d}/slurmd.log
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
 SwitchType=switch/none
@@ -74,14 +71,24 @@ MailProg=/bin/true
 ReturnToService=2
 KillWait=10
 MinJobAge=600
-NodeName=localhost NodeAddr=127.0.0.1 CPUs=16 State=UNKNOWN
-PartitionName=debug Nodes=localhost Default=YES MaxTime=INFINITE State=UP
+{nodes}PartitionName=debug Nodes={names} Default=YES MaxTime=INFINITE State=UP
 """
+ONE = "SlurmdPort={port}\nSlurmdSpoolDir={d}/spool\nSlurmdPidFile={d}/slurmd.pid\nSlurmdLogFile={d}/slurmd.log\n"
+MANY = "SlurmdSpoolDir={d}/spool/%n\nSlurmdPidFile={d}/slurmd-%n.pid\nSlurmdLogFile={d}/slurmd-%n.log\n"
+
+
+def node_names(nodes: int) -> list[str]:
+    """The nodes in slurm.conf's order. Slurm lists a job's nodes sorted by name, so the first,
+    its master address, is localhost, which resolves everywhere; the others need not resolve
+    (Slurm reaches each by NodeAddr). localhost goes last in the file: while the only node so
+    far is named localhost, Slurm takes any name for it and calls the next a duplicate."""
+    return [f"node{i}" for i in range(2, nodes + 1)] + ["localhost"]
 
 
 class Cluster:
-    def __init__(self, workdir: str):
+    def __init__(self, workdir: str, nodes: int = 1):
         self.dir = workdir
+        self.names = node_names(nodes)
         self.procs: list[subprocess.Popen] = []
         self.conf = os.path.join(workdir, "slurm.conf")
         self.env = {"SLURM_CONF": self.conf}
@@ -109,19 +116,22 @@ class Cluster:
              "--seed-file", os.path.join(mdir, "munged.seed")],
         )  # fmt: skip
         self._wait(lambda: os.path.exists(sock), timeout, "munged's socket")
+        one = len(self.names) == 1
+        slurmd = (ONE if one else MANY).format(port=_free_port(), d=d)
+        nodes = "".join(f"NodeName={n} NodeAddr=127.0.0.1{'' if one else f' Port={_free_port()}'} CPUs=16 "
+                        "State=UNKNOWN\n" for n in self.names)  # fmt: skip
         with open(self.conf, "w") as f:
-            f.write(CONF.format(host=socket.gethostname().split(".")[0], ctld_port=_free_port(),
-                                d_port=_free_port(), sock=sock, d=d))  # fmt: skip
+            f.write(CONF.format(host=socket.gethostname().split(".")[0], ctld_port=_free_port(), slurmd=slurmd,
+                                sock=sock, d=d, nodes=nodes, names=",".join(self.names)))  # fmt: skip
         env = {**os.environ, **self.env}
         self._spawn([find("slurmctld"), "-D", "-i", "-f", self.conf], env)
-        self._spawn([find("slurmd"), "-D", "-N", "localhost", "-f", self.conf], env)
-        self._wait(self._node_idle, timeout, "the node to come up idle")
+        for n in self.names:
+            self._spawn([find("slurmd"), "-D", "-N", n, "-f", self.conf], env, f"slurmd-{n}")
+        self._wait(self._node_idle, timeout, "the nodes to come up idle")
 
-    def _spawn(self, argv: list[str], env: dict | None = None) -> None:
-        log = open(
-            os.path.join(self.dir, os.path.basename(argv[0] if argv[0] != "runuser" else "munged") + ".out"),
-            "ab",
-        )  # noqa: SIM115
+    def _spawn(self, argv: list[str], env: dict | None = None, name: str = "") -> None:
+        name = name or os.path.basename(argv[0] if argv[0] != "runuser" else "munged")
+        log = open(os.path.join(self.dir, name + ".out"), "ab")  # noqa: SIM115
         self.procs.append(subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env or os.environ))
 
     def _node_idle(self) -> bool:

@@ -1,21 +1,24 @@
 """Training on the Slurm engine (runner/engines/slurm_train.py): one job of [train] nodes x gpus
 whose batch script is the run's supervisor. The script, the sbatch argv and each node's task
 on several nodes (no Slurm needed); on the test Slurm, a queued job said and cancelled, and a job
-whose supervisor runs SpecForge's trainer to the end (one sample, one step)."""
+whose supervisor runs SpecForge's trainer to the end (one sample, one step); on a two-node test
+Slurm, two nodes training one run together (two ranks, two steps)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import socket
 import subprocess
 import time
 
 from runner import specforge_cpu
 from runner.contract.config import load
 from runner.engines import slurm_train
-from runner.train import runspec
+from runner.train import progress, runspec
 from tests.cluster.conftest import cluster_job
-from tests.conftest import ROOT, runner
+from tests.conftest import ROOT, runner, write_job
 from tests.sshd import skip_or_fail
 
 
@@ -66,17 +69,46 @@ def test_the_job_is_nodes_by_gpus_and_each_node_runs_specforges_launcher_with_it
         "-c",
         "import json, os, sys; print(json.dumps([os.environ['NODE_RANK'], *sys.argv[1:]]))",
     ]
-    env = {"PATH": f"{bin_}:{os.environ['PATH']}", "SLURM_NODEID": "2", "SLURM_JOB_NODELIST": "gpu[07-10]"}
-    p = subprocess.run(many[5:-len(one)] + shown + ["training.resume_from=/r/x-step9"], env=env,
-                       capture_output=True, text=True, timeout=30)  # fmt: skip
-    assert json.loads(p.stdout) == [
+    env = {"PATH": f"{bin_}:{os.environ['PATH']}", "SLURM_NODEID": "2", "SLURM_JOB_NODELIST": "gpu[07-10]",
+           "SLURM_JOB_ID": "123457"}  # fmt: skip
+
+    def task(argv: list[str]) -> list[str]:
+        p = subprocess.run(argv[5:-len(one)] + shown + ["training.resume_from=/r/x-step9"], env=env,
+                           capture_output=True, text=True, timeout=30)  # fmt: skip
+        return json.loads(p.stdout)
+
+    assert task(many) == [
         "2",
         "training.resume_from=/r/x-step9",
         "deployment.trainer.master_addr=gpu07",
-    ], p
+        "deployment.trainer.master_port=23457",  # the job's own, not torchrun's 29500 another job may hold
+    ]
+    # an operator's [train.specforge.deployment.trainer] master_port stands
+    assert task(slurm_train.node_argv(one, 4, own_port=False)) == ["2", "training.resume_from=/r/x-step9",
+                                                                   "deployment.trainer.master_addr=gpu07"]  # fmt: skip
     assert runspec.spec_for(cfg, paths, {"max_length": 8}, "e", "h")["deployment"]["trainer"] == {
         "nnodes": 4, "nproc_per_node": 8, "master_addr": runspec.MASTER,  # SpecForge refuses 4 nodes without one
     }  # fmt: skip
+
+
+def test_a_jobs_nodes_take_its_own_master_port_unless_run_yaml_names_one(tmp_path, monkeypatch):
+    """submit reads run.yaml: an operator's deployment.trainer.master_port is left to stand."""
+    cfg = _site(tmp_path, gpus_per_node=8, time_limit="1:00:00", nodes=2, gpus=8)
+    paths = runspec.RunPaths(runspec.run_dir(cfg))
+    os.makedirs(paths.root)
+    bin_ = tmp_path / "bin"
+    bin_.mkdir()
+    (bin_ / "sbatch").write_text("#!/bin/sh\necho 77\n")
+    (bin_ / "sbatch").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_}:{os.environ['PATH']}")
+    for trainer, own in (({"nnodes": 2}, True), ({"nnodes": 2, "master_port": 31000}, False)):
+        with open(paths.yaml, "w") as f:
+            json.dump({"deployment": {"trainer": trainer}}, f)
+        with open(paths.command, "w") as f:
+            json.dump({"argv": ["/venv/bin/python", "-m", "specforge.cli"], "env": {}}, f)
+        assert slurm_train.submit(cfg, paths, "start").obj["job_id"] == "77"
+        node = json.load(open(paths.command))["argv"][7]
+        assert ("deployment.trainer.master_port=" in node) is own, node
 
 
 def _train(conf: str, action: str) -> dict:
@@ -167,3 +199,44 @@ def test_one_rank_claims_the_hand_off_and_the_merged_status_says_how_it_stands(t
     slurm_handoff.clear(out)
     slurm_handoff.clear(out)  # nothing to clear: no error
     assert slurm_handoff._claim(out, 1)
+
+
+def test_two_slurm_nodes_train_together_to_the_end(slurm_two_nodes, demo_assets, tmp_path):
+    """[train] nodes = 2 on a real two-node Slurm (two slurmds on this host): srun starts
+    SpecForge's launcher once per node with its node rank, the first node as master and the job's
+    own master port (torchrun's default held here), and the two torchruns train one run of two
+    ranks (gloo) to the end."""
+    py = specforge_cpu.python_of(os.path.join(ROOT, ".cache"))
+    if py is None:
+        skip_or_fail(
+            "no SpecForge CPU venv (python -m runner.specforge_cpu .cache)", "HSX_REQUIRE_SPECFORGE_TRAIN"
+        )
+    conf = write_job(tmp_path / "t", demo_assets, samples=4)
+    runner("run", "--config", conf, check=True, timeout=300)  # extracted here, trained on Slurm
+    runner("verify", "--config", conf, check=True, timeout=120)
+    with open(conf, "a") as f:
+        f.write('[cluster]\nengine = "slurm"\ngpus_per_node = 0\n' + _train_section(py, nodes=2, gpus=1))
+    with contextlib.ExitStack() as held:  # torchrun's default master port busy, as on a shared node
+        with contextlib.suppress(OSError):  # or busy already
+            held.enter_context(socket.create_server(("", 29500)))
+        rep = _train(conf, "start")
+        assert rep["started"] and "--nodes=2" in rep["argv"], rep
+        deadline = time.monotonic() + 150
+        while (st := _train(conf, "status"))["phase"] in ("preflight", "loading", "training"):
+            assert time.monotonic() < deadline, st
+            time.sleep(0.2)
+    total = 2  # 4 samples over 2 ranks, one epoch
+    assert st["phase"] == "done" and st["world"] == 2, st
+    assert st["step"] == st["total_steps"] == st["checkpoint_step"] == total, st
+    out = os.path.join(os.path.dirname(conf), "out-train")
+    names = set(os.listdir(progress.step_dir(os.path.join(out, "output"), runspec.RUN_ID, total)))
+    assert {"training_state.pt", "training_state_rank0.pt", "training_state_rank1.pt"} <= names, names
+    log = open(os.path.join(out, "train.log")).read()
+    assert [s for s, _ in progress.parse_steps(log)].count(total) == 2, log[-3000:]  # both ranks print it
+    job = slurm_train._job(runspec.RunPaths(out))["job"]
+    shown = subprocess.run(
+        ["scontrol", "show", "job", job], capture_output=True, text=True, check=True
+    ).stdout
+    assert "NumNodes=2 " in shown and " NodeList=localhost,node2\n" in shown, shown
+    for node in slurm_two_nodes.names:  # the trainer's step ran a task on each node
+        assert f"StepId={job}.0" in open(os.path.join(slurm_two_nodes.dir, f"slurmd-{node}.log")).read(), node
