@@ -316,12 +316,13 @@ def deploy(cfg: Config, opts: Options, transport) -> Report:
             f"hsx-runner preflight failed on the box (exit {res.code}): {res.stderr[-800:]}"
         ) from None
     rep.ok = bool(rep.preflight.get("ok"))
-    if job.train.python:  # [train] set: its interpreter checked (the CPU lane built) on the box
+    if job.train.python:  # [train] set: its interpreter checked (a lane's venv built: "auto") on the box
         rep.train = _train_setup(transport, f"{venv}/bin/hsx-runner", rc)
         rep.ok = rep.ok and bool(rep.train.get("ok"))
     elif "train" in tomllib.loads(conf_bytes.decode()):
         rep.warnings.append(
-            "[train] names no python: set it to an interpreter with specforge 0.2.0 (train setup checks it)"
+            '[train] names no python: set python = "auto" (deploy then builds SpecForge\'s venv on the box) '
+            "or an interpreter with specforge 0.2.0 (train setup checks it)"
         )
     return rep
 
