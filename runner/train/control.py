@@ -23,7 +23,7 @@ from ..contract.errors import ConfigError
 from ..contract.replies import NOT_OK, OK, REFUSED, Reply
 from ..lanes import BuildError
 from ..output.lock import is_held_at
-from . import exclusive, interpreter, preflight, progress, runspec
+from . import exclusive, interpreter, preflight, progress, runspec, strays
 from .history import read as history_of
 from .history import reset as reset_history
 from .record import ACTIVE, Record, now, read
@@ -197,6 +197,7 @@ def resume(cfg: Config, submit=None, extraction=None) -> Reply:
         return _refused(f"nothing to resume in {paths.root}: start it first (hsx-runner train start)")
     if d.get("phase") == "done":
         return _refused(f"the training in {paths.root} is done; export it (hsx-runner train export)")
+    strays.end(paths.root)  # before the checkpoint is chosen: a leftover rank may rotate it away
     ckpt = progress.durable(d["output_dir"], d["run_id"], d.get("world") or 1, set())
     if ckpt is None:
         return _refused(f"no complete checkpoint in {d['output_dir']}: nothing to resume from")

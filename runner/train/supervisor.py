@@ -12,7 +12,6 @@ since that checkpoint, at the price of a second way for a run to be watched.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import signal
@@ -21,8 +20,8 @@ import sys
 import time
 
 from ..output.lock import JobLock
-from ..serve.procs import become_subreaper, cmdline, die_with_parent, end_descendants, pids
-from . import exclusive, history, progress
+from ..serve.procs import become_subreaper, die_with_parent, end_descendants
+from . import exclusive, history, progress, strays
 from .record import Record, now
 
 POLL_S = 0.5
@@ -89,7 +88,7 @@ class Supervisor:
         # of their own. As their subreaper this process finds them when the launcher dies, and
         # SIGTERM, not SIGKILL, at its own death lets the launcher end them itself.
         become_subreaper()
-        self._end_strays()
+        strays.end(self.root)
         death = signal.SIGTERM if (self.rec.d.get("world") or 1) > 1 else signal.SIGKILL
         with open(self.log, "ab") as log:
             log.write(f"--- hsx: {self.rec.d.get('launch', 'start')} at {now()}\n".encode())
@@ -111,19 +110,6 @@ class Supervisor:
         os.close(use)
         lock.release()
         return 0
-
-    def _end_strays(self) -> None:
-        """SIGKILL what a killed supervisor's launch left of this run (ranks torchrun gives 30 s
-        to end): with the lock held here, nothing else may train into it."""
-        yaml = os.path.join(self.root, "run.yaml")
-        deadline = time.monotonic() + 30
-        while strays := [p for p in pids() if {yaml, "specforge.cli"} <= set(cmdline(p))]:
-            for p in strays:
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.kill(p, signal.SIGKILL)
-            if time.monotonic() > deadline:
-                break
-            time.sleep(0.05)
 
     def _watch(self, offset: int) -> int:
         grace_until = None
