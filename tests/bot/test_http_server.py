@@ -96,6 +96,19 @@ def test_a_client_that_stalls_after_its_headers_is_dropped(app):
         server.server_close()
 
 
+def _post_or_503(bot) -> int:
+    """A post while the workers may still be busy: a 503 written and the socket closed before the
+    request was all sent reaches the client as a broken pipe or a reset (CI saw it), not a code."""
+    import urllib.error
+
+    try:
+        return bot.post(b"{}", "application/json", secret="wrong")
+    except urllib.error.URLError as e:
+        if isinstance(e.reason, (BrokenPipeError, ConnectionResetError)):
+            return 503
+        raise
+
+
 def test_connections_past_the_worker_bound_get_503_and_the_rest_still_answer(app, fake, cfg):
     server = _serving(make_http_server(app, 0, read_timeout_s=10.0, workers=2))
     stalled = []
@@ -111,7 +124,7 @@ def test_connections_past_the_worker_bound_get_503_and_the_rest_still_answer(app
             s.close()
         bot = Bot(f"http://127.0.0.1:{server.server_port}/slack/events", None, "", fake, cfg)
         deadline = time.monotonic() + 10
-        while (code := bot.post(b"{}", "application/json", secret="wrong")) == 503:
+        while (code := _post_or_503(bot)) == 503:
             assert time.monotonic() < deadline
             time.sleep(0.1)
         assert code == 401  # the workers are free again: an unsigned request is refused as before
