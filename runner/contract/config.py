@@ -160,6 +160,7 @@ class TrainConfig:
     seed: int = 0  # SpecForge's, and the held-out split's
     eval_samples: int = 0  # held out of training for SpecForge's eval (val acc, acceptance length); 0: none
     after_extraction: bool = False  # the extraction's end, done and verified, starts the training
+    export_at_end: bool = True  # the end exports the draft for SGLang (false: only `train export` does)
     gpus: int = 1  # trainer processes per node: SpecForge's deployment.trainer.nproc_per_node
     nodes: int = 1  # > 1: one Slurm job of nodes x gpus ([cluster] engine = "slurm")
     specforge: dict = field(default_factory=dict)  # [train.specforge]: run.yaml keys, merged last

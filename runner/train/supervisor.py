@@ -205,6 +205,8 @@ class Supervisor:
             return {"export": None, "export_ok": None}
         try:
             cfg = load(path)
+            if not cfg.train.export_at_end:
+                return {"export": None, "export_ok": None}
             cfg.train.python = self.rec.d.get("python") or cfg.train.python  # as resolved at the launch
             rep = control.export_run(cfg, runspec.RunPaths(self.root), self.rec.d)
             return {"export": rep.text, "export_ok": bool(rep.obj.get("ok")), "export_dir": rep.obj.get("export_dir")

@@ -23,7 +23,14 @@ from tests.sshd import skip_or_fail
 
 
 def _train_section(python: str, **more) -> str:
-    keys = {"python": python, "epochs": 1, "save_interval": 1, "log_interval": 1, **more}
+    keys = {
+        "python": python,
+        "epochs": 1,
+        "save_interval": 1,
+        "log_interval": 1,
+        "export_at_end": False,
+        **more,
+    }
     return "[train]\n" + "".join(f"{k} = {json.dumps(v)}\n" for k, v in keys.items())
 
 
@@ -128,7 +135,7 @@ def test_a_slurm_extraction_hands_off_to_a_training_job_then_one_is_said_queued_
     conf = cluster_job(tmp_path / "t", demo_assets, samples=1)
     text = open(conf).read()
     with open(conf, "a") as f:
-        f.write(_train_section(py, after_extraction=True))
+        f.write(_train_section(py, after_extraction=True, export_at_end=True))
     assert json.loads(runner("start", "--json", "--config", conf).stdout)["started"]
     deadline = time.monotonic() + 300
     while (st := _train(conf, "status"))["phase"] != "done":

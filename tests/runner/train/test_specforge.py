@@ -47,7 +47,7 @@ def extracted(tmp_path_factory, demo_assets, train_python):
 
 def _config(extracted, run_dir, python, **train) -> str:
     keys = {"python": python, "run_dir": run_dir, "epochs": EPOCHS, "save_interval": SAVE, "log_interval": LOG,
-            "learning_rate": 0.001, **train}  # fmt: skip
+            "learning_rate": 0.001, "export_at_end": False, **train}  # fmt: skip
     text = open(extracted).read() + "[train]\n" + "".join(f"{k} = {json.dumps(v)}\n" for k, v in keys.items())
     text += "[train.specforge.training]\nttt_length = 3\n"
     path = os.path.join(os.path.dirname(extracted), f"train-{os.path.basename(run_dir)}.toml")
@@ -103,7 +103,7 @@ def _snapshot(root) -> dict:
 @pytest.fixture(scope="module")
 def uninterrupted(extracted, train_python, tmp_path_factory):
     run_dir = str(tmp_path_factory.mktemp("runs") / "whole")
-    cfg = _config(extracted, run_dir, train_python)
+    cfg = _config(extracted, run_dir, train_python, export_at_end=True)
     assert _train(cfg, "start")["started"]
     st = _until(cfg, lambda s: s["phase"] not in ("preflight", "loading", "training"), "end")
     return cfg, run_dir, st
@@ -205,6 +205,9 @@ def test_kills_leave_crashed_records_and_resume_logs_the_uninterrupted_runs_loss
     assert _train(cfg, "resume")["started"]
     st = _until(cfg, lambda s: s["phase"] not in ("preflight", "loading", "training"), "end")
     assert st["phase"] == "done" and st["step"] == TOTAL, st
+    assert st["export"] is None and not os.path.exists(
+        os.path.join(run_dir, "export")
+    )  # export_at_end = false
     assert open(os.path.join(run_dir, "run.yaml")).read() == yaml_before
     argv = json.load(open(os.path.join(run_dir, "command.json")))["argv"]
     assert argv[-1].startswith(f"training.resume_from={os.path.join(run_dir, 'output', 'hsx-eagle3-step')}")

@@ -248,10 +248,10 @@ def test_auto_is_specforges_own_pins_where_a_gpu_is_seen_and_the_cpu_lane_elsewh
     assert _cfg(tmp_path, python="auto", envs_dir="envs").train.envs_dir == str(tmp_path / "envs")
 
 
-@pytest.mark.slow  # two venvs built (ensurepip)
+@pytest.mark.slow  # a venv built (ensurepip)
 def test_a_gpu_boxs_setup_that_cannot_install_says_which_step_and_is_not_taken_for_built(tmp_path):
     """The registry out of reach: train setup answers why (the step, pip's exit), leaves no
-    marker, and the next setup tries anew; the JSON answer is not mixed with pip's output."""
+    marker (so the next setup builds it anew); the JSON answer is not mixed with pip's output."""
     cfg = tmp_path / "hsx.toml"
     cfg.write_text(
         '[job]\nmodel = "m"\ndataset = "d.jsonl"\nout = "out"\n[train]\npython = "auto"\nenvs_dir = "envs"\n'
@@ -259,16 +259,15 @@ def test_a_gpu_boxs_setup_that_cannot_install_says_which_step_and_is_not_taken_f
     links = tmp_path / "nothing"
     links.mkdir()
     env = {**os.environ, gpus.STUB_ENV: _nvml(tmp_path, 1), "PIP_NO_INDEX": "1", "PIP_FIND_LINKS": str(links)}
-    for _ in range(2):
-        p = subprocess.run([RUNNER, "train", "setup", "--json", "--config", str(cfg)], capture_output=True,
-                           text=True, env=env, timeout=300)  # fmt: skip
-        got = json.loads(p.stdout)
-        assert p.returncode == 1 and got["ok"] is False, (p.stdout, p.stderr)
-        venv = specforge_gpu.venv_dir(str(tmp_path / "envs"))
-        assert got["python"] == os.path.join(venv, "bin", "python")
-        assert "step 2/2 (specforge 0.2.0 with its own pins" in got["reason"] and "exit 1" in got["reason"]
-        assert "specforge==0.2.0" in p.stderr  # pip's own words, on stderr
-        assert specforge_gpu.python_of(str(tmp_path / "envs")) is None  # never taken for built
+    p = subprocess.run([RUNNER, "train", "setup", "--json", "--config", str(cfg)], capture_output=True,
+                       text=True, env=env, timeout=300)  # fmt: skip
+    got = json.loads(p.stdout)
+    assert p.returncode == 1 and got["ok"] is False, (p.stdout, p.stderr)
+    venv = specforge_gpu.venv_dir(str(tmp_path / "envs"))
+    assert got["python"] == os.path.join(venv, "bin", "python")
+    assert "step 2/2 (specforge 0.2.0 with its own pins" in got["reason"] and "exit 1" in got["reason"]
+    assert "specforge==0.2.0" in p.stderr  # pip's own words, on stderr
+    assert specforge_gpu.python_of(str(tmp_path / "envs")) is None  # never taken for built
 
 
 def test_a_supervisor_whose_output_was_taken_since_the_check_refuses_and_says_who(tmp_path):
