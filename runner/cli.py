@@ -13,7 +13,7 @@ import logging
 import os
 import sys
 
-from .contract.config import Config, load, require_job, without_secrets
+from .contract.config import AUTO_PYTHON, Config, load, require_job, without_secrets
 from .contract.errors import HsxError, LockedError, StatusError
 from .contract.replies import LOGS, MAX_N, NOT_OK, OK, REFUSED, USAGE, Reply
 from .contract.stdout import quiet_when_stdout_closes
@@ -292,7 +292,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         cfg = load(args.config)
         require_job(cfg)
-        if cfg.train.python == "auto":  # the venv hsx builds for this box (runner/train/interpreter.py)
+        if cfg.train.python == AUTO_PYTHON:  # the venv hsx builds for this box
             from .train import interpreter
 
             cfg.train.python = interpreter.resolve(cfg.train.python, cfg.train.envs_dir or None)

@@ -140,6 +140,9 @@ class ClusterConfig:
     python: str = ""  # interpreter on the compute nodes; default: the one running hsx-runner
 
 
+AUTO_PYTHON = "auto"  # [train] python: the venv hsx builds for the box (runner/train/interpreter.py)
+
+
 @dataclass
 class TrainConfig:
     """SpecForge's trainer on the job's output (runner/train). Off until ``python`` is set."""

@@ -70,21 +70,19 @@ def check_python(python: str) -> str | None:
 def setup(cfg: Config, root: str | None) -> Reply:
     """Build ``[train] python``'s lane when it names one (``auto`` does), then check it. Unset:
     build this box's lane under ``root`` and say what to set."""
-    python, auto = cfg.train.python, interpreter.resolve(interpreter.AUTO, cfg.train.envs_dir or None)
-    if not python:  # what "auto" would build, or under --root
-        python = interpreter.resolve(interpreter.AUTO, root) if root else auto
-    try:
-        interpreter.ensure(python)
-    except BuildError as e:
-        return Reply({"ok": False, "python": python, "reason": str(e)}, f"setup failed: {e}", NOT_OK)
+    envs = cfg.train.envs_dir or None  # where "auto" builds
+    python = cfg.train.python or interpreter.resolve(interpreter.AUTO, root or envs)
+    if why := _ensure(python):
+        return Reply({"ok": False, "python": python, "reason": why}, f"setup failed: {why}", NOT_OK)
     why = check_python(python)
     if why:
         return Reply({"ok": False, "python": python, "reason": why}, f"refused: {why}", NOT_OK)
     lane = interpreter.lane_of(python)
     said = f" ({lane.LANE.title})" if lane else ""
     text = f"specforge {VERSION} ready: {python}{said}"
-    if not cfg.train.python:
-        text += f"; set [train] python = {json.dumps(interpreter.AUTO if python == auto else python)}"
+    if not cfg.train.python:  # "auto" names what was built, unless --root put it elsewhere
+        named = not root or python == interpreter.resolve(interpreter.AUTO, envs)
+        text += f"; set [train] python = {json.dumps(interpreter.AUTO if named else python)}"
     return Reply({"ok": True, "python": python, "version": VERSION}, text)
 
 

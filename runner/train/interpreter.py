@@ -8,10 +8,10 @@ from __future__ import annotations
 import os
 
 from .. import specforge_cpu, specforge_gpu
+from ..contract.config import AUTO_PYTHON as AUTO
 from ..lanes import default_root, to_stderr
 from ..serve import gpus
 
-AUTO = "auto"
 LANES = (specforge_gpu, specforge_cpu)
 
 
