@@ -50,7 +50,15 @@ def _verify(cfg) -> str | None:
 
 def hand_off(cfg, start=control.start) -> tuple[str, int | None]:
     """Verify, then (after_extraction) start the training (``start``: the Slurm engine's submits
-    a job): one line saying what came of it, and the training's supervisor pid when it started here."""
+    a job): one line saying what came of it, and the training's supervisor pid when it started here.
+    Whatever befalls it is said, never raised: the job is done either way."""
+    try:
+        return _hand_off(cfg, start)
+    except Exception as e:  # noqa: BLE001 - said in the record; the job's exit stays 0
+        return f"the hand-off to training failed: {type(e).__name__}: {e}", None
+
+
+def _hand_off(cfg, start) -> tuple[str, int | None]:
     why = _verify(cfg)
     if why:
         return f"training not started: the features are not verified: {why}", None
@@ -96,10 +104,7 @@ def run(cfg) -> str | None:
         return None
     if rec.phase is not Phase.DONE or rec.handoff != HANDOFF_PENDING or rec.pid != os.getpid():
         return None
-    try:
-        text, supervisor = hand_off(cfg)
-    except Exception as e:  # noqa: BLE001 - the job is done whatever befell its hand-off: say it, exit 0
-        text, supervisor = f"the hand-off to training failed: {type(e).__name__}: {e}", None
+    text, supervisor = hand_off(cfg)
     if not _say(cfg, text):
         return None
     if supervisor and os.environ.get(SYSTEMD_SERVICE_ENV):

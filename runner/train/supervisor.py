@@ -19,6 +19,7 @@ import subprocess
 import sys
 import time
 
+from ..contract.train import EXPORT_PENDING
 from ..output.lock import JobLock
 from ..serve.procs import become_subreaper, die_with_parent, end_descendants
 from . import exclusive, history, progress, strays
@@ -178,8 +179,7 @@ class Supervisor:
         )
         if rc == 0:  # every step ran; the last is logged only when log_interval divides it
             phase, reason = "done", ""
-            self.rec.update(step=self.rec.d.get("total_steps") or self.rec.d.get("step"), export="pending")
-            self.rec.write()  # "done" waits for the draft: the record says it is being exported
+            self.rec.update(step=self.rec.d.get("total_steps") or self.rec.d.get("step"))
             self.rec.update(**self._export())
         elif self.stop_asked:
             phase, reason = "stopped", f"stopped on request (SpecForge saves nothing on a stop){at}"
@@ -208,6 +208,8 @@ class Supervisor:
             if not cfg.train.export_at_end:
                 return {"export": None, "export_ok": None}
             cfg.train.python = self.rec.d.get("python") or cfg.train.python  # as resolved at the launch
+            self.rec.update(export=EXPORT_PENDING)
+            self.rec.write()  # "done" waits for the draft: the record says it is being exported
             rep = control.export_run(cfg, runspec.RunPaths(self.root), self.rec.d)
             return {"export": rep.text, "export_ok": bool(rep.obj.get("ok")), "export_dir": rep.obj.get("export_dir")
                     or self.rec.d.get("export_dir")}  # fmt: skip
