@@ -53,10 +53,20 @@ def _not_while_training(verb: str):
     return wrap
 
 
+def _trainer(cfg: Config) -> None:
+    """``[train] python = "auto"`` as the venv hsx builds for this box: asked of NVML only where a
+    verb trains, never on the status polls."""
+    if cfg.train.python == AUTO_PYTHON:
+        from .train import interpreter
+
+        cfg.train.python = interpreter.resolve(cfg.train.python, cfg.train.envs_dir or None)
+
+
 def cmd_run(args, cfg: Config) -> int:
     """The job; once it ended done and released the output, its hand-off to training."""
     code = _run_job(args, cfg)
     if code == 0 and cfg.train.python:
+        _trainer(cfg)
         if args.rank is None:
             from .train import handoff
 
@@ -214,6 +224,8 @@ def cmd_preflight(args, cfg: Config) -> int:
 def cmd_train(args, cfg: Config) -> int:
     from .train import control
 
+    if args.action in ("setup", "start", "resume", "export"):  # what runs the trainer's python
+        _trainer(cfg)
     via = control
     if cfg.cluster.engine == "slurm" and args.action in ("start", "resume", "stop", "status"):
         from .engines import slurm_train as via
@@ -292,10 +304,6 @@ def main(argv: list[str] | None = None) -> int:
     try:
         cfg = load(args.config)
         require_job(cfg)
-        if cfg.train.python == AUTO_PYTHON:  # the venv hsx builds for this box
-            from .train import interpreter
-
-            cfg.train.python = interpreter.resolve(cfg.train.python, cfg.train.envs_dir or None)
         return args.fn(args, cfg)
     except StatusError as e:
         print(f"hsx-runner: {e}", file=sys.stderr)
