@@ -203,15 +203,18 @@ def cmd_demo(args) -> int:
 
 
 DEMO_PACE_S = 1.0  # with the console: 500 samples in about 2 minutes at the demo's 4 in flight
+TRAIN_PACE = 2.0  # the demo's training: seconds per optimizer step for each second of --pace
 
 
 def _pace(args, cfg: Config) -> None:
     """With the console the demo is paced to be watched; --headless runs at full speed. The
     reference server this process starts (or a console resume restarts) reads it."""
+    from runner.contract.train import PACE_ENV as TRAIN_PACE_ENV
     from runner.data.demo_assets import PACE_ENV
 
     pace = args.pace if args.pace is not None else (0.0 if args.headless else DEMO_PACE_S)
     os.environ[PACE_ENV] = str(pace)
+    os.environ[TRAIN_PACE_ENV] = str(TRAIN_PACE * pace)  # its 60 steps in about 2 minutes, as the extraction
     if pace and cfg.server.backend == "reference":
         rate = cfg.job.concurrency / pace
         print(

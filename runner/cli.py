@@ -226,14 +226,24 @@ def cmd_train(args, cfg: Config) -> int:
 
     if args.action in ("setup", "start", "resume", "export"):  # what runs the trainer's python
         _trainer(cfg)
+    from .train import exporter
+
     via = control
-    if cfg.cluster.engine == "slurm" and args.action in ("start", "resume", "stop", "status"):
+    if cfg.cluster.engine == "slurm" and args.action in (
+        "start",
+        "resume",
+        "stop",
+        "status",
+        "after-extraction",
+    ):
         from .engines import slurm_train as via
     if args.action == "setup":
         return _answer(args, control.setup(cfg, args.root))
     if args.action == "stop":
         return _answer(args, via.stop(cfg, args.wait))
-    return _answer(args, getattr(via, args.action)(cfg))
+    if args.action == "export":
+        return _answer(args, exporter.export(cfg))
+    return _answer(args, getattr(via, args.action.replace("-", "_"))(cfg))
 
 
 def parser() -> argparse.ArgumentParser:

@@ -39,6 +39,22 @@ class _TorchLogSoftmaxLoss:
         return -(position_mask * target_p * logp).sum(-1).mean()
 
 
+def _pace():
+    """hsx demo's pace: each optimizer step takes at least HSX_DEMO_TRAIN_PACE_S seconds, so a
+    person can watch the training, kill it and resume it."""
+    import os
+    import time
+
+    try:
+        pace = float(os.environ.get("HSX_DEMO_TRAIN_PACE_S") or 0)
+    except ValueError:
+        pace = 0.0
+    if pace > 0:
+        from torch.optim.optimizer import register_optimizer_step_post_hook
+
+        register_optimizer_step_post_hook(lambda *_: time.sleep(pace))
+
+
 class _Patch(importlib.abc.MetaPathFinder):
     def find_spec(self, name, path, target=None):
         if name != _NAME:
@@ -57,6 +73,7 @@ class _Patch(importlib.abc.MetaPathFinder):
         def exec_module(module):
             run(module)
             module.LogSoftmaxLoss = _TorchLogSoftmaxLoss
+            _pace()
 
         spec.loader.exec_module = exec_module
         return spec

@@ -50,3 +50,9 @@ def read_object(path: str) -> dict | None:
     except (OSError, ValueError):
         return None
     return d if isinstance(d, dict) else None
+
+
+def no_follow(path: str, flags: int, mode: int = 0o644) -> int:
+    """``os.open`` that refuses a symlink at ``path`` (ELOOP): hsx's files in a run dir are
+    never written through a link someone planted there."""
+    return os.open(path, flags | os.O_NOFOLLOW, mode)

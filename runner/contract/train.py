@@ -17,7 +17,19 @@ from .fields import plain, short
 from .render import human_bytes, human_duration, now_utc
 from .status import NOT_STARTED, parse_iso
 
-ACTIONS = ("setup", "start", "resume", "stop", "status", "export", "history")  # hsx-runner train ACTION
+ACTIONS = (
+    "setup",
+    "start",
+    "resume",
+    "stop",
+    "status",
+    "export",
+    "history",
+    "after-extraction",
+)  # hsx-runner train ACTION
+PACE_ENV = (
+    "HSX_DEMO_TRAIN_PACE_S"  # the demo's trainer: at least this long per optimizer step (the CPU lane's shim)
+)
 PHASES = ("preflight", "loading", "training", "done", "stopped", "crashed")
 ACTIVE = ("preflight", "loading", "training")
 WHERE = "training record"

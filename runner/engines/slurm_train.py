@@ -130,6 +130,10 @@ def resume(cfg: Config) -> Reply:
     return _refuse_live(cfg) or control.resume(cfg, submit, _extraction(cfg))
 
 
+def after_extraction(cfg: Config) -> Reply:
+    return control.after_extraction(cfg, _extraction(cfg))
+
+
 def status(cfg: Config) -> Reply:
     """The run's record, with Slurm's word while its job waits for its supervisor: queued, or
     ended before the supervisor could say anything."""

@@ -7,28 +7,30 @@ deletes nothing; resume reuses the first launch's run.yaml unchanged and adds on
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
-import shlex
 import shutil
 import signal
 import subprocess
 import sys
 import time
 
-from .. import specforge_cpu
-from ..contract.atomic import write_atomic
+from ..contract.atomic import no_follow, write_atomic
 from ..contract.config import Config
 from ..contract.errors import ConfigError
 from ..contract.replies import NOT_OK, OK, REFUSED, Reply
 from ..lanes import BuildError
 from ..output.lock import is_held_at
-from . import exclusive, interpreter, preflight, progress, runspec, strays
+from . import exclusive, guard, interpreter, preflight, progress, runspec, strays
 from .history import read as history_of
 from .history import reset as reset_history
-from .record import ACTIVE, Record, now, read
+from .record import Record, now, read
 
 VERSION = "0.2.0"
+AFTER = "after-extraction"  # the action that arranges a start at the extraction's end
+ARRANGED = "train-after-extraction.json"  # in the job's out, taken by the hand-off once
+LAUNCH_LOCK = ".launch.lock"
 DID = {"start": "started", "resume": "resumed"}
 # The unified runtime has specforge.cli with a ``train`` command; the legacy 0.2.0 has neither.
 CHECK = """
@@ -44,7 +46,7 @@ print(code == 0)
 """
 
 
-def _refused(why: str, **kw) -> Reply:
+def refused(why: str, **kw) -> Reply:
     return Reply({"started": False, "reason": why, **kw}, why, REFUSED)
 
 
@@ -86,7 +88,7 @@ def setup(cfg: Config, root: str | None) -> Reply:
     return Reply({"ok": True, "python": python, "version": VERSION}, text)
 
 
-def _running(paths: runspec.RunPaths) -> int | None:
+def running(paths: runspec.RunPaths) -> int | None:
     held, pid = is_held_at(paths.lock)
     return pid if held else None
 
@@ -116,10 +118,10 @@ def _launch(cfg: Config, paths: runspec.RunPaths, launch: str, submit=None) -> R
                 {"started": True, "pid": d.get("pid"), "supervisor_pid": p.pid, "run_dir": paths.root}, text
             )
         if p.poll() is not None:
-            if _running(paths) is not None:  # another start's supervisor won the lock: its record stands
-                return _refused(f"a training run is going in {paths.root} (supervisor pid {_running(paths)})")
+            if running(paths) is not None:  # another start's supervisor won the lock: its record stands
+                return refused(f"a training run is going in {paths.root} (supervisor pid {running(paths)})")
             if p.returncode == exclusive.REFUSED_RC:  # the output was taken since the check
-                return _refused(read(paths.root)["reason"])
+                return refused(read(paths.root)["reason"])
             rec.update(phase="crashed", reason=f"the supervisor exited with code {p.returncode} at once; "
                        f"see {paths.root}/supervisor.log")  # fmt: skip
             rec.write()
@@ -137,35 +139,100 @@ def _ensure(python: str) -> str | None:
     return None
 
 
+def locked(root: str, fn) -> Reply:
+    """``fn()`` under the run's launch lock: a start, resume or export at a time, so a second
+    resume's stray-killing and checkpoint choice never race the first's launch."""
+    os.makedirs(root, exist_ok=True)
+    fd = no_follow(os.path.join(root, LAUNCH_LOCK), os.O_RDWR | os.O_CREAT)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return refused(
+                f"another start, resume or export of {root} is under way: ask again when it has answered"
+            )
+        return fn()
+    finally:
+        os.close(fd)
+
+
+def _cheap(cfg: Config, paths: runspec.RunPaths, extraction) -> Reply | None:
+    """The refusals that cost a few file reads, answered before any venv is built. A start
+    asked while the extraction runs is offered the start at its end (``after-extraction``)."""
+    if (pid := running(paths)) is not None:
+        return refused(f"a training run is going in {paths.root} (supervisor pid {pid})")
+    if why := exclusive.why_not_train(cfg.job.out, extraction):
+        if exclusive.extracting(cfg.job.out, extraction):
+            return refused(f"{why}; or have it start by itself when the extraction ends: "
+                           f"hsx-runner train {AFTER} (`/train {AFTER}`)", offer=AFTER)  # fmt: skip
+        return refused(why)
+    return None
+
+
+def _existing(path: str) -> str:
+    while not os.path.exists(path):
+        path = os.path.dirname(path)
+    return path
+
+
+def _trusted(cfg: Config, paths: runspec.RunPaths) -> Reply | None:
+    """Build the interpreter on its first use, then check it and what root runs from: the
+    interpreter, its venv and the run dir."""
+    if why := _ensure(cfg.train.python):
+        return refused(why)
+    if why := check_python(cfg.train.python):
+        return refused(why)
+    python = shutil.which(cfg.train.python) or cfg.train.python
+    for path, what in ((python, "[train] python"), (os.path.dirname(os.path.dirname(python)), "its venv"),
+                       (_existing(paths.root), "[train] run_dir")):  # fmt: skip
+        if why := guard.trusted(path, what):
+            return refused(why)
+    return None
+
+
 def start(cfg: Config, submit=None, extraction=None) -> Reply:
     """``submit``/``extraction``: the Slurm engine's launch and its merged extraction phase."""
-    if why := _ensure(cfg.train.python):
-        return _refused(why)
-    why = check_python(cfg.train.python)
-    if why:
-        return _refused(why)
-    paths = runspec.RunPaths(runspec.run_dir(cfg))
-    if (pid := _running(paths)) is not None:
-        return _refused(f"a training run is going in {paths.root} (supervisor pid {pid})")
-    if why := exclusive.why_not_train(cfg.job.out, extraction):
-        return _refused(why)
+    try:
+        paths = runspec.owned(cfg)
+    except ConfigError as e:
+        return refused(str(e))
+    if reply := _cheap(cfg, paths, extraction):
+        return reply
     run_id = Record.load(paths.root).d.get("run_id") or runspec.RUN_ID
     held = progress.checkpoints(paths.output, run_id)  # a run cut short before its first save: none
     if held:
-        return _refused(
+        return refused(
             f"{paths.root} holds checkpoints ({', '.join(f'step {s}' for s in held)}): "
             "a fresh start would delete them; resume it (hsx-runner train resume) or set another [train] run_dir"
         )
     if not runspec.feature_files(cfg.job.out):
-        return _refused(f"no feature files under {cfg.job.out}: extract first")
+        return refused(f"no feature files under {cfg.job.out}: extract first")
     try:
-        _, spec, draft = runspec.plan(cfg)
+        _, spec, draft = runspec.plan(cfg)  # refuses the keys hsx owns before anything is written
+    except ConfigError as e:
+        return refused(str(e))
+    if not (fit := preflight.features(cfg.job.out))["ok"]:
+        return refused(preflight.refusal([fit]), checks=[fit])
+    if reply := _trusted(cfg, paths):
+        return reply
+    try:
         found = preflight.checks(cfg, spec, draft)
-        if why := preflight.refusal(found):
-            return _refused(why, checks=found)
+    except ConfigError as e:
+        return refused(str(e))
+    if why := preflight.refusal(found):
+        return refused(why, checks=found)
+    os.makedirs(paths.root, exist_ok=True)
+    guard.mark_run(paths.root)  # every check passed: the folder is hsx's run dir from here
+    return locked(paths.root, lambda: _first(cfg, paths, submit))
+
+
+def _first(cfg: Config, paths: runspec.RunPaths, submit) -> Reply:
+    if (pid := running(paths)) is not None:  # another start won the lock before us
+        return refused(f"a training run is going in {paths.root} (supervisor pid {pid})")
+    try:
         paths, spec = runspec.prepare(cfg)
     except ConfigError as e:
-        return _refused(str(e))
+        return refused(str(e))
     files = runspec.feature_files(spec["data"]["hidden_states_path"])  # with eval: the training files only
     total = runspec.total_steps(spec, files)
     world = runspec.world(spec)
@@ -183,51 +250,96 @@ def start(cfg: Config, submit=None, extraction=None) -> Reply:
 
 
 def resume(cfg: Config, submit=None, extraction=None) -> Reply:
-    if why := _ensure(cfg.train.python):
-        return _refused(why)
-    paths = runspec.RunPaths(runspec.run_dir(cfg))
-    if (pid := _running(paths)) is not None:
-        return _refused(f"a training run is going in {paths.root} (supervisor pid {pid})")
-    if why := exclusive.why_not_train(cfg.job.out, extraction):
-        return _refused(why)
+    try:
+        paths = runspec.owned(cfg)
+    except ConfigError as e:
+        return refused(str(e))
+    if reply := _cheap(cfg, paths, extraction):
+        return reply
     d = read(paths.root)
     if not os.path.exists(paths.yaml) or d.get("run_id") is None:
-        return _refused(f"nothing to resume in {paths.root}: start it first (hsx-runner train start)")
+        return refused(f"nothing to resume in {paths.root}: start it first (hsx-runner train start)")
     if d.get("phase") == "done":
-        return _refused(f"the training in {paths.root} is done; export it (hsx-runner train export)")
-    strays.end(paths.root)  # before the checkpoint is chosen: a leftover rank may rotate it away
-    ckpt = progress.durable(d["output_dir"], d["run_id"], d.get("world") or 1, set())
-    if ckpt is None:
-        return _refused(f"no complete checkpoint in {d['output_dir']}: nothing to resume from")
+        return refused(f"the training in {paths.root} is done; export it (hsx-runner train export)")
     try:
         with open(paths.yaml) as f:
             spec = json.load(f)
     except (OSError, ValueError) as e:
-        return _refused(f"{paths.yaml} is unreadable ({e})")
+        return refused(f"{paths.yaml} is unreadable ({e}): start a new run in another [train] run_dir")
+    if not isinstance(spec, dict):
+        return refused(
+            f"{paths.yaml} is not a run.yaml hsx wrote (not an object): start a new run in another [train] run_dir"
+        )
+    return locked(paths.root, lambda: _again(cfg, paths, spec, submit))
+
+
+def _again(cfg: Config, paths: runspec.RunPaths, spec: dict, submit) -> Reply:
+    """Under the launch lock: no one else launches, so what is left of a killed launch can be
+    ended and the checkpoint chosen without killing a new trainer."""
+    if (pid := running(paths)) is not None:
+        return refused(f"a training run is going in {paths.root} (supervisor pid {pid})")
+    d = read(paths.root)
+    strays.end(paths.root)  # before the checkpoint is chosen: a leftover rank may rotate it away
+    ckpt = progress.durable(d["output_dir"], d["run_id"], d.get("world") or 1, set())
+    if ckpt is None:
+        return refused(f"no complete checkpoint in {d['output_dir']}: nothing to resume from")
+    if reply := _trusted(cfg, paths):
+        return reply
     try:
         found = preflight.checks(cfg, spec)
     except ConfigError as e:
-        return _refused(str(e))
+        return refused(str(e))
     if why := preflight.refusal(found):
-        return _refused(why, checks=found)
+        return refused(why, checks=found)
     cmd = runspec.command(cfg, paths, progress.step_dir(d["output_dir"], d["run_id"], ckpt))
     write_atomic(paths.command, json.dumps(cmd, indent=1) + "\n", 0o644)
     return _launch(cfg, paths, "resume", submit)
 
 
+def after_extraction(cfg: Config, extraction=None) -> Reply:
+    """``train after-extraction``: the start arranged for the extraction's end (once), when it
+    ends done and its features verify: what ``[train] after_extraction`` does for every run."""
+    if cfg.train.after_extraction:
+        return Reply(
+            {"arranged": True},
+            "[train] after_extraction is set: the training starts when the extraction ends",
+        )
+    try:
+        paths = runspec.owned(cfg)
+    except ConfigError as e:
+        return refused(str(e))
+    if (pid := running(paths)) is not None:
+        return refused(f"a training run is going in {paths.root} (supervisor pid {pid})")
+    if not exclusive.extracting(cfg.job.out, extraction):
+        return refused("the extraction is not running: `/train start` starts the training now")
+    write_atomic(os.path.join(cfg.job.out, ARRANGED), json.dumps({"at": now()}) + "\n", 0o644)
+    text = ("arranged: the training starts by itself when the extraction ends done and its features "
+            "verify; the extraction's done message says so")  # fmt: skip
+    return Reply({"arranged": True}, text)
+
+
+def arranged(out: str) -> bool:
+    """Take the arranged start (True once per arrangement)."""
+    try:
+        os.unlink(os.path.join(out, ARRANGED))
+    except FileNotFoundError:
+        return False
+    return True
+
+
 def stop(cfg: Config, wait: float) -> Reply:
     paths = runspec.RunPaths(runspec.run_dir(cfg))
-    pid = _running(paths)
+    pid = running(paths)
     if pid is None:
         return Reply(
             {"stopped": False, "reason": "no training run is going"}, "no training run is going", REFUSED
         )
     os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + wait
-    while time.monotonic() < deadline and _running(paths) is not None:
+    while time.monotonic() < deadline and running(paths) is not None:
         time.sleep(0.2)
     d = read(paths.root)
-    gone = _running(paths) is None
+    gone = running(paths) is None
     text = (
         d.get("reason") or "stopped" if gone else f"asked the supervisor (pid {pid}) to stop; still stopping"
     )
@@ -285,69 +397,3 @@ def history(cfg: Config) -> Reply:
     h = history_of(root, read(root))
     text = f"{len(h['points'])} logged steps, {len(h['evals'])} evals, {len(h['marks'])} marks in {root}"
     return Reply(h, text, OK)
-
-
-def export(cfg: Config) -> Reply:
-    """``train export``: the supervisor exports at the end itself; this exports again (or once
-    more after a failed one)."""
-    paths = runspec.RunPaths(runspec.run_dir(cfg))
-    if (pid := _running(paths)) is not None:
-        return _refused(f"a training run is going (supervisor pid {pid}): export when it is done")
-    d = read(paths.root)
-    if d.get("phase") in ACTIVE or d.get("run_id") is None:
-        return _refused(f"nothing to export in {paths.root}")
-    return export_run(cfg, paths, d)
-
-
-def export_run(cfg: Config, paths: runspec.RunPaths, d: dict) -> Reply:
-    """The last complete checkpoint exported for SGLang into export_dir, its layer ids checked."""
-    ckpt = progress.durable(d["output_dir"], d["run_id"], d.get("world") or 1, set())
-    if ckpt is None:
-        return _refused(f"no complete checkpoint in {d['output_dir']}")
-    out = runspec.export_dir(cfg)
-    argv = [cfg.train.python, "-m", "specforge.cli", "export", "--to", "sglang",
-            "--checkpoint", progress.step_dir(d["output_dir"], d["run_id"], ckpt),
-            "--draft-config", paths.draft, "--output-dir", out]  # fmt: skip
-    env = {**os.environ, **specforge_cpu.env(cfg.train.python)}
-    p = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=paths.root)
-    if p.returncode != 0:
-        why = (p.stderr.strip().splitlines() or ["no output"])[-1]
-        return Reply({"ok": False, "reason": why, "argv": argv}, f"export failed: {why}", NOT_OK)
-    want = runspec.description(cfg)["aux_layer_ids"]
-    try:
-        with open(os.path.join(out, "config.json")) as f:
-            got = (json.load(f).get("eagle_config") or {}).get("eagle_aux_hidden_state_layer_ids")
-    except (OSError, ValueError, AttributeError) as e:
-        why = f"the export left no readable config.json in {out} ({e}): do not serve it"
-        return Reply({"ok": False, "reason": why, "export_dir": out}, f"export REFUSED: {why}", NOT_OK)
-    if got != want:  # SGLang would feed the draft other layers than it was trained on
-        why = (f"the exported draft's layer ids {got} differ from the extraction's {want}: SGLang would "
-               f"feed it the wrong layers; do not serve it (the files are kept in {out})")  # fmt: skip
-        return Reply({"ok": False, "reason": why, "export_dir": out, "aux_layer_ids": got}, f"export REFUSED: {why}",
-                     NOT_OK)  # fmt: skip
-    flags = serve_flags(cfg, out)
-    text = (f"exported step {ckpt} to {out}; serve it with: python -m sglang.launch_server "
-            f"{shlex.join(flags)}")  # fmt: skip
-    rep = {"ok": True, "export_dir": out, "checkpoint_step": ckpt, "aux_layer_ids": got, "flags": flags}
-    return Reply({**rep, "message": text}, text)  # the message: what chat posts
-
-
-# What SGLang 0.5.23 picks itself when no step count is given (_auto_choose_speculative_params in
-# sglang/srt/arg_groups/speculative_hook.py): (num_steps, eagle_topk, num_draft_tokens) by the
-# target's architecture. Said explicitly, so the command shows what it serves with.
-SGLANG_EAGLE = {"LlamaForCausalLM": (5, 4, 8), "Grok1ForCausalLM": (5, 4, 8), "Grok1VForCausalLM": (5, 4, 8)}
-SGLANG_EAGLE_DEFAULT = (3, 1, 4)
-
-
-def serve_flags(cfg: Config, export_dir: str) -> list[str]:
-    """SGLang's flags that serve the target with the exported draft as its EAGLE-3 speculator."""
-    try:
-        with open(os.path.join(cfg.job.model, "config.json")) as f:
-            arch = (json.load(f).get("architectures") or [""])[0]
-    except (OSError, ValueError, AttributeError, IndexError):
-        arch = ""
-    steps, topk, tokens = SGLANG_EAGLE.get(arch, SGLANG_EAGLE_DEFAULT)
-    flags = ["--model-path", os.path.abspath(cfg.job.model), "--speculative-algorithm", "EAGLE3",
-             "--speculative-draft-model-path", export_dir, "--speculative-num-steps", str(steps),
-             "--speculative-eagle-topk", str(topk), "--speculative-num-draft-tokens", str(tokens)]  # fmt: skip
-    return flags + ["--trust-remote-code"] * cfg.job.trust_remote_code

@@ -125,3 +125,16 @@ def why_not_train(out: str, extraction=None) -> str | None:
             f"the extraction in {out} is {phase.value}, not done: train once it is done (hsx-runner status)"
         )
     return None
+
+
+def extracting(out: str, extraction=None) -> bool:
+    """The extraction holds ``out`` or its record says it is under way (a start may be arranged
+    for its end)."""
+    from ..job.view import current
+
+    if held_any(out):
+        return True
+    try:
+        return (extraction() if extraction else current(out).phase).is_active()
+    except Exception:  # noqa: BLE001 - an unreadable record arranges nothing
+        return False

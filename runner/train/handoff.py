@@ -3,7 +3,8 @@ with ``[train]`` set and its lock is released (runner.cli run).
 
 It verifies the features, unless verify's kept verdict still holds (runner.output.verified),
 recorded as a background verify is (its progress in the status, its result posted), so that
-a training start finds them verified; with ``[train] after_extraction`` it then starts the
+a training start finds them verified; with ``[train] after_extraction`` (or a start arranged
+once by ``train after-extraction``) it then starts the
 training. What came of it replaces ``handoff = "pending"`` in the extraction's record, where
 the watcher's done milestone reads it. Under a systemd service (the boot unit) the runner then
 stays while the training runs, since systemd ends a unit's processes with its main one.
@@ -62,7 +63,9 @@ def _hand_off(cfg, start) -> tuple[str, int | None]:
     why = _verify(cfg)
     if why:
         return f"training not started: the features are not verified: {why}", None
-    if not cfg.train.after_extraction:
+    if not (
+        cfg.train.after_extraction or control.arranged(cfg.job.out)
+    ):  # `/train after-extraction` arranges it once
         return "features verified for training: `/train start` trains the draft", None
     reply = start(cfg)
     if reply.code == OK:

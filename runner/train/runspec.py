@@ -16,7 +16,7 @@ from ..contract.atomic import write_atomic
 from ..contract.config import Config
 from ..contract.errors import ConfigError
 from ..output.store import DESCRIPTION
-from . import split, target
+from . import guard, split, target
 
 RUN_ID = "hsx-eagle3"
 # the target's config keys a draft shares (SpecForge's own list for a generated draft config)
@@ -138,6 +138,7 @@ def spec_for(cfg: Config, paths: RunPaths, desc: dict, emb: str, head: str) -> d
         spec["deployment"]["trainer"]["master_addr"] = MASTER
     if specforge_cpu.shims_of(cfg.train.python):
         spec = merge(spec, specforge_cpu.yaml_keys())
+    guard.specforge_keys(t.specforge, spec)
     spec = merge(spec, t.specforge)
     if t.eval_samples:  # at each save: SpecForge's save of a new best then falls on a save step
         spec["training"].setdefault("eval_interval", spec["training"]["save_interval"])
@@ -176,16 +177,23 @@ def plan(cfg: Config) -> tuple[RunPaths, dict, dict]:
     paths = RunPaths(run_dir(cfg))
     emb, head = target.keys(cfg.job.model)
     spec = spec_for(cfg, paths, desc, emb, head)
-    if cfg.train.eval_samples and spec["data"].get("hidden_states_path") != paths.features:
-        raise ConfigError("[train.specforge] data.hidden_states_path and [train] eval_samples conflict: "
-                          "the held-out samples would be trained on")  # fmt: skip
     return paths, spec, draft_for(cfg, desc)
+
+
+def owned(cfg: Config) -> RunPaths:
+    """The run's paths once the run dir and export dir are ones hsx may write into (ConfigError)."""
+    paths = RunPaths(run_dir(cfg))
+    guard.run_dir(cfg, paths.root)
+    guard.export_dir(cfg, export_dir(cfg), paths.root)
+    return paths
 
 
 def prepare(cfg: Config) -> tuple[RunPaths, dict]:
     """Write the run dir's files for a first start (the view is kept if there); (paths, spec)."""
     paths, spec, draft = plan(cfg)
+    owned(cfg)
     os.makedirs(paths.root, exist_ok=True)
+    guard.mark_run(paths.root)
     if cfg.train.eval_samples:
         split.write(cfg.job.out, paths.root, cfg.train.eval_samples, cfg.train.seed)
     target.view(cfg.job.model, paths.target)

@@ -52,10 +52,27 @@ def _link_tree(out: str, files: list[str], dest: str) -> None:
     os.rename(tmp, dest)
 
 
+def _links_only(dest: str) -> bool:
+    """``dest`` is absent or one of hsx's link trees (real folders, linked files): safe to replace."""
+    if os.path.islink(dest) or os.path.lexists(dest) and not os.path.isdir(dest):
+        return False
+    for d, dirs, names in os.walk(dest):
+        if any(os.path.islink(os.path.join(d, n)) for n in dirs):
+            return False
+        if not all(os.path.islink(os.path.join(d, n)) for n in names):
+            return False
+    return True
+
+
 def write(out: str, root: str, n: int, seed: int) -> dict:
     """Split the output's samples for a first start: ``split.json`` and the two trees in
     ``root``. Refuses (ConfigError) when no sample would be left to train on."""
     out = os.path.abspath(out)
+    for dest in (os.path.join(root, TRAIN), os.path.join(root, EVAL)):
+        if not _links_only(dest):  # only hsx's own link trees are replaced
+            raise ConfigError(
+                f"{dest} holds files hsx did not link there: move them, or set another [train] run_dir"
+            )
     files = sample_files(out)
     if not files:
         raise ConfigError(f"no feature files under {out}: extract first")

@@ -194,11 +194,11 @@ class Supervisor:
         self.rec.write()
 
     def _export(self) -> dict:
-        """The draft exported for SGLang at the end (control.export_run, as ``train export``
+        """The draft exported for SGLang at the end (exporter.export_run, as ``train export``
         does, with this run's config): what the record says of it. A failure is said, never
         raised: the training is done either way, and ``train export`` tries again."""
         from ..contract.config import load
-        from . import control, runspec
+        from . import exporter, runspec
 
         path = self.rec.d.get("config")
         if not path:
@@ -210,7 +210,7 @@ class Supervisor:
             cfg.train.python = self.rec.d.get("python") or cfg.train.python  # as resolved at the launch
             self.rec.update(export=EXPORT_PENDING)
             self.rec.write()  # "done" waits for the draft: the record says it is being exported
-            rep = control.export_run(cfg, runspec.RunPaths(self.root), self.rec.d)
+            rep = exporter.export_run(cfg, runspec.RunPaths(self.root), self.rec.d)
             return {"export": rep.text, "export_ok": bool(rep.obj.get("ok")), "export_dir": rep.obj.get("export_dir")
                     or self.rec.d.get("export_dir")}  # fmt: skip
         except Exception as e:  # noqa: BLE001 - said in the record; the run stays done

@@ -136,7 +136,7 @@ def test_run_yaml_trains_on_the_split_and_evaluates_at_each_save(tmp_path):
     mine = _cfg(tmp_path, eval_samples=2, run_dir="r2", specforge={"training": {"eval_interval": 7}})
     assert runspec.prepare(mine)[1]["training"]["eval_interval"] == 7  # the operator's wins
     clash = _cfg(tmp_path, eval_samples=2, run_dir="r3", specforge={"data": {"hidden_states_path": "x"}})
-    with pytest.raises(ConfigError, match="held-out samples would be trained on"):
+    with pytest.raises(ConfigError, match=r"data.hidden_states_path is hsx's to set; use \[job\] out"):
         runspec.prepare(clash)
     _, off = runspec.prepare(_cfg(tmp_path, run_dir="r4"))  # no eval: today's run, on out itself
     assert (

@@ -121,10 +121,13 @@ def test_layers_are_those_of_the_draft_run_yaml_points_at(tmp_path):
     _out(tmp_path)
     theirs = tmp_path / "mine.json"
     theirs.write_text(json.dumps({**MODEL, "eagle_config": {"eagle_aux_hidden_state_layer_ids": [1, 3, 5]}}))
-    cfg = _cfg(tmp_path, _lane(tmp_path), specforge={"model": {"draft_model_config": str(theirs)}})
+    cfg = _cfg(
+        tmp_path, _lane(tmp_path), job={"draft_config": str(theirs)}
+    )  # its own ids, not the extraction's
     c = _checks(cfg)["layers"]
-    assert not c["ok"] and f"the draft config {theirs} names aux layers [1, 3, 5]" in c["detail"]
-    assert "the extraction's are [1, 3, 4]" in c["detail"] and str(theirs) in c["fix"]
+    draft = tmp_path / "out-train" / "draft.json"  # what the start would write from it
+    assert not c["ok"] and f"the draft config {draft} names aux layers [1, 3, 5]" in c["detail"]
+    assert "the extraction's are [1, 3, 4]" in c["detail"] and str(draft) in c["fix"]
     # [job] draft_config: the operator's own draft is the one trained, given the extraction's ids
     own = tmp_path / "own.json"
     own.write_text(
@@ -234,5 +237,5 @@ def test_train_start_refuses_unverified_features_and_writes_nothing(tmp_path):
         f"training preflight: features: no verify result kept in {tmp_path / 'out'}"
     )
     assert "fix: run hsx-runner verify" in rep["reason"]
-    assert [c["name"] for c in rep["checks"]] == ["features", "layers", "target", "disk", "gpus"]
+    assert [c["name"] for c in rep["checks"]] == ["features"]  # refused before any venv is built
     assert not os.path.exists(tmp_path / "out-train")  # a refused start writes nothing

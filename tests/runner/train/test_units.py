@@ -18,7 +18,7 @@ from runner.contract.config import from_dict
 from runner.contract.errors import ConfigError
 from runner.output.lock import JobLock
 from runner.serve import gpus
-from runner.train import control, interpreter, progress, record, runspec
+from runner.train import control, exporter, interpreter, progress, record, runspec
 from tests.conftest import RUNNER
 
 
@@ -91,7 +91,7 @@ def _model(tmp_path, index=False):
 
 def test_the_run_dir_holds_a_target_view_with_an_index_and_a_draft_with_the_extractions_layers(tmp_path):
     _model(tmp_path)
-    cfg = _cfg(tmp_path, specforge={"training": {"ttt_length": 3, "save_interval": 5}, "run_id": "mine"})
+    cfg = _cfg(tmp_path, save_interval=5, specforge={"training": {"ttt_length": 3}})
     (tmp_path / "out" / "dataset.json").write_text(
         json.dumps({"aux_layer_ids": [1, 3, 4], "max_length": 256})
     )
@@ -107,7 +107,7 @@ def test_the_run_dir_holds_a_target_view_with_an_index_and_a_draft_with_the_extr
     assert written == spec and spec["model"]["target_model_path"] == paths.target
     assert spec["model"]["embedding_key"] == "model.embed_tokens.weight" and spec["data"]["max_length"] == 256
     assert spec["training"]["ttt_length"] == 3 and spec["training"]["save_interval"] == 5  # operator's last
-    assert spec["training"]["max_checkpoints"] == 2 and spec["run_id"] == "mine"
+    assert spec["training"]["max_checkpoints"] == 2 and spec["run_id"] == "hsx-eagle3"
     assert spec["data"]["hidden_states_path"] == str(tmp_path / "out")
 
 
@@ -318,7 +318,7 @@ def test_export_checks_the_drafts_layer_ids_and_says_how_sglang_serves_it(tmp_pa
     record.Record(
         root, {"phase": "done", "run_id": "hsx-eagle3", "output_dir": f"{root}/output", "world": 1}
     ).write()
-    rep = control.export(cfg)
+    rep = exporter.export(cfg)
     out = os.path.join(root, "export")
     if ids != [1, 3, 4]:  # the export's own config names other layers: refused loudly, files kept
         assert rep.code == 1 and rep.text.startswith(
@@ -421,6 +421,7 @@ def test_a_resume_first_ends_what_a_killed_supervisors_launch_left_then_picks_th
     write_record(str(tmp_path / "out" / "status.json"), StatusRecord(job="t", phase=Phase.DONE))
     root = runspec.run_dir(cfg)
     os.makedirs(root)
+    open(os.path.join(root, ".hsx-run"), "w").close()  # hsx's own run dir
     open(os.path.join(root, "run.yaml"), "w").write("{}")
     record.Record(
         root, {"phase": "crashed", "run_id": "hsx-eagle3", "output_dir": f"{root}/output", "world": 2}

@@ -1,0 +1,149 @@
+"""What an operator's training keys may not change, and where hsx may write.
+
+``[train.specforge]`` is merged into run.yaml last: the keys below would move the checkpoints
+out of the folder hsx watches, undo the save and keep floors that make a crash resumable, run
+the target's own code against ``[job] trust_remote_code = false``, or train on features nobody
+verified. Each is refused with the ``[train]`` or ``[job]`` key to use instead.
+
+A run dir is hsx's own when it holds the ``.hsx-run`` mark a first start writes (or, from before
+the mark, a run.yaml whose output_dir is its own ``output``); otherwise it must be new or empty,
+since a start replaces its ``features/`` and ``eval/`` and SpecForge deletes checkpoints it finds.
+An export dir is new, marked ``.hsx-export``, or the run's own ``export/``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+
+from ..contract.config import Config
+from ..contract.errors import ConfigError
+
+RUN_MARK = ".hsx-run"
+EXPORT_MARK = ".hsx-export"
+OWNED = {
+    ("output_dir",): "[train] run_dir (checkpoints go to its output/, which hsx watches)",
+    ("run_id",): "nothing: hsx names the checkpoints it resumes from",
+    ("data", "hidden_states_path"): "[job] out (the features hsx verified)",
+    ("data", "eval_hidden_states_path"): "[train] eval_samples",
+    ("model", "target_model_path"): "[job] model",
+    ("model", "draft_model_config"): "[job] draft_config",
+    ("model", "trust_remote_code"): "[job] trust_remote_code",
+    ("training", "save_interval"): "[train] save_interval",
+    ("training", "max_checkpoints"): "[train] max_checkpoints",
+    ("training", "resume_from"): "`/train resume` (hsx picks the last complete checkpoint)",
+}
+
+
+def specforge_keys(over: dict, base: dict) -> None:
+    """Refuse (ConfigError) a ``[train.specforge]`` key hsx owns, or one that turns a table of
+    run.yaml into a plain value, naming the key and what to set instead."""
+    for path, instead in OWNED.items():
+        d = over
+        for k in path[:-1]:
+            d = d.get(k) if isinstance(d, dict) else None
+        if isinstance(d, dict) and path[-1] in d:
+            raise ConfigError(
+                f"[train.specforge] {'.'.join(path)} is hsx's to set; use {instead} instead (nothing was written)"
+            )
+
+    def tables(o: dict, b: dict, at: str) -> None:
+        for k, v in o.items():
+            if isinstance(b.get(k), dict):
+                if not isinstance(v, dict):
+                    raise ConfigError(
+                        f"[train.specforge] {at}{k} must be a table, as in run.yaml (nothing was written)"
+                    )
+                tables(v, b[k], f"{at}{k}.")
+
+    tables(over, base, "")
+
+
+def _inside(path: str, folder: str) -> bool:
+    path, folder = os.path.realpath(path), os.path.realpath(folder)
+    return path == folder or path.startswith(folder.rstrip("/") + "/")
+
+
+def _theirs(cfg: Config, path: str, what: str) -> None:
+    """Refuse ``path`` inside (or equal to) the job's output or model folder, or the dataset's
+    own folder (a run dir beside the dataset is fine; one holding it is not new)."""
+    for name, folder in (("[job] out", cfg.job.out), ("[job] model", cfg.job.model)):
+        if folder and _inside(path, folder):
+            raise ConfigError(f"{what} {path} is inside {name} ({folder}): set it elsewhere")
+    data = os.path.dirname(os.path.abspath(cfg.job.dataset)) if cfg.job.dataset else ""
+    if data and os.path.realpath(path) == os.path.realpath(data):
+        raise ConfigError(f"{what} {path} is the dataset's folder: set it elsewhere")
+
+
+def _own_run(root: str) -> bool:
+    if os.path.lexists(os.path.join(root, RUN_MARK)):
+        return True
+    try:
+        with open(os.path.join(root, "run.yaml")) as f:
+            return json.load(f).get("output_dir") == os.path.join(root, "output")
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def run_dir(cfg: Config, root: str) -> None:
+    """A run dir hsx may write into: not a link, not inside the job's folders, and new, empty
+    or hsx's own (say which it is not)."""
+    if os.path.islink(root):
+        raise ConfigError(f"[train] run_dir {root} is a symlink: name the real folder")
+    _theirs(cfg, root, "[train] run_dir")
+    if not os.path.lexists(root):
+        return
+    if not os.path.isdir(root):
+        raise ConfigError(f"[train] run_dir {root} is not a folder")
+    if os.listdir(root) and not _own_run(root):
+        raise ConfigError(
+            f"[train] run_dir {root} holds files hsx did not write (no {RUN_MARK}): "
+            "a start would replace its features/ and eval/; set a new or empty folder"
+        )
+
+
+def mark_run(root: str) -> None:
+    with open(os.path.join(root, RUN_MARK), "a"):
+        pass
+
+
+def export_dir(cfg: Config, out: str, root: str) -> None:
+    """An export dir hsx may write into: new, marked as an earlier export's, or the run's own."""
+    if os.path.islink(out):
+        raise ConfigError(f"[train] export_dir {out} is a symlink: name the real folder")
+    _theirs(cfg, out, "[train] export_dir")
+    if not os.path.lexists(out) or out == os.path.join(root, "export"):
+        return
+    if not os.path.isdir(out) or (os.listdir(out) and not os.path.lexists(os.path.join(out, EXPORT_MARK))):
+        raise ConfigError(
+            f"[train] export_dir {out} holds files hsx did not export (no {EXPORT_MARK}): "
+            "the export would overwrite them; set a new or empty folder"
+        )
+
+
+def mark_export(out: str) -> None:
+    os.makedirs(out, exist_ok=True)
+    with open(os.path.join(out, EXPORT_MARK), "a"):
+        pass
+
+
+def trusted(path: str, what: str) -> str | None:
+    """Why root should not run or unpickle what ``path`` holds (None: it may): the file and every
+    folder above it belong to root or to this user and no one else may write them (a sticky
+    folder such as /tmp excepted, where others cannot replace what is not theirs)."""
+    me = {0, os.geteuid()}
+    p = os.path.realpath(path)
+    while True:
+        try:
+            st = os.lstat(p)
+        except OSError as e:
+            return f"{what} {path}: {p} cannot be read ({e.strerror})"
+        if st.st_uid not in me:
+            return f"{what} {path}: {p} belongs to uid {st.st_uid}, not to root or this user"
+        sticky = stat.S_ISDIR(st.st_mode) and st.st_mode & stat.S_ISVTX
+        if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH) and not sticky:
+            return f"{what} {path}: others may write {p} (mode {stat.S_IMODE(st.st_mode):o}): chmod go-w it"
+        if p == "/":
+            return None
+        p = os.path.dirname(p)
