@@ -19,7 +19,7 @@ import time
 from .. import specforge_cpu
 from ..contract.atomic import write_atomic
 from ..contract.config import Config
-from ..contract.errors import ConfigError
+from ..contract.errors import BrokenFileError, ConfigError
 from ..contract.replies import NOT_OK, OK, REFUSED, Reply
 from ..lanes import BuildError
 from ..output.lock import is_held_at
@@ -199,20 +199,36 @@ def resume(cfg: Config, submit=None, extraction=None) -> Reply:
     ckpt = progress.durable(d["output_dir"], d["run_id"], d.get("world") or 1, set())
     if ckpt is None:
         return _refused(f"no complete checkpoint in {d['output_dir']}: nothing to resume from")
-    try:
-        with open(paths.yaml) as f:
-            spec = json.load(f)
-    except (OSError, ValueError) as e:
-        return _refused(f"{paths.yaml} is unreadable ({e})")
+    spec = _run_yaml(paths)
     try:
         found = preflight.checks(cfg, spec)
     except ConfigError as e:
         return _refused(str(e))
+    except (KeyError, TypeError, ValueError, AttributeError) as e:  # a key hsx wrote, gone or of another kind
+        raise BrokenFileError(paths.yaml, f"{type(e).__name__}: {str(e)[:200]}", YAML_FIX) from None
     if why := preflight.refusal(found):
         return _refused(why, checks=found)
     cmd = runspec.command(cfg, paths, progress.step_dir(d["output_dir"], d["run_id"], ckpt))
     write_atomic(paths.command, json.dumps(cmd, indent=1) + "\n", 0o644)
     return _launch(cfg, paths, "resume", submit)
+
+
+YAML_FIX = ("hsx wrote it at the run's start and a resume reuses it unchanged: restore it, or move the run dir "
+            "aside and start a fresh run (hsx-runner train start)")  # fmt: skip
+
+
+def _run_yaml(paths: runspec.RunPaths) -> dict:
+    """The first launch's run.yaml (JSON, which YAML reads); BrokenFileError when it is not an object."""
+    try:
+        with open(paths.yaml, "rb") as f:
+            spec = json.loads(f.read())
+    except OSError as e:
+        raise BrokenFileError(paths.yaml, f"it cannot be read ({e})", YAML_FIX) from None
+    except (ValueError, RecursionError) as e:
+        raise BrokenFileError(paths.yaml, f"it is not valid JSON ({str(e)[:200]})", YAML_FIX) from None
+    if not isinstance(spec, dict):
+        raise BrokenFileError(paths.yaml, f"it holds a JSON {type(spec).__name__}, not an object", YAML_FIX)
+    return spec
 
 
 def stop(cfg: Config, wait: float) -> Reply:
