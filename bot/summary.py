@@ -10,6 +10,7 @@ import datetime as dt
 from remote.errors import (
     AuthFailed,
     BadReply,
+    BrokenFile,
     CommandFailed,
     CommandTimeout,
     HostKeyMismatch,
@@ -20,7 +21,7 @@ from remote.errors import (
 from remote.live import Reading
 from runner.contract.render import MAX_ERROR_CHARS, clock, human_duration, now_utc, percent, render_text
 from runner.contract.status import STALE_S, Phase, StatusRecord, heartbeat_age
-from runner.contract.train import TrainRecord, render_train
+from runner.contract.train import TrainRecord, done_fraction, render_train
 
 from .mrkdwn import escape
 
@@ -106,6 +107,10 @@ def error_head(err: RemoteError) -> str:
         return f"The GPU box did not answer within {err.timeout_s:g}s"
     if isinstance(err, CommandFailed):
         return f"hsx-runner failed on the GPU box (exit {err.code}): {err.stderr_tail[-MAX_ERROR_CHARS:] or 'no output'}"
+    if isinstance(err, BrokenFile):  # the box is there: a file on it needs a person
+        return (
+            f"The GPU box answered, but its {err.file or 'record'} is broken: {err.reason[:MAX_ERROR_CHARS]}"
+        )
     if isinstance(err, BadReply):
         return f"The GPU box answered something unreadable: {str(err)[:MAX_ERROR_CHARS]}"
     if isinstance(err, NoAnswer):
@@ -155,8 +160,8 @@ def train_blocks(rec: TrainRecord, now: dt.datetime | None = None) -> list[dict]
     """The training's summary (runner/contract/train.py) with a bar of its steps."""
     blocks = []
     if rec.total_steps and rec.step is not None:
-        filled = min(BAR_CELLS, int(BAR_CELLS * rec.step / rec.total_steps))
-        pct = 100.0 * rec.step / rec.total_steps
+        filled = int(BAR_CELLS * done_fraction(rec))  # 0..100%, whatever step the record says
+        pct = 100.0 * done_fraction(rec)
         blocks.append(_section(f"`{'▓' * filled + '░' * (BAR_CELLS - filled)}` *{pct:.1f}%* trained"))
     blocks.append(_section(render_train(rec, now_utc(now))))
     context = f"{TRAIN_ICON.get(rec.phase, ':mag:')} training {rec.phase} · run {rec.run_dir or '?'}"

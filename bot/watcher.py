@@ -14,7 +14,7 @@ import os
 import time
 from dataclasses import asdict, dataclass, field
 
-from remote.errors import BadReply, RemoteError
+from remote.errors import BadReply, BrokenFile, RemoteError
 from remote.live import LiveStatus
 from runner.contract import render, status
 from runner.contract.atomic import write_atomic
@@ -192,7 +192,12 @@ def _unreadable(st: WatchState, obs: Observation) -> tuple[list[Action], WatchSt
     actions = _answered(st, obs.now)
     if not any(k.startswith("unreadable:") for k in st.active):
         key = f"unreadable:{_iso(obs.now)}"
-        text = f":warning: GPU box status unreadable: {obs.error}\n(`hsx-runner status --json` on the box shows it)"
+        said = (
+            summary.error_head(obs.error)
+            if isinstance(obs.error, BrokenFile)
+            else f"GPU box status unreadable: {obs.error}"
+        )
+        text = f":warning: {said}\n(`hsx-runner status --json` on the box shows it)"
         actions.append(Action("alert", text, key=key))
         st.active = st.active + [key]
     return actions, st

@@ -6,12 +6,13 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from runner.contract.replies import ANSWER_CODES, LOGS, MAX_LOG_LINES, MAX_N, UNIT_NAME_RE
+from runner.contract.render import MAX_ERROR_CHARS
+from runner.contract.replies import ANSWER_CODES, BROKEN, LOGS, MAX_LOG_LINES, MAX_N, UNIT_NAME_RE
 from runner.contract.status import StatusRecord
 from runner.contract.train import ACTIONS as TRAIN_ACTIONS
 from runner.contract.train import TrainRecord
 
-from .errors import BadReply, CommandFailed
+from .errors import BadReply, BrokenFile, CommandFailed
 from .transport import Result, Transport
 
 MAX_PATH_CHARS = 4096
@@ -23,6 +24,21 @@ def check_adopt_dir(path: object) -> str:
     if len(path) > MAX_PATH_CHARS or any(ord(c) < 32 or ord(c) == 127 for c in path):
         raise ValueError("adopt: the directory name is too long or holds NUL, newline or control characters")
     return path
+
+
+def _broken(verb: str, res: Result) -> BrokenFile:
+    """The runner's BROKEN answer: its JSON names the file; its stderr says it where the JSON
+    did not come."""
+    said = res.stderr.strip().removeprefix("hsx-runner: ")[-MAX_ERROR_CHARS:] or "(no message)"
+    try:
+        reply = json.loads(res.stdout)
+    except (ValueError, RecursionError):
+        reply = None
+    if not isinstance(reply, dict):
+        return BrokenFile(verb, None, said, said)
+    file, reason, message = (str(reply.get(k) or "") for k in ("broken", "reason", "message"))
+    return BrokenFile(verb, file[:MAX_PATH_CHARS] or None, reason[:MAX_ERROR_CHARS] or said,
+                      message[: MAX_PATH_CHARS + MAX_ERROR_CHARS] or said)  # fmt: skip
 
 
 class GpuBox:
@@ -38,6 +54,8 @@ class GpuBox:
             argv += ["--config", self.runner_config]
         argv += list(args)
         res: Result = self.transport.run(argv, timeout_s or self.timeout_s)
+        if res.code == BROKEN:
+            raise _broken(verb, res)
         if res.code not in ANSWER_CODES[verb]:
             raise CommandFailed(argv, res.code, res.stderr or res.stdout)
         try:

@@ -65,3 +65,12 @@ class CommandFailed(RemoteError):
 
 class BadReply(RemoteError):
     """The runner answered, but not with the JSON the contract promises."""
+
+
+class BrokenFile(BadReply):
+    """The runner answered, exit BROKEN: a file it reads on the box (a status record, run.yaml)
+    is broken. Not retried, and never taken for an unreachable box: the box is there."""
+
+    def __init__(self, verb: str, file: str | None, reason: str, message: str):
+        self.verb, self.file, self.reason, self.message = verb, file, reason, message
+        super().__init__(f"`hsx-runner {verb}`: {message}")

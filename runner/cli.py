@@ -1,6 +1,7 @@
 """``hsx-runner``: the GPU-box side. Every verb answers JSON with --json, so the ops side
 never parses free text. Exit codes (runner.contract.replies): 0 ok, 1 not ok
-(verify/preflight/job failed), 2 usage or config error, 3 refused (already running / not running).
+(verify/preflight/job failed), 2 usage or config error, 3 refused (already running / not running),
+4 a file it reads is broken (a status record, run.yaml: the reply names it and says what to do).
 
 start, resume, stop, status, logs and events belong to the job's engine (runner.engines: this
 box, or Slurm); the CLI only picks it and prints its answer."""
@@ -14,8 +15,8 @@ import os
 import sys
 
 from .contract.config import AUTO_PYTHON, Config, load, require_job, without_secrets
-from .contract.errors import HsxError, LockedError, StatusError
-from .contract.replies import LOGS, MAX_N, NOT_OK, OK, REFUSED, USAGE, Reply
+from .contract.errors import BrokenFileError, HsxError, LockedError, StatusError
+from .contract.replies import BROKEN, LOGS, MAX_N, NOT_OK, OK, REFUSED, USAGE, Reply
 from .contract.stdout import quiet_when_stdout_closes
 from .contract.train import ACTIONS as TRAIN_ACTIONS
 from .engines import engine_for
@@ -315,9 +316,13 @@ def main(argv: list[str] | None = None) -> int:
         cfg = load(args.config)
         require_job(cfg)
         return args.fn(args, cfg)
-    except StatusError as e:
+    except StatusError as e:  # a record or run.yaml that is there but broken: the box answered
+        path = e.path if isinstance(e, BrokenFileError) else None
+        if args.json:
+            reason = e.reason if isinstance(e, BrokenFileError) else str(e)
+            print(json.dumps({"ok": False, "broken": path, "reason": reason, "message": str(e)}))
         print(f"hsx-runner: {e}", file=sys.stderr)
-        return USAGE
+        return BROKEN
     except HsxError as e:
         print(f"hsx-runner: {e}", file=sys.stderr)
         return USAGE

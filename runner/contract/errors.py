@@ -13,6 +13,15 @@ class StatusError(HsxError):
     """A status record could not be read or is malformed."""
 
 
+class BrokenFileError(StatusError):
+    """A file hsx reads on the box (a status record, run.yaml) is there but broken: the runner
+    exits BROKEN with its path and what to do, so the ops side never takes it for a dead box."""
+
+    def __init__(self, path: str, why: str, fix: str):
+        self.path, self.reason = path, f"{why}; {fix}"
+        super().__init__(f"{path} is broken: {self.reason}")
+
+
 class LockedError(HsxError):
     """Another runner holds the job's lock."""
 

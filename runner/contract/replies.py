@@ -14,6 +14,9 @@ OK = 0
 NOT_OK = 1  # verify incomplete, preflight or the job failed; the reply says what
 USAGE = 2  # usage or config error, on stderr
 REFUSED = 3  # already running, not running, nothing to resume; the reply says why
+# a file the verb reads on the box is broken (a status record, run.yaml): the box answered, and
+# the reply names the file (``broken``) and says what to do; never a failed command or a dead box
+BROKEN = 4
 
 # hsx-runner logs|events -n, and the logs --which names; the ops side asks for at most
 # MAX_LOG_LINES of a log (chat and hsx alike)

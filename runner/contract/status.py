@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .atomic import write_atomic
-from .errors import StatusError
+from .errors import BrokenFileError, StatusError
 from .fields import check, plain, short
 from .ranks import RankEntry
 
@@ -220,16 +220,25 @@ def write_record(path: str, rec: StatusRecord) -> None:
     write_atomic(path, json.dumps(rec.to_dict(), indent=1) + "\n")
 
 
+# what to do about a broken extraction record: the runner claims a new one when the job runs
+FIX_RECORD = "the runner writes a new one at its next start or resume (hsx-runner resume)"
+
+
 def read_record(path: str) -> StatusRecord:
+    """The record at ``path``; BrokenFileError (its path, what is wrong, what to do) when it is
+    there but unreadable or malformed."""
     try:
         with open(path, encoding="utf-8") as f:
             text = f.read()
     except FileNotFoundError:
         raise StatusError(f"no status record at {path} (has the job ever run?)") from None
-    except OSError as e:
-        raise StatusError(f"cannot read status record {path}: {e}") from None
+    except (OSError, ValueError) as e:  # ValueError: not UTF-8
+        raise BrokenFileError(path, f"it cannot be read ({e})", FIX_RECORD) from None
     try:
         d = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise StatusError(f"status record {path} is not valid JSON ({e})") from None
-    return StatusRecord.from_dict(d)
+    except (ValueError, RecursionError) as e:
+        raise BrokenFileError(path, f"it is not valid JSON ({str(e)[:200]})", FIX_RECORD) from None
+    try:
+        return StatusRecord.from_dict(d)
+    except StatusError as e:
+        raise BrokenFileError(path, str(e), FIX_RECORD) from None

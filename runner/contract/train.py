@@ -35,6 +35,8 @@ ACTIVE = ("preflight", "loading", "training")
 WHERE = "training record"
 EXPORT_PENDING = "pending"  # the record's export while the supervisor exports at the end
 METRICS = ("loss", "acc", "acceptance_rate", "val_acc", "acc_len", "best_acc_len", "log_s")
+MAX_STEP = 10**12  # a step past this is no training's: a bad line in the log, a broken record
+COUNTS = ("step", "total_steps", "epoch", "epochs", "checkpoint_step", "eval_step", "best_step", "bad_lines")
 
 
 @dataclass(frozen=True)
@@ -79,24 +81,12 @@ class TrainRecord:
     run_bytes: int | None = None  # what the run dir holds on disk (checkpoints, logs), said by status
     disk_free: int | None = None  # free on the run dir's filesystem
     disk_path: str | None = None  # that filesystem's mount point
+    bad_lines: int | None = None  # this launch's log lines the supervisor could not use
+    bad_line: str | None = None  # the last of them: its line number and what was wrong, never the line
 
     @classmethod
     def from_dict(cls, d: Any) -> TrainRecord:
-        if not isinstance(d, dict):
-            raise StatusError(f"{WHERE} is not a JSON object")
-        if d.get("phase") not in PHASES:
-            raise StatusError(f"{WHERE} has unknown phase {short(d.get('phase'))}")
-        d = dict(d)
-        for k in METRICS:  # a NaN arrives as NaN or as a string
-            v = d.get(k)
-            if isinstance(v, float) and not math.isfinite(v) or v in ("nan", "NaN", "inf", "-inf"):
-                d[k] = None
-                d["nan_loss"] = d.get("nan_loss") or k == "loss"
-        kw = plain(cls, d, WHERE, skip=("phase",))
-        for k in ("heartbeat", "started_at", "launched_at", "ended_at", "last_step_at", "checkpoint_at"):
-            if kw.get(k) is not None and parse_iso(kw[k]) is None:
-                raise StatusError(f"{WHERE} field {k!r} is not an ISO time (got {short(kw[k])})")
-        return cls(**kw)
+        return cls(**checked(d))
 
     @property
     def started(self) -> bool:
@@ -113,6 +103,36 @@ class TrainRecord:
         if self.launch != "start" or not self.step or t0 is None or t1 is None or t1 <= t0:
             return None
         return self.step / (t1 - t0).total_seconds()
+
+
+def checked(d: Any, where: str = WHERE) -> dict[str, Any]:
+    """The record's known fields, each checked (StatusError naming the first that is wrong): the
+    ops side reads a reply with it, the box its own status.json."""
+    if not isinstance(d, dict):
+        raise StatusError(f"{where} is not a JSON object")
+    if d.get("phase") not in PHASES:
+        raise StatusError(f"{where} has unknown phase {short(d.get('phase'))}")
+    d = dict(d)
+    for k in METRICS:  # a NaN arrives as NaN or as a string
+        v = d.get(k)
+        if isinstance(v, float) and not math.isfinite(v) or v in ("nan", "NaN", "inf", "-inf"):
+            d[k] = None
+            d["nan_loss"] = d.get("nan_loss") or k == "loss"
+    kw = plain(TrainRecord, d, where, skip=("phase",))
+    for k in ("heartbeat", "started_at", "launched_at", "ended_at", "last_step_at", "checkpoint_at"):
+        if kw.get(k) is not None and parse_iso(kw[k]) is None:
+            raise StatusError(f"{where} field {k!r} is not an ISO time (got {short(kw[k])})")
+    for k in COUNTS:  # a bar or an ETA is drawn from them
+        if kw.get(k) is not None and not 0 <= kw[k] <= MAX_STEP:
+            raise StatusError(f"{where} field {k!r} is not 0..{MAX_STEP:,} (got {short(kw[k])})")
+    return kw
+
+
+def done_fraction(rec: TrainRecord) -> float:
+    """The steps done over the total, 0..1 whatever the record says."""
+    if not rec.total_steps or rec.step is None:
+        return 0.0
+    return min(max(rec.step, 0), rec.total_steps) / rec.total_steps
 
 
 def _number(v: float | None, fmt: str) -> str:
@@ -142,7 +162,7 @@ def render_train(rec: TrainRecord, now: dt.datetime | None = None) -> str:
     head = "training" if rec.phase == "training" else f"training {rec.phase}"
     if rec.total_steps:
         step = rec.step or 0
-        head += f" — step {step:,} / {rec.total_steps:,} ({100.0 * step / rec.total_steps:.1f}%)"
+        head += f" — step {step:,} / {rec.total_steps:,} ({100.0 * done_fraction(rec):.1f}%)"
     lines = [head]
     bits = []
     if rec.epoch is not None:
@@ -159,7 +179,7 @@ def render_train(rec: TrainRecord, now: dt.datetime | None = None) -> str:
     if rate:
         bits.append(f"{rate:.3g} steps/s")
         if rec.active and rec.total_steps and rec.step is not None:
-            bits.append(f"ETA {human_duration((rec.total_steps - rec.step) / rate)}")
+            bits.append(f"ETA {human_duration(max(0, rec.total_steps - rec.step) / rate)}")
     if bits:
         lines.append(" · ".join(bits))
     if evals := eval_line(rec):
@@ -168,6 +188,9 @@ def render_train(rec: TrainRecord, now: dt.datetime | None = None) -> str:
         )
     elif rec.eval_samples:
         lines.append(f"eval on {rec.eval_samples:,} held-out samples: none yet")
+    if rec.bad_lines:
+        word = "line" if rec.bad_lines == 1 else "lines"
+        lines.append(f"{rec.bad_lines:,} train.log {word} not read as steps; the last: {rec.bad_line or '?'}")
     if rec.phase == "loading":
         lines.append("loading the target head and counting the vocab (SpecForge is silent meanwhile)")
     if rec.checkpoint_step is not None:

@@ -18,7 +18,7 @@ import time
 
 from ..contract.atomic import no_follow, write_atomic
 from ..contract.config import Config
-from ..contract.errors import ConfigError
+from ..contract.errors import BrokenFileError, ConfigError
 from ..contract.replies import NOT_OK, OK, REFUSED, Reply
 from ..lanes import BuildError
 from ..output.lock import is_held_at
@@ -261,15 +261,7 @@ def resume(cfg: Config, submit=None, extraction=None) -> Reply:
         return refused(f"nothing to resume in {paths.root}: start it first (hsx-runner train start)")
     if d.get("phase") == "done":
         return refused(f"the training in {paths.root} is done; export it (hsx-runner train export)")
-    try:
-        with open(paths.yaml) as f:
-            spec = json.load(f)
-    except (OSError, ValueError) as e:
-        return refused(f"{paths.yaml} is unreadable ({e}): start a new run in another [train] run_dir")
-    if not isinstance(spec, dict):
-        return refused(
-            f"{paths.yaml} is not a run.yaml hsx wrote (not an object): start a new run in another [train] run_dir"
-        )
+    spec = _run_yaml(paths)
     return locked(paths.root, lambda: _again(cfg, paths, spec, submit))
 
 
@@ -289,6 +281,8 @@ def _again(cfg: Config, paths: runspec.RunPaths, spec: dict, submit) -> Reply:
         found = preflight.checks(cfg, spec)
     except ConfigError as e:
         return refused(str(e))
+    except (KeyError, TypeError, ValueError, AttributeError) as e:  # a key hsx wrote, gone or of another kind
+        raise BrokenFileError(paths.yaml, f"{type(e).__name__}: {str(e)[:200]}", YAML_FIX) from None
     if why := preflight.refusal(found):
         return refused(why, checks=found)
     cmd = runspec.command(cfg, paths, progress.step_dir(d["output_dir"], d["run_id"], ckpt))
@@ -325,6 +319,27 @@ def arranged(out: str) -> bool:
     except FileNotFoundError:
         return False
     return True
+
+
+YAML_FIX = ("hsx wrote it at the run's start and a resume reuses it unchanged: restore it, or move the run dir "
+            "aside and start a fresh run (hsx-runner train start)")  # fmt: skip
+
+
+def _run_yaml(paths: runspec.RunPaths) -> dict:
+    """The first launch's run.yaml (JSON, which YAML reads); BrokenFileError when it is not an object."""
+    try:
+        with open(paths.yaml, "rb") as f:
+            spec = json.loads(f.read())
+    except OSError as e:
+        raise BrokenFileError(paths.yaml, f"it cannot be read ({e})", YAML_FIX) from None
+    except (ValueError, RecursionError) as e:
+        raise BrokenFileError(paths.yaml, f"it is not valid JSON ({str(e)[:200]})", YAML_FIX) from None
+    if not isinstance(spec, dict):
+        raise BrokenFileError(paths.yaml, f"it holds a JSON {type(spec).__name__}, not an object", YAML_FIX)
+    for key in ("model", "data", "training", "deployment"):  # the tables hsx wrote
+        if not isinstance(spec.get(key), dict):
+            raise BrokenFileError(paths.yaml, f"its {key!r} is not the table hsx wrote", YAML_FIX)
+    return spec
 
 
 def stop(cfg: Config, wait: float) -> Reply:

@@ -10,10 +10,11 @@ does. A fresh start begins a new file: the run before it kept no checkpoint.
 from __future__ import annotations
 
 import json
-import math
 import os
 
 from ..contract.atomic import write_atomic
+from ..contract.train import MAX_STEP
+from . import progress
 
 NAME = "history.jsonl"
 CAP = 20000  # the points printed: the last ones
@@ -21,11 +22,12 @@ ENDS = ("crashed", "stopped", "done")
 
 
 def _num(v):
-    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) else None
+    return progress.number(v)
 
 
 def _int(v):
-    return v if isinstance(v, int) and not isinstance(v, bool) else None
+    """A step or a launch: an int within 0..MAX_STEP, else None (the line is skipped)."""
+    return v if isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= MAX_STEP else None
 
 
 class Writer:
@@ -61,9 +63,11 @@ def _lines(root: str):
     except OSError:
         return
     for line in raw.splitlines():
+        if len(line) > progress.MAX_LINE:  # the supervisor writes short lines: not one of them
+            continue
         try:
             d = json.loads(line)
-        except ValueError:
+        except (ValueError, RecursionError):  # ValueError: not JSON, not UTF-8, 5,000 digits
             continue
         if isinstance(d, dict) and isinstance(d.get("kind"), str) and _int(d.get("launch")) is not None:
             yield d

@@ -14,8 +14,11 @@ import json
 import math
 import os
 
-from ..contract.atomic import read_object, write_atomic
+from ..contract.atomic import write_atomic
+from ..contract.errors import BrokenFileError, StatusError
+from ..contract.fields import check
 from ..contract.status import NOT_STARTED
+from ..contract.train import checked
 from ..output.lock import is_held_at
 from .progress import number
 
@@ -26,8 +29,11 @@ FIELDS = (
     "reason", "exit_code", "launch", "launches", "started_at", "launched_at", "ended_at",
     "last_step_at", "nan_loss", "output_dir", "run_id", "world", "steps_per_epoch", "checkpoint_at",
     "log_s", "log_interval", "eval_samples", "val_acc", "acc_len", "eval_step", "best_acc_len", "best_step",
-    "export", "export_ok",
+    "export", "export_ok", "bad_lines", "bad_line",
 )  # fmt: skip
+BOX = {"output_dir": "str | None", "steps_per_epoch": "int | None"}  # read here only, never sent
+FIX = ("hsx wrote it for this run, whose state it holds: restore it, or move the run dir aside and start "
+       "a fresh run (hsx-runner train start)")  # fmt: skip
 
 
 def now() -> str:
@@ -71,16 +77,39 @@ class Record:
 
 
 def _raw(root: str) -> dict | None:
-    return read_object(os.path.join(root, "status.json"))
+    """The record as written; None before there is one; BrokenFileError (its path, what is wrong,
+    what to do) when it is there but not a JSON object."""
+    path = os.path.join(root, "status.json")
+    try:
+        with open(path, "rb") as f:
+            text = f.read()
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        raise BrokenFileError(path, f"it cannot be read ({e})", FIX) from None
+    try:
+        d = json.loads(text)
+    except (ValueError, RecursionError) as e:  # ValueError: not JSON, not UTF-8, an int of 5,000 digits
+        raise BrokenFileError(path, f"it is not valid JSON ({str(e)[:200]})", FIX) from None
+    if not isinstance(d, dict):
+        raise BrokenFileError(path, f"it holds a JSON {type(d).__name__}, not an object", FIX)
+    return d
 
 
 def read(root: str) -> dict:
-    """The record as a reader should see it: every field present, an active phase without its
-    supervisor said to be crashed."""
+    """The record as a reader should see it: every field present and of its kind (a broken one
+    is BrokenFileError), an active phase without its supervisor said to be crashed."""
     d = _raw(root)
     if d is None:
         d = {"phase": "stopped", "reason": NOT_STARTED, "run_dir": root}
     out = {k: d.get(k) for k in FIELDS}
+    path = os.path.join(root, "status.json")
+    try:  # a start's first record has no phase until its launch is written
+        checked({**out, "phase": out["phase"] or "preflight"}, "the training record")
+        for k, kinds in BOX.items():
+            check("the training record", k, out[k], kinds)
+    except StatusError as e:
+        raise BrokenFileError(path, str(e), FIX) from None
     if out["phase"] in ACTIVE:
         held, _ = is_held_at(os.path.join(root, ".lock"))
         if not held:

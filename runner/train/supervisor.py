@@ -19,6 +19,7 @@ import subprocess
 import sys
 import time
 
+from ..contract.errors import StatusError
 from ..contract.train import EXPORT_PENDING
 from ..output.lock import JobLock
 from ..serve.procs import become_subreaper, die_with_parent, end_descendants
@@ -28,13 +29,17 @@ from .record import Record, now
 POLL_S = 0.5
 STOP_GRACE_S = 20.0  # SIGTERM to the trainer's group, then SIGKILL
 REPLACE_S = 1.0  # status.json at most this often while steps flow
+READ = 1 << 20  # bytes of train.log read at a time
+BURST = 64  # reads at most per poll while the trainer runs
+BAD_LINE_CHARS = 200  # what the record says of the last line it could not use
+TAIL = 1 << 20  # the bytes of the log's end where a crash's traceback is looked for
 
 
 def last_error(log_path: str, start: int) -> str:
     """The traceback's last line of this launch's log, else its last line."""
     try:
         with open(log_path, "rb") as f:
-            f.seek(start)
+            f.seek(max(start, f.seek(0, os.SEEK_END) - TAIL))
             lines = [ln.decode("utf-8", "replace").rstrip() for ln in f.read().splitlines()[-200:]]
     except OSError:
         return ""
@@ -95,8 +100,9 @@ class Supervisor:
             log.write(f"--- hsx: {self.rec.d.get('launch', 'start')} at {now()}\n".encode())
             log.flush()
             start = log.tell()
+            self.steps = progress.StepLines(_lines_in(self.log, start) + 1)
             self.rec.update(phase="loading", supervisor_pid=os.getpid(), reason="", exit_code=None,
-                            heartbeat=now(), launched_at=now(), log_s=None)  # fmt: skip
+                            heartbeat=now(), launched_at=now(), log_s=None, bad_lines=0, bad_line=None)  # fmt: skip
             self.proc = subprocess.Popen(
                 cmd["argv"], env={**os.environ, **cmd["env"]}, cwd=self.root, stdout=log,
                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
@@ -115,35 +121,37 @@ class Supervisor:
     def _watch(self, offset: int) -> int:
         grace_until = None
         last_write = 0.0
-        buf = b""
-        while True:
-            rc = self.proc.poll()
-            with open(self.log, "rb") as f:
-                f.seek(offset)
-                chunk = f.read()
-            offset += len(chunk)
-            buf += chunk
-            *lines, buf = buf.split(b"\n")
-            for raw in lines:
-                self._line(raw.decode("utf-8", "replace"))
-            self._checkpoint()
-            self.rec.update(heartbeat=now())
-            if rc is not None:
-                if buf:
-                    self._line(buf.decode("utf-8", "replace"))
-                return rc
-            if time.monotonic() - last_write >= REPLACE_S:
-                self.rec.write()
-                last_write = time.monotonic()
-            if self.stop_asked:
-                grace_until = grace_until or time.monotonic() + STOP_GRACE_S
-                if time.monotonic() > grace_until:
-                    os.killpg(self.proc.pid, signal.SIGKILL)
-            time.sleep(POLL_S)
+        with open(self.log, "rb") as f:
+            f.seek(offset)
+            while True:
+                rc = self.proc.poll()
+                # a burst of output never sits whole in memory, nor holds up the heartbeat and a
+                # stop; once the trainer has ended, the rest is read to its end
+                for _ in range(BURST if rc is None else sys.maxsize):
+                    if not (chunk := f.read(READ)):
+                        break
+                    self._steps(self.steps.take(chunk))
+                self._checkpoint()
+                self.rec.update(heartbeat=now())
+                if rc is not None:
+                    self._steps(self.steps.end())
+                    return rc
+                if time.monotonic() - last_write >= REPLACE_S:
+                    self.rec.write()
+                    last_write = time.monotonic()
+                if self.stop_asked:
+                    grace_until = grace_until or time.monotonic() + STOP_GRACE_S
+                    if time.monotonic() > grace_until:
+                        os.killpg(self.proc.pid, signal.SIGKILL)
+                time.sleep(POLL_S)
 
-    def _line(self, text: str) -> None:
-        for step, m in self.steps.feed(text):
+    def _steps(self, found: list[tuple[int, dict]]) -> None:
+        for step, m in found:
             self._step(step, m)
+        if self.steps.bad != (self.rec.d.get("bad_lines") or 0):  # never the line itself: its number
+            self.rec.update(
+                bad_lines=self.steps.bad, bad_line=f"train.log {self.steps.bad_line}"[:BAD_LINE_CHARS]
+            )
 
     def _step(self, step: int, m: dict) -> None:
         d = self.rec.d
@@ -217,6 +225,15 @@ class Supervisor:
             return {"export": f"export failed: {type(e).__name__}: {e}", "export_ok": False}
 
 
+def _lines_in(path: str, end: int) -> int:
+    """The newlines in the log's first ``end`` bytes: a bad line is named by its number there."""
+    n = 0
+    with open(path, "rb") as f:
+        while end > 0 and (chunk := f.read(min(READ, end))):
+            n, end = n + chunk.count(b"\n"), end - len(chunk)
+    return n
+
+
 def _resumes_at(argv: list[str]) -> int | None:
     """The checkpoint step a launch goes on from (``training.resume_from=...-stepN``), else None:
     the chart's resume mark is there, not at the last step the crashed launch logged."""
@@ -229,7 +246,12 @@ def _resumes_at(argv: list[str]) -> int | None:
 
 def main(argv: list[str]) -> int:
     root = os.path.abspath(argv[0])
-    if Record.load(root).d.get("phase") != "preflight":  # control wrote the launch before us
+    try:
+        phase = Record.load(root).d.get("phase")
+    except StatusError as e:
+        print(f"runner.train.supervisor: {e}", file=sys.stderr)
+        return 2
+    if phase != "preflight":  # control wrote the launch before us
         print(f"runner.train.supervisor: {root} has no launch waiting", file=sys.stderr)
         return 2
     return Supervisor(root).run()

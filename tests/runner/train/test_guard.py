@@ -159,7 +159,7 @@ def test_two_resumes_at_once_launch_one_trainer_and_never_kill_the_winners(tmp_p
     os.makedirs(root)
     guard.mark_run(root)
     paths = runspec.RunPaths(root)
-    open(paths.yaml, "w").write("{}")
+    open(paths.yaml, "w").write(json.dumps({k: {} for k in ("model", "data", "training", "deployment")}))
     _ckpt(tmp_path / "out-train" / "output", 4, ["training_state.pt", "training_state_rank0.pt"])
     real, entered = strays.end, []
 

@@ -422,7 +422,9 @@ def test_a_resume_first_ends_what_a_killed_supervisors_launch_left_then_picks_th
     root = runspec.run_dir(cfg)
     os.makedirs(root)
     open(os.path.join(root, ".hsx-run"), "w").close()  # hsx's own run dir
-    open(os.path.join(root, "run.yaml"), "w").write("{}")
+    open(os.path.join(root, "run.yaml"), "w").write(
+        json.dumps({k: {} for k in ("model", "data", "training", "deployment")})
+    )
     record.Record(
         root, {"phase": "crashed", "run_id": "hsx-eagle3", "output_dir": f"{root}/output", "world": 2}
     ).write()
