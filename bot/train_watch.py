@@ -177,15 +177,8 @@ def judge(st, rec: TrainRecord, now: dt.datetime | None = None, lim: TrainLimits
         st.train_quiet = ""  # it ended: its crash, stop or done says so
     later = _milestones(st, rec, lim, now)
     if rec.phase == "done":  # its eval line; its export path, for operators
-        found.append(
-            _post(
-                "done",
-                ":white_check_mark: Training done",
-                rec,
-                now,
-                f"{TRAIN_KEY}done:{rec.run_id}:{rec.ended_at}",
-            )
-        )
+        key = f"{TRAIN_KEY}done:{rec.run_id}:{rec.ended_at}"
+        found.append(_post("done", ":white_check_mark: Training done", rec, now, key))
     out = [a for a in found if a.key not in st.train_active]
     st.train_active = (st.train_active + [a.key for a in out])[-MAX_KEYS:]
     return moved + out + later, st
