@@ -13,6 +13,8 @@ import re
 import threading
 import uuid
 
+from runner.contract.train import WITHHELD
+
 from .mrkdwn import escape
 
 _lock = threading.Lock()
@@ -21,6 +23,12 @@ SLACK_ID_RE = re.compile(r"^[UW][A-Z0-9]{2,}$")
 
 def mention(user: str) -> str:
     return f"<@{user}>" if SLACK_ID_RE.match(user) else escape(user)
+
+
+def ask_operators(operators) -> str:
+    """``WITHHELD`` with the operators named, as mrkdwn (a member's answer says whom to ask)."""
+    who = ", ".join(mention(u) for u in operators)
+    return WITHHELD.replace("an operator", f"an operator ({who})") if who else WITHHELD
 
 
 class AuditLog:

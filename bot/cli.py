@@ -104,7 +104,8 @@ def cmd_train(args) -> int:
             return 0
         from .wiring import make_handlers
 
-        reply = train.handle(make_handlers(cfg, box), Command(args.action), "terminal", operator=True)
+        cmd = Command(args.action, confirmed=True)  # a terminal does not ask
+        reply = train.handle(make_handlers(cfg, box), cmd, "terminal", operator=True)
         print(reply.text)
         return 1 if reply.error else 0
 

@@ -27,6 +27,7 @@ from runner.contract.replies import (
     PreflightReport,
     VerifyReport,
 )
+from runner.contract.train import TrainRecord
 
 from . import confirm, summary
 from .access import Allowance
@@ -203,9 +204,13 @@ class Handlers:
         history: Callable[[], list[dict]] | None = None,
         in_group: Callable[[str], bool] | None = None,
         live: LiveStatus | None = None,
+        train_live: LiveStatus | None = None,
     ):
         self.box = box
         self.live = live if live is not None else LiveStatus(box)  # status within a bound
+        self.train_live = train_live or LiveStatus(
+            box, read=lambda: box.train_status(), parse=TrainRecord.from_dict
+        )
         self.cfg = cfg
         self.audit = audit
         self.history = history
@@ -369,13 +374,13 @@ class Handlers:
         """Typed with --yes: what holds the GPUs now. Confirmed: only the units the question
         named, and only until it expires (the box refuses if they changed)."""
         if cmd.until is None:
-            return self._act(cmd, user, lambda: free_gpus_reply(self.box.preflight(free_gpus=True)))
+            return self._act(cmd, user, lambda: confirm.free_gpus_reply(self.box.preflight(free_gpus=True)))
         if time.time() > cmd.until:
             line = self.audit.record(user, cmd.action, "refused", "the confirmation expired")
             return Reply(text="`free-gpus` refused: this confirmation expired, nothing stopped; ask again "
                          f"(`{SLASH} free-gpus`)\n{line}", ephemeral=True, error=True, audit=line)  # fmt: skip
         call = lambda: self.box.preflight(free_gpus=True, units=list(cmd.units), until=cmd.until)  # noqa: E731
-        return self._act(cmd, user, lambda: free_gpus_reply(call()))
+        return self._act(cmd, user, lambda: confirm.free_gpus_reply(call()))
 
     def _stop(self, cmd: Command, user: str) -> Reply:
         return self._act(cmd, user, self.box.stop)
@@ -422,18 +427,6 @@ def confirmed_command(value: object) -> Command | None:
     if (b := confirm.bound(value)) is not None:
         return Command("free-gpus", confirmed=True, units=b[0], until=b[1])
     return Command(value, confirmed=True) if value in CONFIRMED else None
-
-
-def free_gpus_reply(report: dict) -> dict:
-    """preflight --free-gpus as an action reply: ok when the GPUs are free afterwards; the
-    message names who held them and what stopping each unit did (summarised, never cut), or
-    why nothing was stopped."""
-    gpus = PreflightReport.from_dict(report).check("gpus")
-    if not gpus:
-        return {"ok": False, "message": "no gpus check"}
-    if gpus.refused:
-        return {"ok": False, "message": f"nothing stopped: {gpus.refused}; ask again"}
-    return {"ok": gpus.ok, "message": render.gpus_text(gpus.holders, gpus.results) or gpus.detail}
 
 
 def _action_text(cmd: Command, answer: Answer) -> str:

@@ -8,7 +8,8 @@ from __future__ import annotations
 import json
 import time
 
-from runner.contract.replies import UNIT_NAME_RE
+from runner.contract import render
+from runner.contract.replies import UNIT_NAME_RE, PreflightReport
 
 CONFIRM_S = 300  # a free-gpus question binds its units for this long
 MAX_VALUE_CHARS = 2000  # Slack's limit on a button's value
@@ -41,3 +42,15 @@ def bound(value: object) -> tuple[tuple[str, ...], int] | None:
     if not isinstance(until, int) or isinstance(until, bool):
         return None
     return tuple(units), until
+
+
+def free_gpus_reply(report: dict) -> dict:
+    """preflight --free-gpus as an action reply: ok when the GPUs are free afterwards; the
+    message names who held them and what stopping each unit did (summarised, never cut), or
+    why nothing was stopped."""
+    gpus = PreflightReport.from_dict(report).check("gpus")
+    if not gpus:
+        return {"ok": False, "message": "no gpus check"}
+    if gpus.refused:
+        return {"ok": False, "message": f"nothing stopped: {gpus.refused}; ask again"}
+    return {"ok": gpus.ok, "message": render.gpus_text(gpus.holders, gpus.results) or gpus.detail}

@@ -10,6 +10,7 @@ from runner.contract.config import Config
 
 from . import train
 from .commands import Command, confirmed_command, parse
+from .mrkdwn import for_terminal
 from .wiring import make_handlers
 
 PROMPT = "hsx> "
@@ -55,26 +56,25 @@ def _answer(handlers, cfg: Config, inp: TextIO, out: TextIO, user: str, chart_di
             continue
         if line.strip().lower().startswith(train.TRAIN_SLASH):
             reply = train.ask(handlers, line.rstrip("\n"), user, operator=True)
+        elif (cmd := parse(line.rstrip("\n"))) == Command("status"):
+            reply = train.progress(handlers, user, operator=True)
         else:
-            cmd = parse(line.rstrip("\n"))
             reply = handlers.handle(cmd, user, operator=True)
-            reply = train.with_training(reply, handlers) if cmd == Command("status") else reply
         if reply.confirm:
             out.write(reply.text + " [y/N] ")
             out.flush()
             answer = inp.readline().strip().lower()
             if answer not in ("y", "yes"):
-                out.write(
-                    "not stopped\n"
-                    if reply.confirm == "stop"
-                    else f"{reply.confirm}: not confirmed, nothing done\n"
-                )
+                stop = reply.confirm in ("stop", "train stop")
+                out.write("not stopped\n" if stop else f"{reply.confirm}: not confirmed, nothing done\n")
                 continue
-            reply = handlers.handle(
-                confirmed_command(reply.confirm_value or reply.confirm), user, operator=True
-            )
+            value = reply.confirm_value or reply.confirm
+            if (trained := train.confirmed(value)) is not None:
+                reply = train.handle(handlers, trained, user, operator=True)
+            else:
+                reply = handlers.handle(confirmed_command(value), user, operator=True)
         with lock:
-            out.write(reply.text + "\n")
+            out.write(for_terminal(reply.text) + "\n")
             if reply.audit and reply.audit not in reply.text:
                 out.write(reply.audit + "\n")
             if reply.image is not None:

@@ -1,6 +1,7 @@
 """The watcher in the terminal (`hsx demo`'s console): its alerts, milestones and done said
 between prompts, as the channel would get them. The pinned progress message is left out:
-"progress?" answers it. A Resume button is the command to type."""
+"progress?" answers it. A Resume button is the command to type. The console's user is an
+operator: the full text, Slack's shortcodes as emoji."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from typing import TextIO
 
 from runner.contract.config import Config
 
+from .mrkdwn import for_terminal
 from .slack_out import TRAIN_KEY, Action
 from .watcher import Watcher, schedule
 
@@ -34,7 +36,7 @@ class ConsoleWatcher(Watcher):
         verb = "/train resume" if a.key.startswith(TRAIN_KEY) else "/extract resume"
         press = f"\n(Resume: type {verb})" if a.resume else ""
         with self.lock:
-            self.out.write(f"\n{a.text}{press}\n{self.prompt}")
+            self.out.write(f"\n{for_terminal(a.private or a.text)}{press}\n{self.prompt}")  # an operator's
             self.out.flush()
 
 

@@ -10,14 +10,16 @@ from dataclasses import dataclass
 
 from .commands import Reply
 from .mrkdwn import escape
-from .verbs import VERBS
+from .verbs import TRAIN_VERBS, VERBS
 
 CONFIRM = (
     "hsx_confirm"  # its value: the verb (stop), or what free-gpus is bound to (commands.confirmed_command)
 )
 CONFIRM_BEFORE = "hsx_stop_confirm"  # the id stop buttons had before; messages out there still carry it
 CANCEL = "hsx_stop_cancel"
-CONFIRM_LABELS = {v.name: v.confirm for v in VERBS if v.confirm}
+CONFIRM_LABELS = {v.name: v.confirm for v in VERBS if v.confirm} | {
+    f"train {v.name}": v.confirm for v in TRAIN_VERBS if v.confirm
+}
 RESUME = "hsx_resume"
 TRAIN_KEY = "train:"  # a Resume button whose key starts so resumes the training, not the extraction
 
@@ -27,10 +29,11 @@ class Action:
     """What the watcher posts."""
 
     kind: str  # progress | milestone | done | alert | recovered | result
-    text: str
+    text: str  # what the channel may read
     key: str = ""
     resume: bool = False  # alert carries a Resume button
     blocks: list[dict] | None = None
+    private: str = ""  # the text with paths and the trainer's words, when it differs: operators'
 
 
 def slack_text(reply: Reply) -> str:

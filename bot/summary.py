@@ -21,7 +21,7 @@ from remote.errors import (
 from remote.live import Reading
 from runner.contract.render import MAX_ERROR_CHARS, clock, human_duration, now_utc, percent, render_text
 from runner.contract.status import STALE_S, Phase, StatusRecord, heartbeat_age
-from runner.contract.train import TrainRecord, done_fraction, render_train
+from runner.contract.train import WITHHELD, TrainRecord, done_fraction, render_train
 
 from .mrkdwn import escape
 
@@ -156,14 +156,45 @@ def text_blocks(text: str) -> list[dict]:
     return [_section(text)]
 
 
-def train_blocks(rec: TrainRecord, now: dt.datetime | None = None) -> list[dict]:
-    """The training's summary (runner/contract/train.py) with a bar of its steps."""
+def train_blocks(
+    rec: TrainRecord, now: dt.datetime | None = None, full: bool = True, ask: str = ""
+) -> list[dict]:
+    """The training's summary (runner/contract/train.py) with a bar of its steps; ``full``: an
+    operator's (the run dir named); ``ask``: the mrkdwn that names whom to ask, for ``WITHHELD``."""
     blocks = []
     if rec.total_steps and rec.step is not None:
         filled = int(BAR_CELLS * done_fraction(rec))  # 0..100%, whatever step the record says
         pct = 100.0 * done_fraction(rec)
         blocks.append(_section(f"`{'▓' * filled + '░' * (BAR_CELLS - filled)}` *{pct:.1f}%* trained"))
-    blocks.append(_section(render_train(rec, now_utc(now))))
-    context = f"{TRAIN_ICON.get(rec.phase, ':mag:')} training {rec.phase} · run {rec.run_dir or '?'}"
+    blocks.append(asking(_section(render_train(rec, now_utc(now), full)), ask))
+    run = f" · run {rec.run_dir or '?'}" if full else ""
+    context = f"{TRAIN_ICON.get(rec.phase, ':mag:')} training {rec.phase}{run}"
     blocks.append({"type": "context", "elements": [{"type": "mrkdwn", "text": escape(context, 2900)}]})
     return blocks
+
+
+def asking(section: dict, ask: str) -> dict:
+    """A section (escaped) naming whom to ask where a member's text withholds something."""
+    if ask:
+        section["text"]["text"] = section["text"]["text"].replace(WITHHELD, ask)
+    return section
+
+
+def render_train_reading(r: Reading, now: dt.datetime | None = None, full: bool = True) -> str:
+    """ "progress?" and `/train status` without a fresh training record: that the box did not
+    answer (an operator also reads why), then the last training record seen, marked stale, as
+    of when it was read."""
+    now = now_utc(now)
+    head = "training: the GPU box has not answered `train status`"
+    if r.failing_since is not None:
+        head += f" since {clock(r.failing_since, now)} ({human_duration((now - r.failing_since).total_seconds())})"
+    lines = [head + (" — retrying" if r.error is None or r.error.transient else "")]
+    if full and r.error is not None and not isinstance(r.error, NoAnswer):
+        lines.append(render_error(r.error))
+    if r.record is None or r.seen_at is None:
+        lines.append("no training record seen from this box yet")
+    else:
+        age = human_duration((now - r.seen_at).total_seconds())
+        lines.append(f"last training record seen {clock(r.seen_at, now)} ({age} ago), stale:")
+        lines.append(render_train(r.record, r.seen_at, full))
+    return "\n".join(lines)

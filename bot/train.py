@@ -1,19 +1,26 @@
 """`/train VERB` and `hsx train VERB`: the training verbs of the table in ``verbs``, each one
 fixed ``hsx-runner train VERB`` (remote.client.GpuBox.train; `chart` draws ``train history``); and
 the training's lines in "progress?". Mutating verbs are operators' only and audited (attempt, then outcome) like
-`/extract`'s, through the same Handlers (its operator rule and audit log)."""
+`/extract`'s, through the same Handlers (its operator rule, audit log and confirmation buttons).
+
+The record is read through ``Handlers.train_live`` (remote/live.py), so an answer comes within the
+status bound whatever the box does. Paths and the trainer's own words are for operators: a
+member's text says whom to ask instead (``WITHHELD``), the reason ``logs`` is operators' only."""
 
 from __future__ import annotations
 
 import re
+import time
 
 from remote.errors import RemoteError
+from runner.contract import timing
 from runner.contract.replies import Answer
-from runner.contract.train import TrainRecord, render_train
+from runner.contract.train import WITHHELD, TrainRecord, render_train
 
 from . import summary
-from .audit import mention
+from .audit import ask_operators, mention
 from .commands import MAX_INPUT_CHARS, Command, Handlers, Reply
+from .mrkdwn import escape
 from .verbs import TRAIN_SLASH, TRAIN_TABLE, TRAIN_VERBS, help_text
 
 _MENTION_RE = re.compile(r"^<@[A-Z0-9]+>\s*")
@@ -48,20 +55,30 @@ def ask(h: Handlers, text: str, user: str, operator: bool | None = None) -> Repl
     return handle(h, parse_train(text), user, operator)
 
 
+def confirmed(value: object) -> Command | None:
+    """The training verb a confirmation runs (a button's value, the console's yes); None: not one
+    the training asked (``Reply.confirm`` is "train VERB")."""
+    verb = value.removeprefix("train ") if isinstance(value, str) and value.startswith("train ") else ""
+    return Command(verb, confirmed=True) if verb in TRAIN_TABLE and TRAIN_TABLE[verb].confirm else None
+
+
 def handle(h: Handlers, cmd: Command, user: str, operator: bool | None = None) -> Reply:
     if cmd.verb == "help":
         return help_reply(cmd.problem)
     action, verb = f"train {cmd.verb}", TRAIN_TABLE[cmd.verb]
     if cmd.verb == "chart":
         return h.rationed(verb, user, operator, lambda: chart(h))
-    if not verb.operator:
-        return status(h)
     allowed = h.is_operator(user) if operator is None else operator
+    if not verb.operator:
+        return h.rationed(verb, user, allowed, lambda: status(h, full=allowed))
     if not allowed:
         line = h.audit.record(user, action, "refused: not an operator")
         who = ", ".join(mention(u) for u in h.cfg.slack.operators) or "the operators"
         return Reply(text=f"refused: only operators may `{action}`; ask one of {who}\n{line}",
                      ephemeral=True, error=True, audit=line, markup=True)  # fmt: skip
+    if verb.confirm and not cmd.confirmed:  # the click comes back through confirmed()
+        return Reply(text="Stop the training? The last durable checkpoint stays; `/train resume` continues "
+                     "from it (the steps since are lost).", ephemeral=True, confirm=action)  # fmt: skip
     ref = h.audit.attempt(user, action)  # on record even if the bot dies during the call
     try:
         reply = h.box.train(cmd.verb)
@@ -75,12 +92,23 @@ def handle(h: Handlers, cmd: Command, user: str, operator: bool | None = None) -
     return Reply(text=text, audit=line, error=not answer.ok, extra={"reply": reply})
 
 
-def status(h: Handlers) -> Reply:
-    try:
-        rec = h.box.train_status()
-    except RemoteError as e:
-        return Reply(text=summary.render_error(e), ephemeral=True, error=True)
-    return Reply(text=render_train(rec), blocks=summary.train_blocks(rec), extra={"train": rec})
+def _said(h: Handlers, text: str, full: bool) -> tuple[str, bool]:
+    """(text, markup): a member's text naming whom to ask is escaped here, as it carries mentions."""
+    if full or WITHHELD not in text:
+        return text, False
+    return escape(text).replace(WITHHELD, ask_operators(h.cfg.slack.operators)), True
+
+
+def status(h: Handlers, full: bool = True) -> Reply:
+    """`/train status`: the record, or the last one seen marked stale when the box is slow."""
+    r = h.train_live.read()
+    if not r.fresh:
+        text, markup = _said(h, summary.render_train_reading(r, full=full), full)
+        return Reply(text=text, markup=markup, ephemeral=True, error=True)
+    ask = "" if full else ask_operators(h.cfg.slack.operators)
+    text, markup = _said(h, render_train(r.record, full=full), full)
+    blocks = summary.train_blocks(r.record, full=full, ask=ask)
+    return Reply(text=text, markup=markup, blocks=blocks, extra={"train": r.record})
 
 
 def chart(h: Handlers) -> Reply:
@@ -102,17 +130,26 @@ def chart(h: Handlers) -> Reply:
                  image_name="hsx-train-chart.png")  # fmt: skip
 
 
-def with_training(reply: Reply, h: Handlers) -> Reply:
-    """ "progress?" with a `[train]` section: the extraction's answer, then the training's once
-    a run has started (an unreadable record is said, and the extraction's answer stands)."""
-    if not h.cfg.train.python or reply.error:
+def progress(h: Handlers, user: str, operator: bool | None = None) -> Reply:
+    """ "progress?": the extraction's answer and, with a `[train]` section, the training's once a
+    run has started (the last record seen, marked stale, when the box is slow). The training's
+    read starts first and shares the extraction's wait: one answer bound for both."""
+    if not h.cfg.train.python:
+        return h.handle(Command("status"), user, operator)
+    t0 = time.monotonic()
+    kicked = h.train_live.kick()
+    reply = h.handle(Command("status"), user, operator)
+    r = h.train_live.read(max(0.0, timing.current().status_answer_s - (time.monotonic() - t0)), kicked)
+    if r.record is not None and not r.record.started:
         return reply
-    try:
-        rec: TrainRecord | None = h.box.train_status()
-        text, blocks = render_train(rec), summary.train_blocks(rec)
-    except RemoteError as e:
-        rec, text, blocks = None, f"training: unreadable ({summary.render_error(e)})", None
-    if rec is not None and not rec.started:
-        return reply
-    blocks = (reply.blocks or []) + (blocks or summary.text_blocks(text)) if reply.blocks else None
-    return Reply(text=f"{reply.text}\n\n{text}", blocks=blocks, extra={**reply.extra, "train": rec})
+    full = h.is_operator(user) if operator is None else operator
+    ask = "" if full else ask_operators(h.cfg.slack.operators)
+    if r.fresh:
+        said, blocks = render_train(r.record, full=full), summary.train_blocks(r.record, full=full, ask=ask)
+    else:
+        said, blocks = summary.render_train_reading(r, full=full), None
+    text, markup = _said(h, f"{reply.text}\n\n{said}", full)
+    if reply.blocks:
+        blocks = reply.blocks + (blocks or [summary.asking(b, ask) for b in summary.text_blocks(said)])
+    return Reply(text=text, blocks=blocks if reply.blocks else None, markup=markup, ephemeral=reply.ephemeral,
+                 error=reply.error, extra={**reply.extra, "train": r.record})  # fmt: skip

@@ -12,6 +12,8 @@ Alerts, each posted once per episode (a launch of the run, or one quiet stretch)
   carries no Resume button and says "`/train stop`, then `/train resume`" instead. Stopping loses
   the steps since the last durable checkpoint and may kill a slow save or eval, so a person
   decides it, with the checkpoint step before them.
+The channel's text leaves out paths and the trainer's own words (members read it); an alert's and
+done's full text goes to each operator by DM (bot/watcher.py).
 Milestones, in the progress message's thread: every ``milestone_pct``% of the total steps, each
 eval with the best acceptance length so far, and done with the final metrics and the export path.
 What was posted lives in the watcher's state (bot/watcher.py), saved each tick: a restart of the
@@ -96,6 +98,15 @@ def _quiet(rec: TrainRecord, lim: TrainLimits, now: dt.datetime) -> tuple[str, s
     )
 
 
+def _post(kind: str, head: str, rec: TrainRecord, now: dt.datetime | None, key: str, tail: str = "",
+          why: str = "", **kw) -> Action:  # fmt: skip
+    """One post: the channel's text without paths or the trainer's words (``why``, said after the
+    head); the operators' with them, when they differ."""
+    text = f"{head}\n{render_train(rec, now, full=False)}{tail}"
+    private = f"{head}{why}\n{render_train(rec, now)}{tail}"
+    return Action(kind, text, key=key, private=private if private != text else "", **kw)
+
+
 def _moving_again(st, rec: TrainRecord) -> list[Action]:
     """A silent stretch said earlier is over: a step came (a crash or stop says itself)."""
     if not st.train_quiet or rec.phase != "training":
@@ -106,10 +117,10 @@ def _moving_again(st, rec: TrainRecord) -> list[Action]:
         head = f":white_check_mark: Training's first step came after {human_duration(took)} of loading"
     else:
         head = ":white_check_mark: Training STALLED resolved: steps again"
-    return [Action("recovered", f"{head}\n{render_train(rec)}", key=was)]
+    return [_post("recovered", head, rec, None, was)]
 
 
-def _milestones(st, rec: TrainRecord, lim: TrainLimits, text: str) -> list[Action]:
+def _milestones(st, rec: TrainRecord, lim: TrainLimits, now: dt.datetime) -> list[Action]:
     """N% of the total steps and each new eval, once each per run (a resume does not repeat them)."""
     run = f"{rec.run_id}:{rec.started_at}"
     if st.train_run != run:
@@ -120,12 +131,12 @@ def _milestones(st, rec: TrainRecord, lim: TrainLimits, text: str) -> list[Actio
         reached = int(100 * rec.step / rec.total_steps) // pct * pct
         if st.train_milestone < reached < 100:  # the last step's is done's to say
             key = f"{TRAIN_KEY}milestone:{run}:{reached}"
-            out.append(Action("milestone", f"Training {reached}% reached\n{text}", key=key))
+            out.append(_post("milestone", f"Training {reached}% reached", rec, now, key))
             st.train_milestone = reached
     if rec.eval_step is not None and rec.eval_step > st.train_eval_step:
         if rec.phase != "done":  # done says the final eval itself
             head = f":bar_chart: Training eval at step {rec.eval_step:,}: {eval_line(rec, news=True) or 'no metrics'}"
-            out.append(Action("milestone", f"{head}\n{text}", key=f"{TRAIN_KEY}eval:{run}:{rec.eval_step}"))
+            out.append(_post("milestone", head, rec, now, f"{TRAIN_KEY}eval:{run}:{rec.eval_step}"))
         st.train_eval_step = rec.eval_step
     return out
 
@@ -139,14 +150,13 @@ def judge(st, rec: TrainRecord, now: dt.datetime | None = None, lim: TrainLimits
     if not rec.started:
         return [], st
     episode = f"{rec.run_id}:{rec.launches}"
-    text = render_train(rec, now)
     found: list[Action] = []
     if rec.phase == "crashed":
-        head = f":rotating_light: Training CRASHED: {_reason(rec)}"
-        found.append(Action("alert", f"{head}\n{text}", key=f"{TRAIN_KEY}crashed:{episode}", resume=True))
+        found.append(_post("alert", ":rotating_light: Training CRASHED", rec, now, f"{TRAIN_KEY}crashed:{episode}",
+                           why=f": {_reason(rec)}", resume=True))  # fmt: skip
     if rec.nan_loss:
         head = f":rotating_light: Training loss is NaN at step {rec.step}"
-        found.append(Action("alert", f"{head}\n{text}", key=f"{TRAIN_KEY}nan:{episode}"))
+        found.append(_post("alert", head, rec, now, f"{TRAIN_KEY}nan:{episode}"))
     if rec.loss == 0 and rec.acc == 0 and rec.step:
         if rec.step not in st.train_zero_steps:
             st.train_zero_steps = (st.train_zero_steps + [rec.step])[-ZERO_LOGS:]
@@ -157,18 +167,18 @@ def judge(st, rec: TrainRecord, now: dt.datetime | None = None, lim: TrainLimits
             f":rotating_light: Training loss and acc both 0 over {ZERO_LOGS} logs (steps "
             f"{', '.join(map(str, st.train_zero_steps))}): the loss mask is likely empty"
         )
-        found.append(Action("alert", f"{head}\n{text}", key=f"{TRAIN_KEY}zero:{episode}"))
+        found.append(_post("alert", head, rec, now, f"{TRAIN_KEY}zero:{episode}"))
     quiet = _quiet(rec, lim, now)
     moved = [] if quiet and quiet[0] == st.train_quiet else _moving_again(st, rec)
     if quiet:
-        found.append(Action("alert", f"{quiet[1]}\n{text}\n{quiet[2]}", key=quiet[0]))
+        found.append(_post("alert", quiet[1], rec, now, quiet[0], tail=f"\n{quiet[2]}"))
         st.train_quiet = quiet[0]
     elif rec.phase not in ("loading", "training"):
         st.train_quiet = ""  # it ended: its crash, stop or done says so
-    later = _milestones(st, rec, lim, text)
-    if rec.phase == "done":
-        body = f":white_check_mark: Training done\n{text}"  # its eval line, its export path
-        found.append(Action("done", body, key=f"{TRAIN_KEY}done:{rec.run_id}:{rec.ended_at}"))
+    later = _milestones(st, rec, lim, now)
+    if rec.phase == "done":  # its eval line; its export path, for operators
+        key = f"{TRAIN_KEY}done:{rec.run_id}:{rec.ended_at}"
+        found.append(_post("done", ":white_check_mark: Training done", rec, now, key))
     out = [a for a in found if a.key not in st.train_active]
     st.train_active = (st.train_active + [a.key for a in out])[-MAX_KEYS:]
     return moved + out + later, st

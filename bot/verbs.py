@@ -169,10 +169,16 @@ def _train(name: str, help_: str, operator: bool = False, **kw) -> Verb:
 
 
 TRAIN_VERBS = (
-    _train("status", "where the training is: step, loss, acc, rate, ETA, the last checkpoint"),
+    _train(
+        "status",
+        "where the training is: step, loss, acc, rate, ETA, the last checkpoint",
+        every_s=30.0,  # the box sizes the run dir; "progress?" says it too
+    ),
     _train("start", "start SpecForge's trainer on the output (refused where checkpoints exist)", True),
     _train("resume", "continue from the last complete checkpoint, with the first launch's YAML", True),
-    _train("stop", "stop the trainer (the last complete checkpoint stays)", True),
+    _train(
+        "stop", "stop the trainer (the last complete checkpoint stays)", True, confirm="Stop the training"
+    ),
     _train("export", "export the draft for SGLang, with the flags to serve it", True),
     _train(
         "chart",

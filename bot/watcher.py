@@ -21,8 +21,10 @@ from runner.contract.atomic import write_atomic
 from runner.contract.config import Config
 from runner.contract.ranks import ALERTING
 from runner.contract.status import Phase, StatusRecord, age_s
+from runner.contract.train import WITHHELD
 
 from . import history, summary
+from .audit import ask_operators
 from .mrkdwn import escape
 from .slack_out import TRAIN_KEY, Action, resume_button
 from .train_watch import TrainLimits, undelivered, watch_training
@@ -368,7 +370,8 @@ class Watcher:
         return done
 
     def deliver(self, a: Action, st: WatchState) -> None:
-        text = escape(a.text)  # the box's words (its blocks come escaped from summary)
+        ask = ask_operators(self.cfg.slack.operators)  # where a member's text withholds a path
+        text = escape(a.text).replace(WITHHELD, ask)  # the box's words (its blocks come escaped from summary)
         if a.kind == "progress":
             if st.progress_ts:
                 self.client.chat_update(
@@ -386,10 +389,22 @@ class Watcher:
                 reply_broadcast=a.kind == "done",
             )
         else:  # alert, recovered, result
-            blocks = [{"type": "section", "text": {"type": "mrkdwn", "text": escape(a.text, 2900)}}]
+            section = {"type": "section", "text": {"type": "mrkdwn", "text": escape(a.text, 2900)}}
+            blocks = [summary.asking(section, ask)]
             if a.resume:
                 blocks.append(resume_button(a.key))
             self.client.chat_postMessage(channel=self.channel, text=text, blocks=blocks)
+        if a.private and a.kind in ("alert", "done"):
+            self.tell_operators(a)
+
+    def tell_operators(self, a: Action) -> None:
+        """The full text, paths and the trainer's words, to each operator by DM (a user id as the
+        channel: the bot's messages tab). One that fails is logged: the channel has the alert."""
+        for user in self.cfg.slack.operators:
+            try:
+                self.client.chat_postMessage(channel=user, text=escape(a.private))
+            except Exception:
+                log.exception("could not DM %s the %s %s", user, a.kind, a.key)
 
 
 def start_watcher(box, cfg: Config, client, live: LiveStatus | None = None):

@@ -6,6 +6,7 @@ import os
 
 from remote.live import LiveStatus
 from runner.contract.config import Config
+from runner.contract.train import TrainRecord
 
 from . import history
 from .audit import AuditLog
@@ -47,4 +48,6 @@ def make_handlers(cfg: Config, box=None, in_group=None) -> Handlers:
     return Handlers(
         box, cfg, AuditLog(audit_path(cfg)), history=lambda: history.events(cfg, box), in_group=in_group,
         live=LiveStatus(box, state_path(cfg, ".last.json")),
+        train_live=LiveStatus(box, state_path(cfg, ".train-last.json"), read=lambda: box.train_status(),
+                              parse=TrainRecord.from_dict),
     )  # fmt: skip

@@ -20,6 +20,7 @@ import os
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from runner.contract import timing
 from runner.contract.atomic import write_atomic
@@ -34,7 +35,7 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class Reading:
-    record: StatusRecord | None  # the fresh record, or the last one seen (None: never seen)
+    record: Any  # the fresh record, or the last one seen (None: never seen): a StatusRecord, or read's
     fresh: bool  # read just now
     seen_at: dt.datetime | None  # when record was read
     error: RemoteError | None  # why there is no fresh record
@@ -51,23 +52,43 @@ class _Read:
 
 
 class LiveStatus:
-    """One status read at a time for one box, shared by chat, the CLI and the watcher."""
+    """One status read at a time for one box, shared by chat, the CLI and the watcher. ``read``
+    and ``parse``: another record than the extraction's, read the same way (the training's:
+    ``box.train_status`` and ``TrainRecord.from_dict``; its record needs a ``to_dict``)."""
 
-    def __init__(self, box, path: str = "", clock: Callable[[], dt.datetime] | None = None):
+    def __init__(
+        self,
+        box,
+        path: str = "",
+        clock: Callable[[], dt.datetime] | None = None,
+        read: Callable[[], Any] | None = None,
+        parse: Callable[[Any], Any] = StatusRecord.from_dict,
+    ):
         self.box, self.path = box, path
+        self._fetch, self._parse = read or box.status, parse
         self.clock = clock or (lambda: dt.datetime.now(dt.timezone.utc))
         self._lock = threading.Lock()
         self._read: _Read | None = None  # the read under way
         self._error: RemoteError | None = None  # how the last read that failed ended
         self._record, self._seen_at, self._failing_since = self._load()
 
-    def read(self, wait_s: float | None = None) -> Reading:
-        wait_s = timing.current().status_answer_s if wait_s is None else wait_s
+    def kick(self) -> _Read:
+        """Start a read (or join the one under way) without waiting; ``read(joining=…)`` waits for
+        it later. Kicked before another record's read is waited on, it shares that wait: two
+        records answer within one bound."""
+        return self._start()
+
+    def _start(self) -> _Read:
         with self._lock:
             r = self._read
             if r is None:
                 r = self._read = _Read(self.clock())
                 threading.Thread(target=self._run, args=(r,), name="hsx-status-read", daemon=True).start()
+            return r
+
+    def read(self, wait_s: float | None = None, joining: _Read | None = None) -> Reading:
+        wait_s = timing.current().status_answer_s if wait_s is None else wait_s
+        r = joining or self._start()  # a kicked read counts even if it has ended since
         r.done.wait(wait_s)
         with self._lock:
             if r.done.is_set() and r.error is None:
@@ -83,7 +104,7 @@ class LiveStatus:
 
         try:
             with retry.reporting(note):
-                rec = self.box.status()
+                rec = self._fetch()
         except RemoteError as e:
             self._ended(r, error=e)
         except Exception as e:  # a bug must not leave every later question waiting on this read
@@ -92,7 +113,7 @@ class LiveStatus:
         else:
             self._ended(r, record=rec)
 
-    def _ended(self, r: _Read, record: StatusRecord | None = None, error: RemoteError | None = None) -> None:
+    def _ended(self, r: _Read, record: Any = None, error: RemoteError | None = None) -> None:
         with self._lock:
             if error is None:
                 self._record, self._seen_at = record, self.clock()
@@ -106,13 +127,13 @@ class LiveStatus:
 
     # -- the file --------------------------------------------------------------------------
 
-    def _load(self) -> tuple[StatusRecord | None, dt.datetime | None, dt.datetime | None]:
+    def _load(self) -> tuple[Any, dt.datetime | None, dt.datetime | None]:
         if not self.path:
             return None, None, None
         try:
             with open(self.path, encoding="utf-8") as f:
                 d = json.load(f)
-            rec = StatusRecord.from_dict(d["record"]) if d.get("record") else None
+            rec = self._parse(d["record"]) if d.get("record") else None
             return rec, parse_iso(d.get("seen_at")), parse_iso(d.get("failing_since"))
         except FileNotFoundError:
             return None, None, None

@@ -1,4 +1,4 @@
-"""Buttons: confirm or cancel a stop or free-gpus, and Resume on a crash alert (once per alert;
+"""Buttons: confirm or cancel a stop (the extraction's or the training's) or free-gpus, and Resume on a crash alert (once per alert;
 the extraction's, or the training's)."""
 
 from __future__ import annotations
@@ -7,6 +7,7 @@ from ..access import refusal
 from ..commands import Command, confirmed_command
 from ..runtime import Runtime
 from ..slack_out import CANCEL, CONFIRM, CONFIRM_BEFORE, RESUME, TRAIN_KEY, text_with_audit
+from ..train import confirmed as train_confirmed
 from ..train import handle as handle_train
 
 
@@ -29,10 +30,13 @@ def register(app, rt: Runtime) -> None:
         if _refused(rt, body, respond):
             return
         user = body["user"]["id"]
-        cmd = confirmed_command((body.get("actions") or [{}])[0].get("value", "stop"))
-        if cmd is None:  # the value is ours; anything else is not a button we sent
+        value = (body.get("actions") or [{}])[0].get("value", "stop")
+        if (trained := train_confirmed(value)) is not None:  # `/train stop`'s: "train stop"
+            reply = handle_train(rt.handlers, trained, user)
+        elif (cmd := confirmed_command(value)) is not None:
+            reply = rt.handlers.handle(cmd, user)
+        else:  # the value is ours; anything else is not a button we sent
             return
-        reply = rt.handlers.handle(cmd, user)
         if reply.ephemeral:
             respond(text=text_with_audit(reply), replace_original=True, response_type="ephemeral")
             return

@@ -6,10 +6,9 @@ from __future__ import annotations
 import re
 
 from ..access import refusal
-from ..commands import Command
 from ..runtime import Runtime
 from ..slack_out import post_reply
-from ..train import with_training
+from ..train import progress
 
 QUESTION = re.compile(r"^\s*(<@[A-Z0-9]+>\s*)?(progress|status)\s*\?*\s*$", re.IGNORECASE)
 
@@ -21,7 +20,7 @@ def register(app, rt: Runtime) -> None:
         dm = "directmessage" if message.get("channel_type") == "im" else ""
         if refusal(rt.cfg, rt.is_member, channel, user, dm):
             return
-        reply = with_training(rt.handlers.handle(Command("status"), user), rt.handlers)
+        reply = progress(rt.handlers, user)
         post_reply(reply, client, channel, thread_ts=message.get("thread_ts"))
 
     @app.event("message")

@@ -58,9 +58,10 @@ def test_the_record_is_checked_by_name_and_rendered():
     with pytest.raises(StatusError, match="unknown phase"):
         TrainRecord.from_dict({**TRAINING, "phase": "exploding"})
     text = render_train(TrainRecord.from_dict(TRAINING), now=NOW)
-    assert text.splitlines()[:3] == [
+    assert text.splitlines()[:4] == [
         "training — step 60 / 120 (50.0%)",
-        "epoch 1/2 · loss 2.5 · acc 0.412 · 1 steps/s · ETA 1m00s",
+        "epoch 1/2 · 1 steps/s · ETA 1m00s",
+        "train loss 2.5 · draft top-1 acc 41.2% (last logged batch)",
         "last durable checkpoint: step 50",
     ]
     nan = render_train(TrainRecord.from_dict({**TRAINING, "loss": "nan", "nan_loss": True}), now=NOW)
@@ -231,7 +232,7 @@ def test_the_console_answers_train_verbs_and_progress_with_the_training(fake, tr
 
     fake.reply("train-status", TRAINING)
     out = io.StringIO()
-    run_console(fake.box(), train_cfg, io.StringIO("/train stop\nprogress?\n"), out)
+    run_console(fake.box(), train_cfg, io.StringIO("/train stop\ny\nprogress?\n"), out)
     said = out.getvalue()
     assert "`train stop`: train-stop accepted" in said and "training — step 60 / 120 (50.0%)" in said
     assert [c[-1] for c in fake.calls() if c[0] == "train"] == ["stop", "status"]

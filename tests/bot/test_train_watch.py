@@ -41,7 +41,10 @@ def run(records: list[dict], now: dt.datetime = NOW, kinds=("alert", "done", "re
 def test_a_crash_alerts_once_with_resume_and_again_after_the_next_launch_crashes():
     posted = run([TRAINING, CRASHED, CRASHED, {**CRASHED, "launches": 2}])
     assert len(posted) == 2 and all(kind == "alert" and resume for kind, _, resume in posted)
-    assert posted[0][1] == ":rotating_light: Training CRASHED: RuntimeError: CUDA out of memory"
+    assert posted[0][1] == ":rotating_light: Training CRASHED"  # the trainer's words are operators'
+    (a,) = judge(WatchState(), TrainRecord.from_dict(CRASHED), NOW)[0]
+    assert a.private.startswith(":rotating_light: Training CRASHED: RuntimeError: CUDA out of memory\n")
+    assert "RuntimeError" not in a.text and "the training crashed; ask an operator for the details" in a.text
 
 
 def test_a_nan_loss_alerts_once():
@@ -68,7 +71,7 @@ def test_done_is_posted_once_with_the_export_path():
     assert len(posted) == 1 and posted[0][0] == "done"
     _, st = judge(WatchState(), TrainRecord.from_dict(TRAINING), NOW)
     (a,) = judge(st, TrainRecord.from_dict(done), NOW)[0]
-    assert "/data/out-train/export" in a.text
+    assert "/data/out-train/export" in a.private and "/data/out-train" not in a.text
 
 
 def test_done_waits_for_the_ends_export_and_posts_the_flags_that_serve_the_draft():
@@ -89,7 +92,8 @@ def test_done_waits_for_the_ends_export_and_posts_the_flags_that_serve_the_draft
     }
     _, st = judge(WatchState(), TrainRecord.from_dict(exporting), late)
     (a,) = judge(st, TrainRecord.from_dict(done), late)[0]
-    assert a.kind == "done" and f"\ndone; {said}" in a.text and "tries again" not in a.text
+    assert a.kind == "done" and f"\ndone; {said}" in a.private and "tries again" not in a.private
+    assert "\ndone; the draft is exported" in a.text and "/data" not in a.text
     failed = {
         **done,
         "export": "export failed: ValueError: serving state is missing keys",
@@ -107,7 +111,8 @@ def test_the_watcher_posts_the_crash_and_its_resume_button_runs_train_resume(fak
     with serve(cfg, box=fake.box(), fake=fake) as (bot, _, _):
         Watcher(fake.box(), cfg, WebClient(token="x", base_url=bot.api), clock=lambda: T0).tick()
         Watcher(fake.box(), cfg, WebClient(token="x", base_url=bot.api), clock=lambda: T0).tick()
-        (alert,) = [p for p in bot.rec.named("chat.postMessage") if "Training CRASHED" in p["text"]]
+        posts = bot.rec.named("chat.postMessage")
+        (alert,) = [p for p in posts if "Training CRASHED" in p["text"] and p["channel"] == "C0ALERTS"]
         blocks = json.loads(alert["blocks"]) if isinstance(alert["blocks"], str) else alert["blocks"]
         button = blocks[1]["elements"][0]
         assert button["action_id"] == "hsx_resume"
@@ -243,14 +248,18 @@ def test_each_eval_once_with_the_best_acceptance_length_and_done_with_the_final_
             "best_acc_len": 1.99, "best_step": 100, "ended_at": "2026-12-01T12:05:00Z"}  # fmt: skip
     posted = [p for p in milestones([*ev, done]) if "% reached" not in p]
     assert posted == [
-        ":bar_chart: Training eval at step 20: val acc 21.0% · acceptance length ~1.41 · new best",
-        ":bar_chart: Training eval at step 40: val acc 19.0% · acceptance length ~1.38 · best ~1.41 at step 20",
+        ":bar_chart: Training eval at step 20: val acc 21.0% · simulated acceptance length ~1.41 · new best",
+        ":bar_chart: Training eval at step 40: val acc 19.0% · simulated acceptance length ~1.38 · best ~1.41 at step 20",
         ":white_check_mark: Training done",
     ]
     _, st = judge(WatchState(), TrainRecord.from_dict(ev[-1]), NOW)
     (a,) = [a for a in judge(st, TrainRecord.from_dict(done), NOW)[0] if a.kind == "done"]
-    assert "\neval at step 120: val acc 42.0% · acceptance length ~1.97 · best ~1.99 at step 100\n" in a.text
-    assert a.text.count("/data/out-train/export") == 1  # the record's text says where the export goes
+    assert (
+        "\nheld-out eval at step 120: val acc 42.0% (first draft token) · simulated acceptance length ~1.97 ("
+        in a.text
+    )
+    assert "· best ~1.99 at step 100\n" in a.text
+    assert a.private.count("/data/out-train/export") == 1  # the record's text says where the export goes
     assert "eval at step" not in judge(WatchState(), TrainRecord.from_dict({**done, "val_acc": None,
         "acc_len": None, "best_acc_len": None}), NOW)[0][-1].text  # fmt: skip
 
@@ -290,7 +299,7 @@ def test_the_watcher_job_posts_a_stall_and_milestones_once_across_bot_restarts(f
         blocks = json.loads(stall["blocks"]) if isinstance(stall["blocks"], str) else stall["blocks"]
         assert [b["type"] for b in blocks] == ["section"]  # no Resume button
         (eval_,) = _posts(api_rec, "Training eval at step 60")
-        assert "val acc 38.0% · acceptance length ~1.86 · new best" in eval_["text"]
+        assert "val acc 38.0% · simulated acceptance length ~1.86 · new best" in eval_["text"]
         assert eval_["thread_ts"] == api_rec.named("pins.add")[0]["timestamp"]
         before = len(api_rec.named("chat.postMessage"))
         for _ in range(2):  # the bot restarted twice: a new watcher on the same state each time

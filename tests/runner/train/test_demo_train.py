@@ -72,9 +72,10 @@ def test_the_demo_trains_its_draft_to_the_end_and_exports_it(tmp_path):
     assert 0 <= st["val_acc"] <= 1 and st["acc_len"] >= 0 and st["best_acc_len"] == st["acc_len"]
     assert st["log_interval"] == cfg.train.log_interval and st["log_s"] > 0
     said = render_train(TrainRecord.from_dict(st))
-    assert f"val acc {100 * st['val_acc']:.1f}% · acceptance length ~{st['acc_len']:.2f} · best ~" in said, (
-        said
-    )
+    assert (
+        f"val acc {100 * st['val_acc']:.1f}% (first draft token) · simulated acceptance length ~{st['acc_len']:.2f} ("
+        in said
+    ), said
     h = _train(conf, "history")
     want = list(range(cfg.train.log_interval, total + 1, cfg.train.log_interval))
     assert [p["step"] for p in h["points"]] == want and all(p["launch"] == 1 for p in h["points"])

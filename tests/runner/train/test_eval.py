@@ -209,7 +209,11 @@ def test_the_supervisor_fills_eval_and_timing_fields_and_keeps_a_history_across_
     assert (st["val_acc"], st["acc_len"], st["eval_step"]) == (0.02, 0.021, 30)
     assert (st["best_acc_len"], st["best_step"]) == (0.03495392866141165, 20)  # the best stays
     said = render_train(TrainRecord.from_dict(st))
-    assert "eval at step 30: val acc 2.0% · acceptance length ~0.02 · best ~0.03 at step 20" in said, said
+    assert (
+        "held-out eval at step 30: val acc 2.0% (first draft token) · simulated acceptance length ~0.02 ("
+        in said
+    )
+    assert ") · best ~0.03 at step 20" in said, said
     cfg = tmp_path / "hsx.toml"
     cfg.write_text(f'[job]\nmodel = "m"\ndataset = "d.jsonl"\nout = "out"\n[train]\nrun_dir = "{root}"\n')
     p = runner("train", "history", "--json", "--config", str(cfg))
@@ -264,11 +268,17 @@ def test_progress_says_val_acc_and_acceptance_length_with_the_best_and_the_check
     rec = TrainRecord.from_dict({**BASE, "eval_samples": 30, "val_acc": 0.52, "acc_len": 1.9, "eval_step": 50,
                                  "best_acc_len": 2.1, "best_step": 40, "log_s": 3.5, "log_interval": 10})  # fmt: skip
     text = render_train(rec, now=NOW)
-    assert "eval at step 50: val acc 52.0% · acceptance length ~1.90 · best ~2.10 at step 40" in text, text
+    assert (
+        "held-out eval at step 50: val acc 52.0% (first draft token) · simulated acceptance length ~1.90 ("
+        in text
+    )
+    assert ") · best ~2.10 at step 40" in text, text
     assert "last durable checkpoint: step 40 (5m00s ago)" in text
     waiting = render_train(TrainRecord.from_dict({**BASE, "eval_samples": 30}), now=NOW)
     assert "eval on 30 held-out samples: none yet" in waiting
     plain = render_train(TrainRecord.from_dict({**BASE, "eval_samples": 0}), now=NOW)
     assert "eval" not in plain and "val acc" not in plain
     odd = TrainRecord.from_dict({**BASE, "acc_len": "nan", "val_acc": 0.5})  # a NaN eval is not a NaN loss
-    assert not odd.nan_loss and "eval: val acc 50.0%\n" in render_train(odd, now=NOW)
+    assert not odd.nan_loss and "held-out eval: val acc 50.0% (first draft token)\n" in render_train(
+        odd, now=NOW
+    )
