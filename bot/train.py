@@ -24,6 +24,12 @@ from .mrkdwn import escape
 from .verbs import TRAIN_SLASH, TRAIN_TABLE, TRAIN_VERBS, help_text
 
 _MENTION_RE = re.compile(r"^<@[A-Z0-9]+>\s*")
+OFFER = "after-extraction"  # what the box offers a start refused while the extraction runs
+QUESTIONS = {  # what a verb with a confirmation asks first
+    "stop": "Stop the training? The last durable checkpoint stays; `/train resume` continues from it "
+    "(the steps since are lost).",
+    OFFER: "Start the training by itself when the extraction ends done and its features verify?",
+}
 HELP = help_text(TRAIN_VERBS)
 
 
@@ -77,8 +83,7 @@ def handle(h: Handlers, cmd: Command, user: str, operator: bool | None = None) -
         return Reply(text=f"refused: only operators may `{action}`; ask one of {who}\n{line}",
                      ephemeral=True, error=True, audit=line, markup=True)  # fmt: skip
     if verb.confirm and not cmd.confirmed:  # the click comes back through confirmed()
-        return Reply(text="Stop the training? The last durable checkpoint stays; `/train resume` continues "
-                     "from it (the steps since are lost).", ephemeral=True, confirm=action)  # fmt: skip
+        return Reply(text=QUESTIONS[cmd.verb], ephemeral=True, confirm=action)
     ref = h.audit.attempt(user, action)  # on record even if the bot dies during the call
     try:
         reply = h.box.train(cmd.verb)
@@ -89,6 +94,8 @@ def handle(h: Handlers, cmd: Command, user: str, operator: bool | None = None) -
     line = h.audit.record(user, action, "ok" if answer.ok else "refused", answer.message, ref=ref)
     said = answer.message or "done"
     text = f"`{action}`: {said}" if answer.ok else f"`{action}` refused: {said}"
+    if reply.get("offer") == OFFER:  # a start asked during the extraction: have it start at its end?
+        return Reply(text=f"{text}\n{QUESTIONS[OFFER]}", audit=line, ephemeral=True, confirm=f"train {OFFER}")
     return Reply(text=text, audit=line, error=not answer.ok, extra={"reply": reply})
 
 
@@ -140,7 +147,7 @@ def progress(h: Handlers, user: str, operator: bool | None = None) -> Reply:
     kicked = h.train_live.kick()
     reply = h.handle(Command("status"), user, operator)
     r = h.train_live.read(max(0.0, timing.current().status_answer_s - (time.monotonic() - t0)), kicked)
-    if r.record is not None and not r.record.started:
+    if r.record is not None and not r.record.started and not r.record.building:
         return reply
     full = h.is_operator(user) if operator is None else operator
     ask = "" if full else ask_operators(h.cfg.slack.operators)

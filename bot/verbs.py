@@ -177,6 +177,12 @@ TRAIN_VERBS = (
     _train("start", "start SpecForge's trainer on the output (refused where checkpoints exist)", True),
     _train("resume", "continue from the last complete checkpoint, with the first launch's YAML", True),
     _train(
+        "after-extraction",
+        "start the training by itself when the running extraction ends done (a `start` during it offers this)",
+        True,
+        confirm="Start it then",
+    ),
+    _train(
         "stop", "stop the trainer (the last complete checkpoint stays)", True, confirm="Stop the training"
     ),
     _train("export", "export the draft for SGLang, with the flags to serve it", True),

@@ -5,7 +5,9 @@ taken for a built one. Stdlib only: a leaf every stage may use."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import json
 import os
 import subprocess
 import sys
@@ -84,14 +86,63 @@ class Lane:
         d = self.venv_dir(root)
         py = os.path.join(d, "bin", "python")
         todo = [("creating the venv", [sys.executable, "-m", "venv", "--clear", d]), *steps(py)]
-        for i, (what, argv) in enumerate(todo, 1):
-            say(f"{self.title} {d}: step {i}/{len(todo)}: {what}")
-            # stdout is hsx-runner's JSON answer: what pip says goes beside it, to stderr
-            code = subprocess.run(argv, stdout=sys.stderr, stdin=subprocess.DEVNULL).returncode
-            if code != 0:
-                raise BuildError(f"{self.title} {d}: step {i}/{len(todo)} ({what}) failed (exit {code}); "
-                                 "what it said is on stderr; the next setup starts it anew")  # fmt: skip
-        finish(d)
-        with open(os.path.join(d, self.marker), "w") as f:
-            f.write(self.pins())
+        index = pip_index()
+        say(f"{self.title} {d}: building from {index}")
+        try:
+            for i, (what, argv) in enumerate(todo, 1):
+                step = f"step {i}/{len(todo)}: {what}"
+                say(f"{self.title} {d}: {step}")
+                _progress(d, {"pid": os.getpid(), "text": f"{self.title}, {step} (from {index})"})
+                # stdout is hsx-runner's JSON answer: what pip says goes beside it, to stderr
+                code = subprocess.run(argv, stdout=sys.stderr, stdin=subprocess.DEVNULL).returncode
+                if code != 0:
+                    raise BuildError(f"{self.title} {d}: step {i}/{len(todo)} ({what}) failed (exit {code}); "
+                                     "what it said is on stderr; the next setup starts it anew")  # fmt: skip
+            finish(d)
+            with open(os.path.join(d, self.marker), "w") as f:
+                f.write(self.pins())
+        finally:
+            with contextlib.suppress(OSError):
+                os.unlink(d + BUILDING)
         return py
+
+
+BUILDING = ".building"  # beside a venv while it is built: its step, for a status read meanwhile
+
+
+def _progress(venv: str, d: dict) -> None:
+    """Said for a status read; a build never fails for want of it."""
+    tmp = f"{venv}{BUILDING}.{os.getpid()}"
+    with contextlib.suppress(OSError):
+        os.makedirs(os.path.dirname(venv), exist_ok=True)
+        with open(tmp, "w") as f:
+            json.dump(d, f)
+        os.replace(tmp, venv + BUILDING)
+
+
+def building(venv: str) -> str | None:
+    """What the build of ``venv`` is doing now (None: no build is under way)."""
+    try:
+        with open(venv + BUILDING) as f:
+            d = json.load(f)
+        os.kill(int(d["pid"]), 0)
+        return str(d["text"])[:300]
+    except (OSError, ValueError, TypeError, KeyError, OverflowError):
+        return None
+
+
+def pip_index() -> str:
+    """The index pip installs from here, as pip itself resolves it (env, then its config files)."""
+    if url := os.environ.get("PIP_INDEX_URL"):
+        return f"PIP_INDEX_URL {url}"
+    try:
+        p = subprocess.run(
+            [sys.executable, "-m", "pip", "config", "list"], capture_output=True, text=True, timeout=30
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return "pip's default index"
+    for line in p.stdout.splitlines():
+        key, _, value = line.partition("=")
+        if key.endswith(".index-url"):
+            return f"pip config {key} {value.strip(chr(39))}"
+    return "pip's default index (https://pypi.org/simple)"

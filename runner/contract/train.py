@@ -85,6 +85,7 @@ class TrainRecord:
     run_bytes: int | None = None  # what the run dir holds on disk (checkpoints, logs), said by status
     disk_free: int | None = None  # free on the run dir's filesystem
     disk_path: str | None = None  # that filesystem's mount point
+    building: str | None = None  # the trainer's venv being built (a first start): its step and index
     bad_lines: int | None = None  # this launch's log lines the supervisor could not use
     bad_line: str | None = None  # the last of them: its line number and what was wrong, never the line
 
@@ -194,6 +195,12 @@ def render_train(rec: TrainRecord, now: dt.datetime | None = None, full: bool = 
     ``full``: an operator's, with the paths and the trainer's own words; else the same story
     with ``WITHHELD`` where those were."""
     now = now_utc(now)
+    if rec.building:
+        return (
+            f"training: building the trainer's venv: {rec.building}"
+            if full
+            else "training: building the trainer's venv"
+        )
     if not rec.started:
         return "training: not started (`/train start`)"
     head = "training" if rec.phase == "training" else f"training {rec.phase}"

@@ -20,7 +20,7 @@ from ..contract.atomic import no_follow, write_atomic
 from ..contract.config import Config
 from ..contract.errors import BrokenFileError, ConfigError
 from ..contract.replies import NOT_OK, OK, REFUSED, Reply
-from ..lanes import BuildError
+from ..lanes import BuildError, building
 from ..output.lock import is_held_at
 from . import exclusive, guard, interpreter, preflight, progress, runspec, strays
 from .history import read as history_of
@@ -294,10 +294,8 @@ def after_extraction(cfg: Config, extraction=None) -> Reply:
     """``train after-extraction``: the start arranged for the extraction's end (once), when it
     ends done and its features verify: what ``[train] after_extraction`` does for every run."""
     if cfg.train.after_extraction:
-        return Reply(
-            {"arranged": True},
-            "[train] after_extraction is set: the training starts when the extraction ends",
-        )
+        text = "[train] after_extraction is set: the training starts when the extraction ends"
+        return Reply({"arranged": True, "message": text}, text)
     try:
         paths = runspec.owned(cfg)
     except ConfigError as e:
@@ -309,7 +307,7 @@ def after_extraction(cfg: Config, extraction=None) -> Reply:
     write_atomic(os.path.join(cfg.job.out, ARRANGED), json.dumps({"at": now()}) + "\n", 0o644)
     text = ("arranged: the training starts by itself when the extraction ends done and its features "
             "verify; the extraction's done message says so")  # fmt: skip
-    return Reply({"arranged": True}, text)
+    return Reply({"arranged": True, "message": text}, text)
 
 
 def arranged(out: str) -> bool:
@@ -392,6 +390,8 @@ def disk(root: str) -> dict:
 def status(cfg: Config) -> Reply:
     root = runspec.run_dir(cfg)
     d = {**read(root), **disk(root)}
+    if cfg.train.python:  # a first start building the trainer's venv says which step it is at
+        d["building"] = building(os.path.dirname(os.path.dirname(os.path.abspath(cfg.train.python))))
     d.setdefault("run_dir", root)
     d["run_dir"] = d["run_dir"] or root
     d["export_dir"] = d["export_dir"] or runspec.export_dir(cfg)

@@ -196,3 +196,46 @@ def test_every_training_metric_says_what_it_is(fake, train_cfg):
     with serve(train_cfg, box=fake.box(), fake=fake) as (bot, _, _):
         post, _ = _progress(bot, 1)
     assert "draft top-1 acc 3.6%" in post["text"] and "simulated acceptance length ~2.95" in post["text"]
+
+
+OFFERED = {
+    "ok": False, "started": False, "offer": "after-extraction",
+    "reason": "the extraction's runner (pid 7) holds /data/out: train when it is done; or have it start by itself "
+    "when the extraction ends: hsx-runner train after-extraction (`/train after-extraction`)",
+}  # fmt: skip
+ARRANGED = {
+    "arranged": True,
+    "message": "arranged: the training starts by itself when the extraction ends done",
+}
+
+
+def test_a_start_during_the_extraction_offers_the_start_at_its_end_and_a_click_arranges_it(fake, train_cfg):
+    fake.reply("train-start", OFFERED, code=3)
+    fake.reply("train-after-extraction", ARRANGED)
+    with serve(train_cfg, box=fake.box(), fake=fake) as (bot, _, _):
+        bot.command("start", command="/train")
+        (ask,) = bot.rec.wait_for("response")
+        assert "`train start` refused: the extraction's runner (pid 7)" in ask["text"]
+        assert "Start the training by itself when the extraction ends" in ask["text"]
+        confirm, _ = ask["blocks"][1]["elements"]
+        assert confirm["action_id"] == "hsx_confirm" and confirm["value"] == "train after-extraction"
+        assert _train_calls(fake) == ["start"]
+        assert bot.click("hsx_confirm", confirm["value"], channel="C0PROGRESS") == 200
+        arranged = bot.rec.wait_for("response", 3)[2]  # the question deleted, the answer in the channel
+        audit = [(e["action"], e["result"][:7]) for e in bot.audit()]
+    assert "arranged: the training starts by itself" in arranged["text"]
+    assert _train_calls(fake) == ["start", "after-extraction"]
+    assert audit[-2:] == [("train after-extraction", "attempt"), ("train after-extraction", "ok")]
+
+
+def test_the_console_offers_the_start_at_the_extractions_end(fake, train_cfg):
+    from bot.console import run_console
+
+    fake.reply("train-start", OFFERED, code=3)
+    fake.reply("train-after-extraction", ARRANGED)
+    out = io.StringIO()
+    run_console(fake.box(), train_cfg, io.StringIO("/train start\nn\n/train start\ny\n"), out)
+    said = out.getvalue()
+    assert said.count("Start the training by itself when the extraction ends") == 2
+    assert "not confirmed, nothing done" in said and "arranged: the training starts by itself" in said
+    assert _train_calls(fake) == ["start", "start", "after-extraction"]

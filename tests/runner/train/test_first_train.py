@@ -1,0 +1,104 @@
+"""A new user's first `/train start`, typed while the demo's extraction runs: answered at once,
+before any venv is built, with the offer to start at the extraction's end; arranged, the
+extraction's end starts the training by itself (all real: the demo's paced extraction, the
+SpecForge CPU lane's trainer)."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+
+import pytest
+
+from runner import lanes, specforge_cpu
+from runner.contract.config import load
+from runner.data import demo_assets
+from tests.conftest import ROOT, runner
+from tests.sshd import skip_or_fail
+
+pytestmark = pytest.mark.slow
+
+
+def _json(*args, code=0) -> dict:
+    p = runner(*args, "--json", timeout=600)
+    assert p.returncode == code, f"{args} -> {p.returncode}\n{p.stdout}\n{p.stderr}"
+    return json.loads(p.stdout)
+
+
+def test_a_start_during_the_extraction_answers_at_once_and_can_start_at_its_end(tmp_path, monkeypatch):
+    if specforge_cpu.python_of(os.path.join(ROOT, ".cache")) is None:
+        skip_or_fail(
+            "no SpecForge CPU venv (python -m runner.specforge_cpu .cache)", "HSX_REQUIRE_SPECFORGE_TRAIN"
+        )
+    conf = demo_assets.build(str(tmp_path / "d"), 24, 0)
+    monkeypatch.setenv(demo_assets.PACE_ENV, "1.0")  # 24 samples, 4 at a time: some seconds to ask in
+    # the same job with an interpreter of a lane not built yet: a start that built it would be minutes
+    envs = tmp_path / "envs"
+    fresh = tmp_path / "d" / "fresh.toml"  # beside it: its paths are relative to its folder
+    unbuilt = os.path.join(specforge_cpu.venv_dir(str(envs)), "bin", "python")
+    fresh.write_text(
+        open(conf).read().replace(f'python = "{load(conf).train.python}"', f'python = "{unbuilt}"')
+    )
+    assert load(str(fresh)).train.python == unbuilt
+    assert _json("start", "--config", conf)["started"]
+    deadline = time.monotonic() + 120
+    while _json("status", "--config", conf)["phase"] != "extracting":
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
+    t0 = time.monotonic()
+    rep = _json("train", "start", "--config", str(fresh), code=3)
+    took = time.monotonic() - t0
+    assert took < 5 and not rep["started"] and rep.get("offer") == "after-extraction", (took, rep)
+    assert "train when it is done" in rep["reason"] and "hsx-runner train after-extraction" in rep["reason"]
+    assert not envs.exists() and not (tmp_path / "d" / "out-train").exists()  # nothing built, nothing written
+    said = _json("train", "after-extraction", "--config", conf)
+    assert said["arranged"] and "starts by itself when the extraction ends" in said["message"]
+    deadline = time.monotonic() + 300
+    while (st := _json("status", "--config", conf))["phase"] != "done" or st.get("handoff") == "pending":
+        assert time.monotonic() < deadline, st
+        time.sleep(0.5)
+    assert st["handoff"].startswith("training started (after_extraction): training started"), st
+    assert not os.path.exists(os.path.join(load(conf).job.out, "train-after-extraction.json"))  # taken, once
+    train = _json("train", "status", "--config", conf)
+    assert train["launches"] == 1 and train["phase"] in ("preflight", "loading", "training", "done"), train
+    runner("train", "stop", "--config", conf, timeout=120)
+
+
+def test_a_venv_build_says_its_step_and_index_to_a_status_read_meanwhile(tmp_path):
+    """While a first start builds the trainer's venv, `train status` (what "progress?" reads) says
+    which step it is at and which index pip uses; after it, nothing."""
+    import threading
+
+    from runner.contract.train import TrainRecord, render_train
+
+    root = str(tmp_path / "envs")
+    python = os.path.join(specforge_cpu.venv_dir(root), "bin", "python")
+    gate = tmp_path / "gate"
+    conf = tmp_path / "hsx.toml"
+    conf.write_text(f'[job]\nmodel = "m"\ndataset = "d.jsonl"\nout = "out"\n[train]\npython = "{python}"\n')
+    said: list[str] = []
+    wait = f"import os, time\nwhile not os.path.exists({str(gate)!r}): time.sleep(0.05)"
+    steps = lambda py: [("the dependencies (a stand-in)", [sys.executable, "-c", wait])]  # noqa: E731
+    build = threading.Thread(target=specforge_cpu.LANE.build, args=(root, steps), kwargs={"say": said.append})
+    build.start()
+    try:
+        deadline = time.monotonic() + 120
+        while not (st := _json("train", "status", "--config", str(conf))).get("building"):
+            assert time.monotonic() < deadline and build.is_alive(), st
+            time.sleep(0.2)
+        while "step 2/2" not in st["building"]:
+            assert time.monotonic() < deadline, st
+            st = _json("train", "status", "--config", str(conf))
+        assert "SpecForge CPU venv, step 2/2: the dependencies (a stand-in) (from " in st["building"], st
+        index = lanes.pip_index()  # the first line of progress names it, and so does the status
+        assert said[0].endswith(f": building from {index}") and st["building"].endswith(f"(from {index})"), (
+            said
+        )
+        text = render_train(TrainRecord.from_dict(st))
+        assert text.startswith("training: building the trainer's venv: SpecForge CPU venv, step 2/2"), text
+    finally:
+        gate.touch()
+        build.join(60)
+    assert _json("train", "status", "--config", str(conf)).get("building") is None
