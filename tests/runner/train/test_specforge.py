@@ -16,6 +16,7 @@ import time
 import pytest
 
 from runner import specforge_cpu
+from runner.contract.train import PACE_ENV
 from runner.serve import procs
 from runner.train import progress
 from tests.conftest import ROOT, runner, write_job
@@ -23,6 +24,7 @@ from tests.sshd import skip_or_fail
 
 pytestmark = pytest.mark.slow
 SAMPLES, EPOCHS, SAVE, LOG = 12, 6, 6, 2
+PACE_S = 0.15
 TOTAL = SAMPLES * EPOCHS
 
 
@@ -43,6 +45,14 @@ def extracted(tmp_path_factory, demo_assets, train_python):
     runner("run", "--config", path, timeout=300, check=True)
     runner("verify", "--config", path, timeout=300, check=True)  # the training preflight's first check
     return path
+
+
+@pytest.fixture
+def paced(monkeypatch):
+    """Each optimizer step takes at least PACE_S (the CPU lane's demo pace): a test that kills or
+    stops the trainer mid-run finds it mid-run however busy the machine is, where an unpaced
+    run's 72 steps take ~10 s and a slow poll could see it end first."""
+    monkeypatch.setenv(PACE_ENV, str(PACE_S))
 
 
 def _config(extracted, run_dir, python, **train) -> str:
@@ -173,7 +183,7 @@ def test_a_second_start_into_the_run_is_refused_and_deletes_nothing(uninterrupte
 
 
 def test_kills_leave_crashed_records_and_resume_logs_the_uninterrupted_runs_losses(
-    uninterrupted, extracted, train_python, tmp_path_factory
+    uninterrupted, extracted, train_python, tmp_path_factory, paced
 ):
     run_dir = str(tmp_path_factory.mktemp("runs") / "killed")
     cfg = _config(extracted, run_dir, train_python)
@@ -255,7 +265,9 @@ def test_a_trainer_that_fails_at_once_reads_crashed_with_its_errors_last_line(
     assert _train(cfg, "resume", code=3)["reason"].startswith("no complete checkpoint")
 
 
-def test_stop_ends_the_trainer_and_says_stopped_with_the_checkpoint_kept(extracted, train_python, tmp_path):
+def test_stop_ends_the_trainer_and_says_stopped_with_the_checkpoint_kept(
+    extracted, train_python, tmp_path, paced
+):
     cfg = _config(extracted, str(tmp_path / "stopped"), train_python)
     assert _train(cfg, "start")["started"]
     st = _until(cfg, lambda s: s["phase"] == "training", "training")
@@ -283,7 +295,7 @@ def test_the_cpu_lanes_loss_shim_replaces_the_triton_kernel_with_the_same_maths(
     )
 
 
-def test_a_run_killed_before_its_first_checkpoint_starts_again(extracted, train_python, tmp_path):
+def test_a_run_killed_before_its_first_checkpoint_starts_again(extracted, train_python, tmp_path, paced):
     cfg = _config(extracted, str(tmp_path / "early"), train_python)
     assert _train(cfg, "start")["started"]
     st = _until(cfg, lambda s: s["pid"] and s["checkpoint_step"] is None, "a trainer before its first save")
@@ -348,7 +360,7 @@ def test_a_held_job_lock_or_an_unfinished_extraction_makes_train_start_refuse(
 
 
 def test_a_kill_during_a_save_resumes_from_the_previous_complete_checkpoint(
-    uninterrupted, extracted, train_python, tmp_path
+    uninterrupted, extracted, train_python, tmp_path, paced
 ):
     run_dir = str(tmp_path / "torn")
     cfg = _config(extracted, run_dir, train_python)
@@ -383,7 +395,7 @@ def test_a_kill_during_a_save_resumes_from_the_previous_complete_checkpoint(
 
 
 def test_two_ranks_on_gloo_train_through_a_kill_to_the_end_with_each_ranks_file(
-    extracted, train_python, tmp_path
+    extracted, train_python, tmp_path, paced
 ):
     """[train] gpus = 2: SpecForge's own launcher runs torchrun and two ranks, each in a session
     of its own. A kill -9 of the launcher leaves none of them going; the resume ends with every
@@ -400,6 +412,7 @@ def test_two_ranks_on_gloo_train_through_a_kill_to_the_end_with_each_ranks_file(
     os.kill(st["pid"], signal.SIGKILL)
     st = _until(cfg, lambda s: s["phase"] == "crashed", "crashed record")
     assert "killed by signal 9" in st["reason"] and not any(_alive(p) for p in tree), st
+    assert st["checkpoint_step"] < total, st  # the resume has steps left, whose lines both ranks print
     assert _train(cfg, "resume")["started"]
     st = _until(cfg, lambda s: s["phase"] not in ("preflight", "loading", "training"), "end")
     assert st["phase"] == "done" and st["step"] == st["checkpoint_step"] == total, st
