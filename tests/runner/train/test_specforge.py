@@ -295,6 +295,26 @@ def test_the_cpu_lanes_loss_shim_replaces_the_triton_kernel_with_the_same_maths(
     )
 
 
+def test_the_demos_pace_makes_each_optimizer_step_of_the_cpu_lanes_trainer_last_at_least_its_seconds(
+    train_python,
+):
+    """hsx demo's training is watched, killed and resumed by hand: the CPU lane's shim holds each
+    optimizer step (whatever optimizer SpecForge wraps) for HSX_DEMO_TRAIN_PACE_S."""
+    code = (
+        "import time, torch, specforge.algorithms.eagle3.model\n"
+        "w = torch.nn.Parameter(torch.ones(2)); opt = torch.optim.AdamW([w])\n"
+        "t0 = time.monotonic()\n"
+        "for _ in range(3):\n    w.sum().backward(); opt.step()\n"
+        "print(time.monotonic() - t0)\n"
+    )
+    env = {**os.environ, **specforge_cpu.env(train_python), PACE_ENV: "0.5"}
+    p = subprocess.run([train_python, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    assert p.returncode == 0 and float(p.stdout) >= 1.5, p.stdout + p.stderr[-2000:]
+    env[PACE_ENV] = "0"
+    p = subprocess.run([train_python, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    assert p.returncode == 0 and float(p.stdout) < 1.5, p.stdout + p.stderr[-2000:]
+
+
 def test_a_run_killed_before_its_first_checkpoint_starts_again(extracted, train_python, tmp_path, paced):
     cfg = _config(extracted, str(tmp_path / "early"), train_python)
     assert _train(cfg, "start")["started"]
