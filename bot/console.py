@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import threading
 from typing import TextIO
 
+from runner.contract import timing
 from runner.contract.config import Config
 
 from . import train
@@ -55,7 +57,8 @@ def _answer(handlers, cfg: Config, inp: TextIO, out: TextIO, user: str, chart_di
         if not line.strip():
             continue
         if line.strip().lower().startswith(train.TRAIN_SLASH):
-            reply = train.ask(handlers, line.rstrip("\n"), user, operator=True)
+            with _building(handlers.box, out, lock):  # a first start builds a venv for minutes
+                reply = train.ask(handlers, line.rstrip("\n"), user, operator=True)
         elif (cmd := parse(line.rstrip("\n"))) == Command("status"):
             reply = train.progress(handlers, user, operator=True)
         else:
@@ -80,6 +83,34 @@ def _answer(handlers, cfg: Config, inp: TextIO, out: TextIO, user: str, chart_di
             if reply.image is not None:
                 out.write(_save_chart(reply.image, chart_dir or cfg.job.out or ".", reply.image_name) + "\n")
             out.flush()
+
+
+@contextlib.contextmanager
+def _building(box, out: TextIO, lock):
+    """While a training verb runs, each step of a venv build as the box's status says it (the
+    build's own progress goes to the box's stderr, which no terminal of the console shows)."""
+    done = threading.Event()
+
+    def watch() -> None:
+        said = None
+        while not done.wait(timing.current().headless_poll_s):
+            try:
+                now = box.train_status().building
+            except Exception:  # noqa: BLE001 - a status read that fails says nothing here
+                continue
+            if now and now != said:
+                with lock:
+                    out.write(f"  {now}\n")
+                    out.flush()
+                said = now
+
+    t = threading.Thread(target=watch, name="hsx-console-build", daemon=True)
+    t.start()
+    try:
+        yield
+    finally:
+        done.set()
+        t.join()
 
 
 def _save_chart(png: bytes, folder: str, name: str) -> str:

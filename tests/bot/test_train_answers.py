@@ -239,3 +239,17 @@ def test_the_console_offers_the_start_at_the_extractions_end(fake, train_cfg):
     assert said.count("Start the training by itself when the extraction ends") == 2
     assert "not confirmed, nothing done" in said and "arranged: the training starts by itself" in said
     assert _train_calls(fake) == ["start", "start", "after-extraction"]
+
+
+def test_the_console_says_each_step_of_a_venv_build_while_a_start_waits_on_it(fake, train_cfg):
+    from bot.console import run_console
+
+    building = "SpecForge CPU venv, step 3/3: 41 dependencies (from pip's default index)"
+    fake.reply("train-status", {"phase": "stopped", "reason": "not started yet", "building": building})
+    fake.reply("train-start", {"ok": True, "started": True, "message": "training started (trainer pid 9)"})
+    _slow(fake, "train-start", 2)  # the box builds the venv before it answers
+    out = io.StringIO()
+    run_console(fake.box(), train_cfg, io.StringIO("/train start\n"), out)
+    said = out.getvalue()
+    assert f"  {building}\n" in said and said.index(building) < said.index("training started (trainer pid 9)")
+    assert said.count(building) == 1  # said once, however often the status was read
