@@ -156,17 +156,30 @@ def locked(root: str, fn) -> Reply:
         os.close(fd)
 
 
-def _cheap(cfg: Config, paths: runspec.RunPaths, extraction) -> Reply | None:
-    """The refusals that cost a few file reads, answered before any venv is built. A start
-    asked while the extraction runs is offered the start at its end (``after-extraction``)."""
+def _idle(cfg: Config) -> runspec.RunPaths | Reply:
+    """The run's paths when hsx may write there and no run is going, else the refusal."""
+    try:
+        paths = runspec.owned(cfg)
+    except ConfigError as e:
+        return refused(str(e))
     if (pid := running(paths)) is not None:
         return refused(f"a training run is going in {paths.root} (supervisor pid {pid})")
+    return paths
+
+
+def _cheap(cfg: Config, extraction) -> runspec.RunPaths | Reply:
+    """The run's paths, or the refusal that costs a few file reads, answered before any venv is
+    built. A start asked while the extraction runs is offered the start at its end
+    (``after-extraction``)."""
+    paths = _idle(cfg)
+    if isinstance(paths, Reply):
+        return paths
     if why := exclusive.why_not_train(cfg.job.out, extraction):
         if exclusive.extracting(cfg.job.out, extraction):
             return refused(f"{why}; or have it start by itself when the extraction ends: "
                            f"hsx-runner train {AFTER} (`/train {AFTER}`)", offer=AFTER)  # fmt: skip
         return refused(why)
-    return None
+    return paths
 
 
 def _existing(path: str) -> str:
@@ -190,14 +203,29 @@ def _trusted(cfg: Config, paths: runspec.RunPaths) -> Reply | None:
     return None
 
 
-def start(cfg: Config, submit=None, extraction=None) -> Reply:
-    """``submit``/``extraction``: the Slurm engine's launch and its merged extraction phase."""
+def _fit(cfg: Config, paths: runspec.RunPaths, spec: dict, draft=None, broken: str = "") -> Reply | None:
+    """The interpreter built and trusted, then the preflight for ``spec``; ``broken``: the
+    run.yaml it was read from, named when a key hsx wrote there is gone or of another kind."""
+    if reply := _trusted(cfg, paths):
+        return reply
     try:
-        paths = runspec.owned(cfg)
+        found = preflight.checks(cfg, spec, draft)
     except ConfigError as e:
         return refused(str(e))
-    if reply := _cheap(cfg, paths, extraction):
-        return reply
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
+        if not broken:
+            raise
+        raise BrokenFileError(broken, f"{type(e).__name__}: {str(e)[:200]}", YAML_FIX) from None
+    if why := preflight.refusal(found):
+        return refused(why, checks=found)
+    return None
+
+
+def start(cfg: Config, submit=None, extraction=None) -> Reply:
+    """``submit``/``extraction``: the Slurm engine's launch and its merged extraction phase."""
+    paths = _cheap(cfg, extraction)
+    if isinstance(paths, Reply):
+        return paths
     run_id = Record.load(paths.root).d.get("run_id") or runspec.RUN_ID
     held = progress.checkpoints(paths.output, run_id)  # a run cut short before its first save: none
     if held:
@@ -213,14 +241,8 @@ def start(cfg: Config, submit=None, extraction=None) -> Reply:
         return refused(str(e))
     if not (fit := preflight.features(cfg.job.out))["ok"]:
         return refused(preflight.refusal([fit]), checks=[fit])
-    if reply := _trusted(cfg, paths):
+    if reply := _fit(cfg, paths, spec, draft):
         return reply
-    try:
-        found = preflight.checks(cfg, spec, draft)
-    except ConfigError as e:
-        return refused(str(e))
-    if why := preflight.refusal(found):
-        return refused(why, checks=found)
     os.makedirs(paths.root, exist_ok=True)
     guard.mark_run(paths.root)  # every check passed: the folder is hsx's run dir from here
     return locked(paths.root, lambda: _first(cfg, paths, submit))
@@ -250,12 +272,9 @@ def _first(cfg: Config, paths: runspec.RunPaths, submit) -> Reply:
 
 
 def resume(cfg: Config, submit=None, extraction=None) -> Reply:
-    try:
-        paths = runspec.owned(cfg)
-    except ConfigError as e:
-        return refused(str(e))
-    if reply := _cheap(cfg, paths, extraction):
-        return reply
+    paths = _cheap(cfg, extraction)
+    if isinstance(paths, Reply):
+        return paths
     d = read(paths.root)
     if not os.path.exists(paths.yaml) or d.get("run_id") is None:
         return refused(f"nothing to resume in {paths.root}: start it first (hsx-runner train start)")
@@ -275,16 +294,8 @@ def _again(cfg: Config, paths: runspec.RunPaths, spec: dict, submit) -> Reply:
     ckpt = progress.durable(d["output_dir"], d["run_id"], d.get("world") or 1, set())
     if ckpt is None:
         return refused(f"no complete checkpoint in {d['output_dir']}: nothing to resume from")
-    if reply := _trusted(cfg, paths):
+    if reply := _fit(cfg, paths, spec, broken=paths.yaml):
         return reply
-    try:
-        found = preflight.checks(cfg, spec)
-    except ConfigError as e:
-        return refused(str(e))
-    except (KeyError, TypeError, ValueError, AttributeError) as e:  # a key hsx wrote, gone or of another kind
-        raise BrokenFileError(paths.yaml, f"{type(e).__name__}: {str(e)[:200]}", YAML_FIX) from None
-    if why := preflight.refusal(found):
-        return refused(why, checks=found)
     cmd = runspec.command(cfg, paths, progress.step_dir(d["output_dir"], d["run_id"], ckpt))
     write_atomic(paths.command, json.dumps(cmd, indent=1) + "\n", 0o644)
     return _launch(cfg, paths, "resume", submit)
@@ -296,12 +307,9 @@ def after_extraction(cfg: Config, extraction=None) -> Reply:
     if cfg.train.after_extraction:
         text = "[train] after_extraction is set: the training starts when the extraction ends"
         return Reply({"arranged": True, "message": text}, text)
-    try:
-        paths = runspec.owned(cfg)
-    except ConfigError as e:
-        return refused(str(e))
-    if (pid := running(paths)) is not None:
-        return refused(f"a training run is going in {paths.root} (supervisor pid {pid})")
+    paths = _idle(cfg)
+    if isinstance(paths, Reply):
+        return paths
     if not exclusive.extracting(cfg.job.out, extraction):
         return refused("the extraction is not running: `/train start` starts the training now")
     write_atomic(os.path.join(cfg.job.out, ARRANGED), json.dumps({"at": now()}) + "\n", 0o644)
