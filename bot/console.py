@@ -57,8 +57,9 @@ def _answer(handlers, cfg: Config, inp: TextIO, out: TextIO, user: str, chart_di
         if not line.strip():
             continue
         if line.strip().lower().startswith(train.TRAIN_SLASH):
-            with _building(handlers.box, out, lock):  # a first start builds a venv for minutes
-                reply = train.ask(handlers, line.rstrip("\n"), user, operator=True)
+            asked = train.parse_train(line.rstrip("\n"))
+            with _building(handlers.box, out, lock, asked.verb in BUILDS):
+                reply = train.handle(handlers, asked, user, operator=True)
         elif (cmd := parse(line.rstrip("\n"))) == Command("status"):
             reply = train.progress(handlers, user, operator=True)
         else:
@@ -85,10 +86,16 @@ def _answer(handlers, cfg: Config, inp: TextIO, out: TextIO, user: str, chart_di
             out.flush()
 
 
+BUILDS = ("start", "resume")  # the training verbs that build the trainer's venv on its first use
+
+
 @contextlib.contextmanager
-def _building(box, out: TextIO, lock):
+def _building(box, out: TextIO, lock, watch_it: bool = True):
     """While a training verb runs, each step of a venv build as the box's status says it (the
     build's own progress goes to the box's stderr, which no terminal of the console shows)."""
+    if not watch_it:
+        yield
+        return
     done = threading.Event()
 
     def watch() -> None:
