@@ -40,8 +40,10 @@ def run_console(
     try:
         _answer(handlers, cfg, inp, out, user, chart_dir, lock)
     finally:
-        if watcher is not None:
-            watcher.shutdown(wait=False)
+        if (
+            watcher is not None
+        ):  # a pass under way ends and keeps what it said: the next console repeats nothing
+            watcher.shutdown(wait=True)
 
 
 def _answer(handlers, cfg: Config, inp: TextIO, out: TextIO, user: str, chart_dir: str | None, lock) -> None:

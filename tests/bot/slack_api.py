@@ -33,7 +33,9 @@ class Recorder:
         with self.lock:
             return [b for n, b in self.calls if n == name]
 
-    def wait_for(self, name: str, count: int = 1, timeout: float = 10.0) -> list[dict]:
+    def wait_for(self, name: str, count: int = 1, timeout: float = 60.0) -> list[dict]:
+        """The calls once ``count`` of them came: a wait on the event itself, whose deadline only
+        ends a failing test (a busy box's first chart import and render took over 10 s)."""
         end = time.monotonic() + timeout
         while time.monotonic() < end:
             got = self.named(name)
