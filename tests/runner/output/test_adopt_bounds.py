@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 import zlib
 
 import pytest
@@ -91,15 +92,23 @@ def bomb(path, gib: int = 1) -> None:
         f.write(z.flush())
 
 
+# Started by a small process of its own: Linux keeps a process's peak RSS across exec, so a
+# runner spawned straight from pytest (vfork) counts pytest's own peak, ~900 MiB late in the suite.
+FORKER = """import os, sys
+pid = os.fork()
+if pid == 0:
+    os.execv(sys.argv[1], sys.argv[1:])
+_, status, usage = os.wait4(pid, 0)
+sys.stderr.write(f"\\n{usage.ru_maxrss}\\n")
+"""
+
+
 def peak_rss_mib(*args) -> tuple[int, str]:
-    """Run hsx-runner; its own peak resident memory (wait4's rusage is of that one child)."""
+    """Run hsx-runner; its own peak resident memory (wait4's rusage of it alone)."""
     from tests.conftest import RUNNER
 
-    p = subprocess.Popen([RUNNER, *args], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
-    stdout = p.stdout.read().decode()
-    _, status, usage = os.wait4(p.pid, 0)
-    p.returncode = os.waitstatus_to_exitcode(status)
-    return usage.ru_maxrss // 1024, stdout
+    p = subprocess.run([sys.executable, "-c", FORKER, RUNNER, *args], capture_output=True, text=True)
+    return int(p.stderr.split()[-1]) // 1024, p.stdout
 
 
 @pytest.mark.slow
