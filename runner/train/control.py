@@ -193,13 +193,13 @@ def _trusted(cfg: Config, paths: runspec.RunPaths) -> Reply | None:
     interpreter, its venv and the run dir."""
     if why := _ensure(cfg.train.python):
         return refused(why)
-    if why := check_python(cfg.train.python):
-        return refused(why)
     python = shutil.which(cfg.train.python) or cfg.train.python
     for path, what in ((python, "[train] python"), (os.path.dirname(os.path.dirname(python)), "its venv"),
                        (_existing(paths.root), "[train] run_dir")):  # fmt: skip
-        if why := guard.trusted(path, what):
+        if why := guard.trusted(path, what):  # before root runs it, even to ask its version
             return refused(why)
+    if why := check_python(cfg.train.python):
+        return refused(why)
     return None
 
 

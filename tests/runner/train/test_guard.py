@@ -198,3 +198,19 @@ def test_two_resumes_at_once_launch_one_trainer_and_never_kill_the_winners(tmp_p
         assert control.running(paths) == winner["supervisor_pid"]
         assert control.stop(cfg, 20).obj["done"]
         assert not _trainers(root)
+
+
+def test_an_interpreter_others_may_write_is_refused_before_root_runs_it(tmp_path, monkeypatch):
+    _extracted(tmp_path)
+    venv = tmp_path / "shared-venv" / "bin"
+    venv.mkdir(parents=True)
+    ran = tmp_path / "ran"
+    py = venv / "python"
+    py.write_text(f'#!/bin/sh\ntouch {ran}\nexec {sys.executable} "$@"\n')
+    py.chmod(0o755)
+    os.chmod(tmp_path / "shared-venv", 0o777)  # anyone may replace what root would run
+    ok = {"name": "features", "ok": True, "detail": "", "fix": ""}
+    monkeypatch.setattr(preflight, "features", lambda out: ok)  # the features' verdict is not checked here
+    rep = control.start(_cfg(tmp_path, python=str(py)))
+    assert rep.code == 3 and "others may write" in rep.text and str(tmp_path / "shared-venv") in rep.text
+    assert not ran.exists()  # never run, not even to ask its version
