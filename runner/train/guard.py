@@ -142,7 +142,10 @@ def trusted(path: str, what: str) -> str | None:
         if st.st_uid not in me:
             return f"{what} {path}: {p} belongs to uid {st.st_uid}, not to root or this user"
         sticky = stat.S_ISDIR(st.st_mode) and st.st_mode & stat.S_ISVTX
-        if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH) and not sticky:
+        others = (
+            st.st_mode & stat.S_IWOTH or st.st_mode & stat.S_IWGRP and st.st_gid != 0
+        )  # root's group is root
+        if others and not sticky:
             return f"{what} {path}: others may write {p} (mode {stat.S_IMODE(st.st_mode):o}): chmod go-w it"
         if p == "/":
             return None

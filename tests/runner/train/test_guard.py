@@ -122,6 +122,11 @@ def test_what_root_runs_must_be_its_own_and_writable_by_no_one_else(tmp_path):
     os.chmod(tmp_path / "venv", 0o777)
     why = guard.trusted(str(tool / "python"), "[train] python")
     assert why and "others may write" in why and str(tmp_path / "venv") in why
+    os.chmod(tmp_path / "venv", 0o775)
+    os.chown(tmp_path / "venv", 0, 65534)  # a group of other users may write it
+    assert "others may write" in guard.trusted(str(tool / "python"), "[train] python")
+    os.chown(tmp_path / "venv", 0, 0)  # root's group: root alone
+    assert guard.trusted(str(tool / "python"), "[train] python") is None
     os.chmod(tmp_path / "venv", 0o755)
     os.chown(tool / "python", 65534, 65534)
     assert "belongs to uid 65534" in guard.trusted(str(tool / "python"), "[train] python")
