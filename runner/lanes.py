@@ -1,7 +1,7 @@
 """A CPU lane's own venv (the real SGLang's, SpecForge's trainer's), apart from hsx's: built
 once, in named steps, under a folder keyed on its pin file's hash, so a changed pin builds anew
 and an unchanged one is reused; the marker file is written last, so a half-built venv is never
-taken for a built one. Stdlib only: a leaf every stage may use."""
+taken for a built one. Stdlib and the contract only: a leaf every stage may use."""
 
 from __future__ import annotations
 
@@ -14,6 +14,8 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import resources
+
+from .contract.atomic import read_object, write_atomic
 
 
 def to_stderr(msg: str) -> None:
@@ -112,19 +114,15 @@ BUILDING = ".building"  # beside a venv while it is built: its step, for a statu
 
 def _progress(venv: str, d: dict) -> None:
     """Said for a status read; a build never fails for want of it."""
-    tmp = f"{venv}{BUILDING}.{os.getpid()}"
     with contextlib.suppress(OSError):
         os.makedirs(os.path.dirname(venv), exist_ok=True)
-        with open(tmp, "w") as f:
-            json.dump(d, f)
-        os.replace(tmp, venv + BUILDING)
+        write_atomic(venv + BUILDING, json.dumps(d), 0o644)
 
 
 def building(venv: str) -> str | None:
     """What the build of ``venv`` is doing now (None: no build is under way)."""
+    d = read_object(venv + BUILDING) or {}
     try:
-        with open(venv + BUILDING) as f:
-            d = json.load(f)
         os.kill(int(d["pid"]), 0)
         return str(d["text"])[:300]
     except (OSError, ValueError, TypeError, KeyError, OverflowError):
