@@ -118,8 +118,8 @@ def _launch(cfg: Config, paths: runspec.RunPaths, launch: str, submit=None) -> R
                 {"started": True, "pid": d.get("pid"), "supervisor_pid": p.pid, "run_dir": paths.root}, text
             )
         if p.poll() is not None:
-            if running(paths) is not None:  # another start's supervisor won the lock: its record stands
-                return refused(f"a training run is going in {paths.root} (supervisor pid {running(paths)})")
+            if reply := _going(paths):  # another start's supervisor won the lock: its record stands
+                return reply
             if p.returncode == exclusive.REFUSED_RC:  # the output was taken since the check
                 return refused(read(paths.root)["reason"])
             rec.update(phase="crashed", reason=f"the supervisor exited with code {p.returncode} at once; "
@@ -136,6 +136,13 @@ def _ensure(python: str) -> str | None:
         interpreter.ensure(python)
     except BuildError as e:
         return str(e)
+    return None
+
+
+def _going(paths: runspec.RunPaths) -> Reply | None:
+    """The refusal while a training run holds the run dir (None: none does)."""
+    if (pid := running(paths)) is not None:
+        return refused(f"a training run is going in {paths.root} (supervisor pid {pid})")
     return None
 
 
@@ -162,8 +169,8 @@ def _idle(cfg: Config) -> runspec.RunPaths | Reply:
         paths = runspec.owned(cfg)
     except ConfigError as e:
         return refused(str(e))
-    if (pid := running(paths)) is not None:
-        return refused(f"a training run is going in {paths.root} (supervisor pid {pid})")
+    if reply := _going(paths):
+        return reply
     return paths
 
 
@@ -249,8 +256,8 @@ def start(cfg: Config, submit=None, extraction=None) -> Reply:
 
 
 def _first(cfg: Config, paths: runspec.RunPaths, submit) -> Reply:
-    if (pid := running(paths)) is not None:  # another start won the lock before us
-        return refused(f"a training run is going in {paths.root} (supervisor pid {pid})")
+    if reply := _going(paths):  # another start won the lock before us
+        return reply
     try:
         paths, spec = runspec.prepare(cfg)
     except ConfigError as e:
@@ -287,8 +294,8 @@ def resume(cfg: Config, submit=None, extraction=None) -> Reply:
 def _again(cfg: Config, paths: runspec.RunPaths, spec: dict, submit) -> Reply:
     """Under the launch lock: no one else launches, so what is left of a killed launch can be
     ended and the checkpoint chosen without killing a new trainer."""
-    if (pid := running(paths)) is not None:
-        return refused(f"a training run is going in {paths.root} (supervisor pid {pid})")
+    if reply := _going(paths):
+        return reply
     d = read(paths.root)
     strays.end(paths.root)  # before the checkpoint is chosen: a leftover rank may rotate it away
     ckpt = progress.durable(d["output_dir"], d["run_id"], d.get("world") or 1, set())
