@@ -238,8 +238,8 @@ def test_two_slurm_nodes_train_together_to_the_end(slurm_two_nodes, demo_assets,
     out = os.path.join(os.path.dirname(conf), "out-train")
     names = set(os.listdir(progress.step_dir(os.path.join(out, "output"), runspec.RUN_ID, total)))
     assert {"training_state.pt", "training_state_rank0.pt", "training_state_rank1.pt"} <= names, names
-    log = open(os.path.join(out, "train.log")).read()
-    assert [s for s, _ in progress.parse_steps(log)].count(total) == 2, log[-3000:]  # both ranks print it
+    # no count of the ranks' step lines in train.log: srun forwards each node's output in 1 KiB
+    # messages, so two nodes' long lines can interleave on a busy box; each rank's file is the proof
     job = slurm_train._job(runspec.RunPaths(out))["job"]
     shown = subprocess.run(
         ["scontrol", "show", "job", job], capture_output=True, text=True, check=True
