@@ -1,6 +1,6 @@
 """A CPU lane's own venv (the real SGLang's, SpecForge's trainer's), apart from hsx's: built
-once, in named steps, under a folder keyed on its pin file's hash, so a changed pin builds anew
-and an unchanged one is reused; the marker file is written last, so a half-built venv is never
+once, in named steps, under a folder keyed on its pin and lock files' hash, so a changed pin builds
+anew and an unchanged one is reused; the marker file is written last, so a half-built venv is never
 taken for a built one. Stdlib and the contract only: a leaf every stage may use."""
 
 from __future__ import annotations
@@ -42,19 +42,45 @@ class Lane:
     marker: str  # written last, inside the venv
     extra_key: str = ""  # more than the pins that makes a venv differ (a shim's source)
 
+    def _asset(self, ext: str) -> str:
+        f = resources.files("runner").joinpath(f"assets/{self.name}.{ext}")
+        return f.read_text() if f.is_file() else ""
+
     def pins(self) -> str:
-        return resources.files("runner").joinpath(f"assets/{self.name}.txt").read_text()
+        """The pin file (``assets/NAME.txt``) and the lock (``assets/NAME.lock``), as one text."""
+        return self._asset("txt") + self._asset("lock")
+
+    def locked_count(self) -> int:
+        """How many packages the lock names."""
+        return sum(1 for ln in self._asset("lock").splitlines() if ln[:1].isalnum())
+
+    def locked(self, py: str, *flags: str) -> list[str]:
+        """pip's argv installing the lock: each file checked against its sha256, wheels only, so
+        a build runs no package's setup code and takes nothing the lock does not name."""
+        lock = resources.files("runner").joinpath(f"assets/{self.name}.lock")
+        return [
+            py,
+            "-m",
+            "pip",
+            "install",
+            "--require-hashes",
+            "--only-binary",
+            ":all:",
+            *flags,
+            "-r",
+            str(lock),
+        ]
 
     def pinned(self, tag: str) -> list[str]:
         """The requirements on the pin file's ``#@TAG`` line."""
-        for line in self.pins().splitlines():
+        for line in self._asset("txt").splitlines():
             if line.startswith(f"#@{tag} "):
                 return line.split()[1:]
         raise ValueError(f"{self.name}.txt has no #@{tag} line")
 
     def requirements(self) -> list[str]:
         """The pin file's plain lines (comments and #@ lines left out)."""
-        return [ln for ln in self.pins().splitlines() if ln.strip() and not ln.startswith("#")]
+        return [ln for ln in self._asset("txt").splitlines() if ln.strip() and not ln.startswith("#")]
 
     def venv_dir(self, root: str) -> str:
         key = hashlib.sha256((self.pins() + self.extra_key).encode()).hexdigest()[:12]
@@ -129,18 +155,27 @@ def building(venv: str) -> str | None:
         return None
 
 
+_SOURCES = ("no-index", "index-url", "extra-index-url", "find-links")
+
+
 def pip_index() -> str:
-    """The index pip installs from here, as pip itself resolves it (env, then its config files)."""
-    if url := os.environ.get("PIP_INDEX_URL"):
-        return f"PIP_INDEX_URL {url}"
+    """Where pip installs from here, as pip itself resolves it (its environment variables first,
+    then its config files): the index, and any extra index or find-links folder beside it."""
     try:
-        p = subprocess.run(
+        listed = subprocess.run(
             [sys.executable, "-m", "pip", "config", "list"], capture_output=True, text=True, timeout=30
-        )
+        ).stdout.splitlines()
     except (OSError, subprocess.TimeoutExpired):
-        return "pip's default index"
-    for line in p.stdout.splitlines():
+        listed = []
+    got: dict[str, str] = {}
+    for line in sorted(listed, key=lambda ln: not ln.startswith(":env:")):  # the environment wins
         key, _, value = line.partition("=")
-        if key.endswith(".index-url"):
-            return f"pip config {key} {value.strip(chr(39))}"
-    return "pip's default index (https://pypi.org/simple)"
+        name = key.rpartition(".")[2]
+        if name in _SOURCES and name not in got:
+            got[name] = value.strip().strip("'\"")
+    if got.get("no-index", "").lower() in ("1", "true", "yes", "on"):
+        said = ["no index (no-index)"]
+    else:
+        said = [got.get("index-url") or "pip's default index (https://pypi.org/simple)"]
+    said += [f"{name} {got[name]}" for name in ("extra-index-url", "find-links") if got.get(name)]
+    return " + ".join(said)

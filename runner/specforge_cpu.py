@@ -1,6 +1,7 @@
 """SpecForge's trainer on a CPU (CI's lane, the demo's ``[train]``): its venv and its shims.
 
-The venv holds the ``specforge==0.2.0`` wheel with ``--no-deps`` on this machine's CPU torch,
+The venv holds the ``specforge==0.2.0`` wheel with ``--no-deps`` on this machine's CPU torch, and
+the lane's needs, from the lock hsx ships (``assets/specforge-cpu.lock``, each file's sha256),
 apart from hsx's venv (its pins, torch 2.11 and sglang 0.5.14, would break extraction); a GPU
 box's venv, with those pins, is ``runner.specforge_gpu``.
 Built once, as every lane is (``runner.lanes``); ``python -m runner.specforge_cpu [ROOT]``
@@ -118,22 +119,23 @@ def yaml_keys() -> dict[str, dict]:
 
 def build(root: str, say=to_stderr) -> str:
     """Build the venv (a few minutes) unless built; return its python."""
-    reqs, torch = LANE.requirements(), LANE.pinned("torch")
 
     def shims(d: str) -> None:
         os.makedirs(os.path.join(d, SHIMS), exist_ok=True)
         with open(os.path.join(d, SHIMS, "sitecustomize.py"), "w") as f:
             f.write(SITECUSTOMIZE)
 
+    # torch by version, from wherever this machine's pip finds its CPU build (no registry file
+    # is the CPU build everywhere); then SpecForge without its CUDA pins and the lane's needs,
+    # each file checked against the lock
     return LANE.build(
         root,
         lambda py: [
-            ("torch (CPU)", [py, "-m", "pip", "install", "-q", *torch]),
+            ("torch (CPU)", [py, "-m", "pip", "install", "-q", *LANE.pinned("torch")]),
             (
-                "SpecForge (no deps)",
-                [py, "-m", "pip", "install", "-q", "--no-deps", *LANE.pinned("specforge")],
+                f"SpecForge and its needs, {LANE.locked_count()} hash-checked wheels",
+                LANE.locked(py, "-q", "--no-deps"),
             ),
-            (f"{len(reqs)} dependencies", [py, "-m", "pip", "install", "-q", *reqs, *torch]),
         ],
         finish=shims,
         say=say,

@@ -233,13 +233,19 @@ def test_auto_is_specforges_own_pins_where_a_gpu_is_seen_and_the_cpu_lane_elsewh
     assert py == os.path.join(specforge_gpu.venv_dir(str(tmp_path)), "bin", "python")
     assert specforge_cpu.shims_of(py) is None  # no CPU shim reaches the GPU lane's trainer
     ((what, argv),) = specforge_gpu.steps("PY")
+    # its own pins, from the lock: no --no-deps, no CPU torch; each file hash-checked, wheels only
     assert argv == [
         "PY",
         "-m",
         "pip",
         "install",
-        "specforge==0.2.0",
-    ]  # its own pins: no --no-deps, no CPU torch
+        "--require-hashes",
+        "--only-binary",
+        ":all:",
+        "-r",
+        argv[-1],
+    ]
+    assert argv[-1].endswith("specforge-gpu.lock") and "specforge==0.2.0 \\" in open(argv[-1]).read()
     monkeypatch.setenv(gpus.STUB_ENV, _nvml(tmp_path, 0))
     assert interpreter.resolve("auto", str(tmp_path)) == os.path.join(
         specforge_cpu.venv_dir(str(tmp_path)), "bin", "python"
@@ -266,7 +272,7 @@ def test_a_gpu_boxs_setup_that_cannot_install_says_which_step_and_is_not_taken_f
     venv = specforge_gpu.venv_dir(str(tmp_path / "envs"))
     assert got["python"] == os.path.join(venv, "bin", "python")
     assert "step 2/2 (specforge 0.2.0 with its own pins" in got["reason"] and "exit 1" in got["reason"]
-    assert "specforge==0.2.0" in p.stderr  # pip's own words, on stderr
+    assert "No matching distribution found for " in p.stderr  # pip's own words, on stderr
     assert specforge_gpu.python_of(str(tmp_path / "envs")) is None  # never taken for built
 
 
