@@ -107,7 +107,7 @@ def main() -> None:
         for conc, r in results.items():
             print(f"in flight {conc:>3}: {r:8.1f} samples/s  = {r / cap:.3f} of capacity")
         print(
-            f"README: | extractor ÷ capacity (C={a.capacity}, {a.latency_ms:g} ms) | sequential {results[1] / cap:.3f} "
+            f"bench/README.md: | extractor ÷ capacity (C={a.capacity}, {a.latency_ms:g} ms) | sequential {results[1] / cap:.3f} "
             f"| in flight C {results[a.capacity] / cap:.3f} | in flight 2C {results[2 * a.capacity] / cap:.3f} |"
         )
     finally:

@@ -71,7 +71,7 @@ def main() -> None:
         print(f"plan: {best:.3f}s (best of {a.repeats}; all {', '.join(f'{x:.3f}' for x in times)})")
         print(f"stat every file: {stat_all:.3f}s")
         print(
-            f"README: | resume planning, {a.samples:,} samples | {best:.2f} s | stat-every-file {stat_all:.2f} s | ratio {best / stat_all:.2f} |"
+            f"bench/README.md: | resume planning, {a.samples:,} samples | {best:.2f} s | stat-every-file {stat_all:.2f} s | ratio {best / stat_all:.2f} |"
         )
     finally:
         shutil.rmtree(out, ignore_errors=True)

@@ -246,3 +246,26 @@ def test_no_module_past_the_habit():
                     if n > MAX_LINES:
                         long.append((os.path.relpath(path, ROOT), n))
     assert not long, long
+
+
+def _unnamed(readme: str) -> list[str]:
+    """The product modules the README's map ("What is where") does not name: by its path, its
+    file name or, in backticks, its stem."""
+    start = readme.index("## What is where")
+    text = readme[start : readme.find("\n## ", start + 1)]
+    out = []
+    for name, path, is_pkg in _modules():
+        stem = name.rsplit(".", 1)[-1]
+        rel = os.path.relpath(path, ROOT)
+        if not is_pkg and f"`{stem}`" not in text and rel not in text and f"{stem}.py" not in text:
+            out.append(rel)
+    return out
+
+
+def test_the_readme_map_names_every_module():
+    """The map cannot drift: a module added without a word in it fails here."""
+    readme = open(os.path.join(ROOT, "README.md"), encoding="utf-8").read()
+    assert not _unnamed(readme), _unnamed(readme)
+    assert "runner/lanes.py" in _unnamed(
+        readme.replace("runner/lanes.py", "runner/lanes")
+    )  # the check can fail
