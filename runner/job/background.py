@@ -16,6 +16,7 @@ import time
 from ..contract import timing
 from ..contract.atomic import write_atomic
 from ..contract.status import now_iso
+from ..serve.procs import alive
 
 RECORD = "background.json"
 LOCK = ".background.lock"
@@ -23,18 +24,6 @@ LOCK = ".background.lock"
 
 def path(out: str) -> str:
     return os.path.join(out, RECORD)
-
-
-def _alive(pid: object) -> bool:
-    if not isinstance(pid, int) or pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def read(out: str) -> dict | None:
@@ -46,7 +35,7 @@ def read(out: str) -> dict | None:
         return None
     if not isinstance(rec, dict):
         return None
-    if rec.get("state") == "running" and not _alive(rec.get("pid")):
+    if rec.get("state") == "running" and not alive(rec.get("pid")):
         rec["state"] = "crashed"
     return rec
 

@@ -20,7 +20,7 @@ from ..contract.status import (
 )
 from ..output import lock
 from ..output.store import Store
-from ..serve.procs import proc_stat
+from ..serve.procs import alive
 from . import background
 
 
@@ -54,19 +54,13 @@ def current(out: str) -> StatusRecord:
         rec.phase_since = rec.heartbeat_at
     if not held:
         rec.rate = rec.tokens_per_s = rec.eta_s = None
-    if rec.handoff == HANDOFF_PENDING and not _alive(rec.pid):
+    if rec.handoff == HANDOFF_PENDING and not alive(rec.pid):
         rec.handoff = (
             f"the hand-off to training did not finish (runner pid {rec.pid} is gone): "
             "hsx-runner verify, then hsx-runner train start"
         )
     rec.background = background.read(out)
     return rec
-
-
-def _alive(pid: int | None) -> bool:
-    """The hand-off runs in the job's runner after it released the lock: its pid says it lives."""
-    st = proc_stat(pid) if pid else None
-    return st is not None and st[0] != "Z"
 
 
 def tail(path: str, n: int) -> list[str]:

@@ -33,6 +33,15 @@ def proc_stat(pid: int) -> tuple[str, int, int] | None:
         return None
 
 
+def alive(pid: object) -> bool:
+    """A process that runs (a zombie has ended): the one pid check of the box's records, whose
+    pid may come from a broken file (anything not a positive int is no process)."""
+    if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0:
+        return False
+    st = proc_stat(pid)
+    return st is not None and st[0] != "Z"
+
+
 def parent_and_group(pid: int) -> tuple[int, int] | None:
     rest = _stat(pid)
     try:

@@ -17,6 +17,7 @@ import os
 
 from ..job import background
 from ..output.lock import blocks, held_any, try_ofd
+from ..serve.procs import alive
 
 NAME = ".lock.use"
 USERS = ".use"
@@ -30,16 +31,6 @@ class Refused(Exception):
 def _open(out: str) -> int:
     os.makedirs(out, exist_ok=True)
     return os.open(os.path.join(out, NAME), os.O_RDWR | os.O_CREAT, 0o644)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        pass
-    return True
 
 
 def trainer_of(out: str) -> str | None:
@@ -68,7 +59,7 @@ def users_of(out: str) -> str | None:
     except FileNotFoundError:
         names = []
     for n in sorted(names):
-        if n.isdigit() and _alive(int(n)):
+        if n.isdigit() and alive(int(n)):
             with contextlib.suppress(OSError), open(os.path.join(out, USERS, n)) as f:
                 return f"{f.read().strip() or 'an hsx verb'} (pid {n}) runs on {out}"
     if blocks(os.path.join(out, NAME), fcntl.F_WRLCK):

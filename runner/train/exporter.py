@@ -14,9 +14,10 @@ from .. import specforge_cpu
 from ..contract.config import Config
 from ..contract.errors import ConfigError
 from ..contract.replies import NOT_OK, Reply
+from ..contract.train import ACTIVE
 from . import guard, progress, runspec
 from .control import locked, refused, running
-from .record import ACTIVE, read
+from .record import read
 
 
 def export(cfg: Config) -> Reply:

@@ -18,11 +18,10 @@ from ..contract.atomic import write_atomic
 from ..contract.errors import BrokenFileError, StatusError
 from ..contract.fields import check
 from ..contract.status import NOT_STARTED
-from ..contract.train import checked
+from ..contract.train import ACTIVE, checked
 from ..output.lock import is_held_at
 from .progress import number
 
-ACTIVE = ("preflight", "loading", "training")
 FIELDS = (
     "phase", "step", "total_steps", "epoch", "epochs", "loss", "acc", "acceptance_rate",
     "checkpoint_step", "pid", "supervisor_pid", "run_dir", "export_dir", "python", "heartbeat",
