@@ -35,9 +35,10 @@ def pytest_collection_modifyitems(items):
             item.add_marker(pytest.mark.slow)
 
 
-def free_port() -> int:
+def free_port(addr: str = "127.0.0.1") -> int:
+    """A port free on ``addr`` now: the one helper every test's daemon and server takes its port from."""
     with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
+        s.bind((addr, 0))
         return s.getsockname()[1]
 
 

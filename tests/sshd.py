@@ -83,12 +83,6 @@ def fingerprint(pub_path: str) -> str:
     return out.stdout.split()[1]
 
 
-def free_port(addr: str) -> int:
-    with socket.socket() as s:
-        s.bind((addr, 0))
-        return s.getsockname()[1]
-
-
 def _safe_python() -> str:
     """An interpreter sshd accepts for AuthorizedKeysCommand: root-owned path, nothing group/world
     writable up to /."""
@@ -166,6 +160,8 @@ class TwoHop:
     def __init__(self, root: str, user: str | None = None):
         self.root = os.path.abspath(root)
         self.user = user or getpass.getuser()
+        from tests.conftest import free_port  # here: sshd runs this file as its keys command
+
         self.jump = Hop("jump", JUMP_ADDR, free_port(JUMP_ADDR), os.path.join(self.root, "jump"))
         self.target = Hop("target", TARGET_ADDR, free_port(TARGET_ADDR), os.path.join(self.root, "target"))
         self.client_key = os.path.join(self.root, "client_ed25519")

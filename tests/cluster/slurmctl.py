@@ -13,6 +13,8 @@ import socket
 import subprocess
 import time
 
+from tests.conftest import free_port
+
 SBIN = ("/usr/sbin", "/usr/bin")
 
 
@@ -36,12 +38,6 @@ def available() -> str:
     except KeyError:
         return "no munge user"
     return ""
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 CONF = """\
@@ -117,11 +113,11 @@ class Cluster:
         )  # fmt: skip
         self._wait(lambda: os.path.exists(sock), timeout, "munged's socket")
         one = len(self.names) == 1
-        slurmd = (ONE if one else MANY).format(port=_free_port(), d=d)
-        nodes = "".join(f"NodeName={n} NodeAddr=127.0.0.1{'' if one else f' Port={_free_port()}'} CPUs=16 "
+        slurmd = (ONE if one else MANY).format(port=free_port(), d=d)
+        nodes = "".join(f"NodeName={n} NodeAddr=127.0.0.1{'' if one else f' Port={free_port()}'} CPUs=16 "
                         "State=UNKNOWN\n" for n in self.names)  # fmt: skip
         with open(self.conf, "w") as f:
-            f.write(CONF.format(host=socket.gethostname().split(".")[0], ctld_port=_free_port(), slurmd=slurmd,
+            f.write(CONF.format(host=socket.gethostname().split(".")[0], ctld_port=free_port(), slurmd=slurmd,
                                 sock=sock, d=d, nodes=nodes, names=",".join(self.names)))  # fmt: skip
         env = {**os.environ, **self.env}
         self._spawn([find("slurmctld"), "-D", "-i", "-f", self.conf], env)
