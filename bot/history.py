@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 
+from runner.contract.atomic import read_jsonl
 from runner.contract.config import Config
 from runner.contract.replies import MAX_N
 from runner.contract.status import StatusRecord, now_iso
@@ -32,28 +33,11 @@ def append(cfg: Config, rec: StatusRecord) -> None:
         f.write(line + "\n")
 
 
-def _read_jsonl(path: str) -> list[dict]:
-    out = []
-    try:
-        with open(path, encoding="utf-8", errors="replace") as f:
-            lines = f.readlines()[-MAX_LINES:]
-    except OSError:
-        return []
-    for x in lines:
-        try:
-            d = json.loads(x)
-        except json.JSONDecodeError:
-            continue  # a torn last line while the writer appends
-        if isinstance(d, dict):
-            out.append(d)
-    return out
-
-
 def events(cfg: Config, box=None) -> list[dict]:
     got = []
     if box is not None and callable(getattr(box, "events", None)):
         got += box.events(MAX_N)  # a progress point a minute: ~3.5 days of them
     elif cfg.remote.transport == "local" and cfg.job.out:  # the same file, not read twice
-        got += _read_jsonl(os.path.join(cfg.job.out, "events.jsonl"))
-    got += _read_jsonl(history_path(cfg))
+        got += read_jsonl(os.path.join(cfg.job.out, "events.jsonl"), MAX_LINES)
+    got += read_jsonl(history_path(cfg), MAX_LINES)
     return got

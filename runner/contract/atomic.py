@@ -47,9 +47,31 @@ def read_object(path: str) -> dict | None:
     try:
         with open(path) as f:
             d = json.load(f)
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):  # ValueError: not JSON, not UTF-8, 5,000 digits
         return None
     return d if isinstance(d, dict) else None
+
+
+def read_jsonl(path: str, last: int | None = None, max_line: int = 1 << 20) -> list[dict]:
+    """The JSON objects of a line file (events, a history), as its writer may have left it: a
+    torn last line, a line that is not JSON, not an object, longer than ``max_line`` bytes,
+    nested too deep or of 5,000 digits is passed over, never raised. ``last``: its last lines only."""
+    try:
+        with open(path, "rb") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return []
+    out = []
+    for line in lines[-last:] if last else lines:
+        if len(line) > max_line:
+            continue
+        try:
+            d = json.loads(line)
+        except (ValueError, RecursionError):
+            continue
+        if isinstance(d, dict):
+            out.append(d)
+    return out
 
 
 def no_follow(path: str, flags: int, mode: int = 0o644) -> int:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import os
 
-from ..contract.atomic import write_atomic
+from ..contract.atomic import read_jsonl, write_atomic
 from ..contract.train import MAX_STEP
 from . import progress
 
@@ -57,19 +57,9 @@ def reset(root: str) -> None:
 
 
 def _lines(root: str):
-    try:
-        with open(os.path.join(root, NAME), "rb") as f:
-            raw = f.read()
-    except OSError:
-        return
-    for line in raw.splitlines():
-        if len(line) > progress.MAX_LINE:  # the supervisor writes short lines: not one of them
-            continue
-        try:
-            d = json.loads(line)
-        except (ValueError, RecursionError):  # ValueError: not JSON, not UTF-8, 5,000 digits
-            continue
-        if isinstance(d, dict) and isinstance(d.get("kind"), str) and _int(d.get("launch")) is not None:
+    # the supervisor writes short lines: a long one is not one of them
+    for d in read_jsonl(os.path.join(root, NAME), max_line=progress.MAX_LINE):
+        if isinstance(d.get("kind"), str) and _int(d.get("launch")) is not None:
             yield d
 
 

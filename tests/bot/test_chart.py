@@ -196,3 +196,25 @@ def test_the_runner_writes_the_counts_the_chart_reads(tmp_path):
     assert "rate" in progress and "eta_s" in progress
     # each event its own point, at its own time (on a busy box the two differ by a millisecond)
     assert chart.story([phase, progress]).points == [(chart.parse_iso(e["t"]), 3) for e in (phase, progress)]
+
+
+def test_the_chart_reads_a_local_events_file_with_bad_lines(tmp_path):
+    """`/extract chart` where the box is this machine reads the runner's events.jsonl here: a
+    line of 5,000 digits, one nested 100,000 deep, one not UTF-8 are passed over, never raised."""
+    from bot import history
+    from runner.contract.config import from_dict
+
+    out = tmp_path / "out"
+    out.mkdir()
+    good = [{"event": "progress", "t": "2026-12-03T00:00:00Z", "done": 1}, {"event": "progress", "done": 2}]
+    bad = [b'{"done": ' + b"9" * 5000 + b"}", b"[" * 100_000 + b"]" * 100_000, b'{"t": "\xff"}']
+    lines = [json.dumps(good[0]).encode(), *bad, json.dumps(good[1]).encode()]
+    (out / "events.jsonl").write_bytes(b"\n".join(lines) + b"\n")
+    cfg = from_dict(
+        {
+            "job": {"model": "m", "dataset": "d.jsonl", "out": str(out)},
+            "remote": {"transport": "local"},
+            "watcher": {"state_file": str(tmp_path / "watch.json")},
+        }
+    )
+    assert history.events(cfg) == good
