@@ -69,7 +69,8 @@ def demo_assets(tmp_path_factory):
 
 
 def write_job(dest, assets, samples: int | None = None, **overrides) -> str:
-    """A job dir using the shared model; dataset = first `samples` rows of the assets'."""
+    """A job dir using the shared model; dataset = first `samples` rows of the assets'. Each
+    override is ``section__key=value`` (``job__retries=1``, ``train__python=...``)."""
     dest = str(dest)
     os.makedirs(dest, exist_ok=True)
     with open(os.path.join(assets, "data.jsonl")) as f:
@@ -89,11 +90,14 @@ def write_job(dest, assets, samples: int | None = None, **overrides) -> str:
         "start_timeout_s": 120.0,
         "max_restarts": 3,
     }
-    for k, v in overrides.items():
+    tables = {"job": job, "server": server}
+    for k, v in overrides.items():  # section__key: any section ([train], [cluster], ...), not just two
         section, _, key = k.partition("__")
-        (job if section == "job" else server)[key] = v
-    lines = ["[job]"] + [f"{k} = {_toml(v)}" for k, v in job.items()]
-    lines += ["[server]"] + [f"{k} = {_toml(v)}" for k, v in server.items()]
+        assert key, f"write_job: {k!r} is not section__key"
+        tables.setdefault(section, {})[key] = v
+    lines = []
+    for section, keys in tables.items():
+        lines += [f"[{section}]"] + [f"{k} = {_toml(v)}" for k, v in keys.items()]
     lines += ["[remote]", 'transport = "local"', f'runner = "{RUNNER}"', f'runner_config = "{dest}/hsx.toml"']
     path = os.path.join(dest, "hsx.toml")
     with open(path, "w") as f:
