@@ -25,7 +25,7 @@ os.environ[timing.ENV] = "fast"  # short polls and backoffs, here and in every p
 
 
 SLOW_FIXTURES = frozenset(
-    {"pair", "shared_pair", "gpu_box", "hsx_wheel", "slurm", "sglang_python", "specforge"}
+    {"pair", "shared_pair", "gpu_box", "hsx_wheel", "slurm", "slurm_two_nodes", "sglang_python", "specforge"}
 )
 
 
