@@ -132,7 +132,7 @@ def test_launcher_refuses_wrong_version_before_starting(tmp_path):
 
 
 def test_gpu_check_baseline_is_stock_sglang_without_capture():
-    from bench.gpu_check import stock_argv
+    from bench.gpu_check.run import stock_argv
 
     patched = launch.server_argv(
         **{**BASE, "aux_layer_ids": [1, 4, 7], "extra_args": ["--chunked-prefill-size", "512"]}

@@ -1,4 +1,4 @@
-"""What bench/gpu_check.py checks and how it judges it, without a server or a GPU: the models
+"""What bench/gpu_check/run.py checks and how it judges it, without a server or a GPU: the models
 and their tolerances, the run plan (which SGLang runs, at which aux ids, with which flags),
 the per-layer comparison of two dump directories, what a server's log shows, and the verdict."""
 

@@ -27,7 +27,7 @@
    counted until every dump is on disk, against stock SGLang with the same arguments minus
    the patch (Llama, at --tp). Goal: c/a = patched / stock >= 0.9.
 Prints one JSON report (also WORKDIR/report.json), then a summary line with the tp and c/a,
-and exits 0 only if every check holds. What is judged, and how: bench/gpu_checks.py.
+and exits 0 only if every check holds. What is judged, and how: bench/gpu_check/judge.py.
 """
 
 from __future__ import annotations
@@ -45,7 +45,11 @@ import time
 import urllib.error
 import urllib.request
 
-from bench.gpu_checks import (
+from runner.contract import dump
+from runner.contract.launch import server_argv
+from runner.serve.server import text_only
+
+from .judge import (
     FUSION_SKIPPED,
     MODELS,
     aux_id_sets,
@@ -61,9 +65,6 @@ from bench.gpu_checks import (
     summary,
     verdict,
 )
-from runner.contract import dump
-from runner.contract.launch import server_argv
-from runner.serve.server import text_only
 
 VOCAB = 32000
 REF_DEVICE = "cuda"
@@ -345,7 +346,3 @@ def main(argv: list[str] | None = None) -> int:
     print(text, flush=True)
     print(report["summary"], file=sys.stderr)  # last, apart from the JSON on stdout
     return 0 if report["ok"] else 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())

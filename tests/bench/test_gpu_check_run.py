@@ -1,6 +1,6 @@
-"""bench/gpu_check.py without SGLang or a GPU: the models it writes (the Kimi wrapper among
+"""bench/gpu_check/run.py without SGLang or a GPU: the models it writes (the Kimi wrapper among
 them), the servers' command lines per run and tensor-parallel size, the prompts, and that
-main cannot pass vacuously. What is judged: tests/bench/test_gpu_checks.py."""
+main cannot pass vacuously. What is judged: tests/bench/test_gpu_check_judge.py."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import json
 import pytest
 import torch
 
-from bench import gpu_check as gc
-from bench.gpu_checks import EAGER, MODELS, NO_FUSION, run_plan
+from bench.gpu_check import run as gc
+from bench.gpu_check.judge import EAGER, MODELS, NO_FUSION, run_plan
 from runner.contract.launch import check_argv, parse_flags, server_argv
 from runner.serve.server import OVERRIDE_FLAG
 

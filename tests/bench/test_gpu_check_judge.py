@@ -1,4 +1,4 @@
-"""bench/gpu_checks.py without SGLang or a GPU: the JSON-leak check, the models and layer ids,
+"""bench/gpu_check/judge.py without SGLang or a GPU: the JSON-leak check, the models and layer ids,
 the run plan per tensor-parallel size, the comparison of two dumps, what a server log shows,
 the report's verdict (that it cannot pass vacuously) and its summary line."""
 
@@ -10,7 +10,7 @@ import math
 import pytest
 import torch
 
-from bench import gpu_checks as gc
+from bench.gpu_check import judge as gc
 from runner.contract import dump
 from runner.contract.ckpt import write_sample
 from runner.data import layers
