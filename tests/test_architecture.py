@@ -269,3 +269,10 @@ def test_the_readme_map_names_every_module():
     assert "runner/lanes.py" in _unnamed(
         readme.replace("runner/lanes.py", "runner/lanes")
     )  # the check can fail
+
+
+def test_the_contracts_init_names_each_of_its_modules():
+    path = os.path.join(ROOT, "runner", "contract", "__init__.py")
+    doc = ast.get_docstring(ast.parse(open(path, encoding="utf-8").read())) or ""
+    names = [n.rsplit(".", 1)[1] for n, _, is_pkg in _modules() if n.startswith(CONTRACT + ".")]
+    assert names and not [n for n in names if f"``{n}``" not in doc], doc
