@@ -13,7 +13,7 @@ import pytest
 from deploy import install
 from runner.contract.config import from_dict, load
 from runner.contract.errors import ConfigError
-from tests.runner.train.test_units import UNIFIED, _fake_python
+from tests.runner.train.units import UNIFIED, _fake_python
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 

@@ -17,7 +17,7 @@ from runner.contract.errors import ConfigError
 from runner.contract.train import TrainRecord, render_train
 from runner.train import history, progress, record, runspec, split
 from tests.conftest import ROOT, runner
-from tests.runner.train.test_units import _cfg, _model
+from tests.runner.train.units import _cfg, _model
 
 # recorded from SpecForge 0.2.0 on the demo (ttt_length 3, log_interval 5, eval every 20)
 STEP20 = (

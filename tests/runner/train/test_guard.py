@@ -15,7 +15,7 @@ import pytest
 from runner.contract.status import Phase, StatusRecord, write_record
 from runner.serve.procs import cmdline, pids
 from runner.train import control, exporter, guard, preflight, record, runspec, split, strays
-from tests.runner.train.test_units import _cfg, _ckpt, _fake_python, _model
+from tests.runner.train.units import _cfg, _ckpt, _fake_python, _model
 
 
 def _extracted(tmp_path):

@@ -18,7 +18,7 @@ from runner.job import background, view
 from runner.train import handoff, record
 from tests.runner.helpers import held_box
 from tests.runner.train.test_preflight import _cfg, _lane, _model, _out
-from tests.runner.train.test_units import UNIFIED, _fake_python
+from tests.runner.train.units import UNIFIED, _fake_python
 
 # specforge.cli whose train, given a run.yaml, runs a second and fails
 TRAINS_A_SECOND = """import argparse, sys, time

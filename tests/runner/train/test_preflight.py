@@ -21,7 +21,7 @@ from runner.serve import pidfile
 from runner.train import preflight, runspec
 from tests.conftest import RUNNER
 from tests.runner.helpers import held_box
-from tests.runner.train.test_units import UNIFIED, _fake_python
+from tests.runner.train.units import UNIFIED, _fake_python
 
 AUX = [1, 3, 4]
 MODEL = {
