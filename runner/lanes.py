@@ -42,8 +42,11 @@ class Lane:
     marker: str  # written last, inside the venv
     extra_key: str = ""  # more than the pins that makes a venv differ (a shim's source)
 
+    def _file(self, ext: str):
+        return resources.files("runner").joinpath(f"assets/{self.name}.{ext}")
+
     def _asset(self, ext: str) -> str:
-        f = resources.files("runner").joinpath(f"assets/{self.name}.{ext}")
+        f = self._file(ext)
         return f.read_text() if f.is_file() else ""
 
     def pins(self) -> str:
@@ -57,19 +60,8 @@ class Lane:
     def locked(self, py: str, *flags: str) -> list[str]:
         """pip's argv installing the lock: each file checked against its sha256, wheels only, so
         a build runs no package's setup code and takes nothing the lock does not name."""
-        lock = resources.files("runner").joinpath(f"assets/{self.name}.lock")
-        return [
-            py,
-            "-m",
-            "pip",
-            "install",
-            "--require-hashes",
-            "--only-binary",
-            ":all:",
-            *flags,
-            "-r",
-            str(lock),
-        ]
+        flags = ("--require-hashes", "--only-binary", ":all:", *flags)
+        return [py, "-m", "pip", "install", *flags, "-r", str(self._file("lock"))]
 
     def pinned(self, tag: str) -> list[str]:
         """The requirements on the pin file's ``#@TAG`` line."""

@@ -1,8 +1,8 @@
 """SpecForge's trainer on a GPU box: a venv of its own holding the ``specforge==0.2.0`` wheel
 with the wheel's own pins (torch 2.11.0 with its CUDA wheels, transformers 5.8.1, sglang 0.5.14),
 apart from hsx's, whose pins they would break. Installed from the lock hsx ships
-(``assets/specforge-gpu.lock``: every package pinned, each file's sha256; ``scripts/lock-lanes.sh``). No shims: the CPU's are ``runner.specforge_cpu``'s
-and never reach this venv. Built once, as every lane is (``runner.lanes``)."""
+(``assets/specforge-gpu.lock``: every package pinned, each file's sha256; ``scripts/lock-lanes.sh``).
+No shims: the CPU's are ``runner.specforge_cpu``'s and never reach this venv. Built once, as every lane is (``runner.lanes``)."""
 
 from __future__ import annotations
 
