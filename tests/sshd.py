@@ -168,7 +168,6 @@ class TwoHop:
         self.authorized_keys = os.path.join(self.root, "authorized_keys")
         self.known_hosts = os.path.join(self.root, "known_hosts")
         self.peer_log = os.path.join(self.target.dir, "peer-check.log")
-        self.lean_shell = False
 
     @property
     def jump_spec(self) -> str:
@@ -232,12 +231,12 @@ class TwoHop:
         ]
         # The box's commands run on the tests' timing profile too (tests/conftest.py sets it here).
         env = [f"HSX_TIMING={os.environ['HSX_TIMING']}"] if os.environ.get("HSX_TIMING") else []
-        if self.lean_shell:
-            # Stands in for an account whose shell reads no rc files for commands: bash sources
-            # ~/.bashrc under sshd only at shell level 1.
-            env.append("SHLVL=1")
-        if env:  # one line: sshd takes the first SetEnv it reads
-            target.append("SetEnv " + " ".join(env))
+        # The session's bash reads no rc files (it sources ~/.bashrc under sshd only at shell
+        # level 1): the machine's dotfiles are not the tests'. A session a test kills mid-rc
+        # leaves their state behind: pyenv's rehash lock, left so, stalled every later command
+        # on the machine for 60 s and failed 19 SSH tests until it was removed by hand.
+        env.append("SHLVL=1")
+        target.append("SetEnv " + " ".join(env))  # one line: sshd takes the first SetEnv it reads
         for hop, lines in ((self.jump, jump), (self.target, target)):
             with open(hop.config, "w") as f:
                 f.write("\n".join(lines).replace("{key}", hop.host_key) + "\n")
@@ -348,10 +347,9 @@ class TwoHop:
 
 
 @contextlib.contextmanager
-def two_hop(root: str, lean_shell: bool = False) -> Iterator[TwoHop]:
+def two_hop(root: str) -> Iterator[TwoHop]:
     """Both daemons up for the block; always torn down, even when the block fails."""
     pair = TwoHop(root)
-    pair.lean_shell = lean_shell
     try:
         pair.setup()
         pair.start()

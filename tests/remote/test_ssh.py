@@ -54,6 +54,17 @@ def echo_argv_script(tmp_path) -> str:
     return str(path)
 
 
+def test_the_targets_shell_runs_no_rc_file(shared_pair, closing):
+    """The tests' sessions start bash at shell level 2, where it sources no ~/.bashrc: a session
+    killed mid-rc must not leave the machine's dotfiles half-run (tests/sshd.py says why)."""
+    t = make(shared_pair)
+    closing.append(t)
+    res = t.run(["/usr/bin/env"], 10)
+    # bash started at level 2 and exec'd the command a level down; started at 1 (after sourcing
+    # ~/.bashrc), the command would see SHLVL=0
+    assert res.code == 0 and "\nSHLVL=1\n" in res.stdout, res.stdout
+
+
 # -- the path ------------------------------------------------------------------------------
 
 
