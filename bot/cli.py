@@ -18,7 +18,7 @@ from runner.contract.errors import HsxError
 from runner.contract.stdout import quiet_when_stdout_closes
 
 from .commands import Command, command_of
-from .verbs import TABLE, TRAIN_VERBS, VERBS
+from .verbs import EXTRACTION, TRAINING
 
 
 def _box(cfg: Config):
@@ -29,7 +29,7 @@ def _box(cfg: Config):
 
 def cmd_verb(args) -> int:
     cfg = load(args.config)
-    verb = TABLE[args.verb]
+    verb = EXTRACTION.table[args.verb]
     fields = {f.field: getattr(args, f.field) for f in verb.flags}
     if "path" in fields:  # adopt's DIR as given, not the chat parser's narrower rule
         if cfg.remote.transport == "local":  # the GPU box is this machine: a relative DIR is clear
@@ -41,7 +41,7 @@ def cmd_verb(args) -> int:
             return 2
     # A terminal is an operator and is not asked to confirm; it waits for verify's and adopt's
     # reports (chat runs them detached).
-    cmd = command_of(verb.name, confirmed=bool(verb.confirm), wait=True, **fields)
+    cmd = command_of(EXTRACTION, verb.name, confirmed=bool(verb.confirm), wait=True, **fields)
     if cmd.problem and getattr(args, "json", False):  # JSON has no help text to answer with
         print(f"hsx: {cmd.problem}", file=sys.stderr)
         return 2
@@ -77,25 +77,27 @@ def _on_box(cfg, run) -> int:
         box.close()
 
 
+# `hsx VERB --json`: the runner's own reply, for each verb a terminal has with --json
+JSON_CALLS = {
+    "status": lambda box, cmd: box.status().to_dict(),
+    "logs": lambda box, cmd: {"lines": box.logs(cmd.n, cmd.which)},
+    "verify": lambda box, cmd: box.verify(repair=cmd.repair, quick=cmd.quick),
+    "adopt": lambda box, cmd: box.adopt(cmd.path),
+    "start": lambda box, cmd: box.start(force=cmd.force),
+    "resume": lambda box, cmd: box.resume(force=cmd.force),
+    "preflight": lambda box, cmd: box.preflight(),
+    "stop": lambda box, cmd: box.stop(),
+    "compact": lambda box, cmd: box.compact(),
+}
+
+
 def _json_reply(box, cmd: Command) -> dict:
     """The runner's own reply to cmd."""
-    if cmd.verb == "status":
-        return box.status().to_dict()
-    if cmd.verb == "logs":
-        return {"lines": box.logs(cmd.n, cmd.which)}
-    if cmd.verb == "verify":
-        return box.verify(repair=cmd.repair, quick=cmd.quick)
-    if cmd.verb == "adopt":
-        return box.adopt(cmd.path)
-    if cmd.verb in ("start", "resume"):
-        return getattr(box, cmd.verb)(force=cmd.force)
-    return getattr(box, cmd.verb)()
+    return JSON_CALLS[cmd.verb](box, cmd)
 
 
 def cmd_train(args) -> int:
     """`hsx train VERB`: the runner's reply as it is with --json; otherwise the chat's text."""
-    from . import train
-
     cfg = load(args.config)
 
     def run(box) -> int:
@@ -104,8 +106,8 @@ def cmd_train(args) -> int:
             return 0
         from .wiring import make_handlers
 
-        cmd = Command(args.action, confirmed=True)  # a terminal does not ask
-        reply = train.handle(make_handlers(cfg, box), cmd, "terminal", operator=True)
+        cmd = Command(args.action, kind=TRAINING.name, confirmed=True)  # a terminal does not ask
+        reply = make_handlers(cfg, box).handle(cmd, "terminal", operator=True)
         print(reply.text)
         return 1 if reply.error else 0
 
@@ -265,7 +267,7 @@ def _headless(box, pid: int | None) -> int:
 
 def _add_verbs(sub) -> None:
     """`hsx VERB` for each verb of the table that a terminal has."""
-    for v in VERBS:
+    for v in EXTRACTION.verbs:
         if not v.terminal:
             continue
         s = sub.add_parser(v.name, help=v.help)
@@ -294,8 +296,8 @@ def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="hsx", description="run and watch hidden-state extraction")
     sub = p.add_subparsers(dest="verb", required=True)
     _add_verbs(sub)
-    s = sub.add_parser("train", help="train the EAGLE-3 draft on the output with SpecForge ([train])")
-    s.add_argument("action", choices=[v.name for v in TRAIN_VERBS if v.terminal])
+    s = sub.add_parser(TRAINING.word, help="train the EAGLE-3 draft on the output with SpecForge ([train])")
+    s.add_argument("action", choices=[v.name for v in TRAINING.verbs if v.terminal])
     s.add_argument("--config", default=None)
     s.add_argument("--json", action="store_true")
     s.set_defaults(fn=cmd_train)

@@ -13,6 +13,7 @@ from runner.contract.config import Config
 from . import train
 from .commands import Command, confirmed_command, parse
 from .mrkdwn import for_terminal
+from .verbs import TRAINING, kind_of_text
 from .wiring import make_handlers
 
 PROMPT = "hsx> "
@@ -58,27 +59,28 @@ def _answer(handlers, cfg: Config, inp: TextIO, out: TextIO, user: str, chart_di
             return
         if not line.strip():
             continue
-        if line.strip().lower().startswith(train.TRAIN_SLASH):
-            asked = train.parse_train(line.rstrip("\n"))
-            with _building(handlers.box, out, lock, asked.verb in BUILDS):
-                reply = train.handle(handlers, asked, user, operator=True)
-        elif (cmd := parse(line.rstrip("\n"))) == Command("status"):
+        cmd = parse(line.rstrip("\n"), kind_of_text(line))
+        if cmd == Command("status"):  # "progress?": the extraction's answer and the training's
             reply = train.progress(handlers, user, operator=True)
         else:
-            reply = handlers.handle(cmd, user, operator=True)
+            with _building(handlers.box, out, lock, cmd.kind == TRAINING.name and cmd.verb in BUILDS):
+                reply = handlers.handle(cmd, user, operator=True)
         if reply.confirm:
             out.write(reply.text + " [y/N] ")
             out.flush()
             answer = inp.readline().strip().lower()
             if answer not in ("y", "yes"):
-                stop = reply.confirm in ("stop", "train stop")
-                out.write("not stopped\n" if stop else f"{reply.confirm}: not confirmed, nothing done\n")
+                stop = confirmed_command(reply.confirm)
+                said = (
+                    "not stopped"
+                    if stop and stop.verb == "stop"
+                    else f"{reply.confirm}: not confirmed, nothing done"
+                )
+                out.write(said + "\n")
                 continue
-            value = reply.confirm_value or reply.confirm
-            if (trained := train.confirmed(value)) is not None:
-                reply = train.handle(handlers, trained, user, operator=True)
-            else:
-                reply = handlers.handle(confirmed_command(value), user, operator=True)
+            reply = handlers.handle(
+                confirmed_command(reply.confirm_value or reply.confirm), user, operator=True
+            )
         with lock:
             out.write(for_terminal(reply.text) + "\n")
             if reply.audit and reply.audit not in reply.text:

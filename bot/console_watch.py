@@ -13,7 +13,8 @@ from typing import TextIO
 from runner.contract.config import Config
 
 from .mrkdwn import for_terminal
-from .slack_out import TRAIN_KEY, Action
+from .slack_out import Action
+from .verbs import kind_of_key
 from .watcher import Watcher, schedule
 
 CHANNEL = "console"
@@ -33,8 +34,7 @@ class ConsoleWatcher(Watcher):
     def deliver(self, a: Action, st) -> None:
         if a.kind == "progress":
             return
-        verb = "/train resume" if a.key.startswith(TRAIN_KEY) else "/extract resume"
-        press = f"\n(Resume: type {verb})" if a.resume else ""
+        press = f"\n(Resume: type {kind_of_key(a.key).slash} resume)" if a.resume else ""
         with self.lock:
             self.out.write(f"\n{for_terminal(a.private or a.text)}{press}\n{self.prompt}")  # an operator's
             self.out.flush()

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from runner.contract.config import Config
 
-from .commands import Handlers
+from .handlers import Handlers
 from .seen import SeenIds
 
 

@@ -8,20 +8,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .commands import Reply
+from .commands import Reply, confirmed_command
 from .mrkdwn import escape
-from .verbs import TRAIN_VERBS, VERBS
 
 CONFIRM = (
     "hsx_confirm"  # its value: the verb (stop), or what free-gpus is bound to (commands.confirmed_command)
 )
 CONFIRM_BEFORE = "hsx_stop_confirm"  # the id stop buttons had before; messages out there still carry it
 CANCEL = "hsx_stop_cancel"
-CONFIRM_LABELS = {v.name: v.confirm for v in VERBS if v.confirm} | {
-    f"train {v.name}": v.confirm for v in TRAIN_VERBS if v.confirm
-}
-RESUME = "hsx_resume"
-TRAIN_KEY = "train:"  # a Resume button whose key starts so resumes the training, not the extraction
+RESUME = "hsx_resume"  # its value: the alert's key, which names its kind (verbs.kind_of_key)
 
 
 @dataclass
@@ -71,7 +66,7 @@ def confirm_blocks(text: str, verb: str, value: str = "") -> list[dict]:
                     "type": "button",
                     "action_id": CONFIRM,
                     "style": "danger",
-                    "text": {"type": "plain_text", "text": CONFIRM_LABELS[verb]},
+                    "text": {"type": "plain_text", "text": confirmed_command(verb).row.confirm},
                     "value": value or verb,
                 },
                 {

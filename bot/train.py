@@ -1,7 +1,7 @@
-"""`/train VERB` and `hsx train VERB`: the training verbs of the table in ``verbs``, each one
-fixed ``hsx-runner train VERB`` (remote.client.GpuBox.train; `chart` draws ``train history``); and
-the training's lines in "progress?". Mutating verbs are operators' only and audited (attempt, then outcome) like
-`/extract`'s, through the same Handlers (its operator rule, audit log and confirmation buttons).
+"""The training's verbs (`/train VERB`, `hsx train VERB`): each mutating one is the fixed
+``hsx-runner train VERB`` (remote.client.GpuBox.train), `status` the record, `chart` draws
+``train history``; and the training's lines in "progress?". handlers.py gates, confirms,
+audits and dispatches them (``RUN``), as it does the extraction's.
 
 The record is read through ``Handlers.train_live`` (remote/live.py), so an answer comes within the
 status bound whatever the box does. Paths and the trainer's own words are for operators: a
@@ -9,105 +9,42 @@ member's text says whom to ask instead (``WITHHELD``), the reason ``logs`` is op
 
 from __future__ import annotations
 
-import re
 import time
 
 from remote.errors import RemoteError
 from runner.contract import timing
-from runner.contract.replies import Answer
 from runner.contract.train import WITHHELD, TrainRecord, render_train
 
 from . import summary
-from .audit import ask_operators, mention
-from .commands import MAX_INPUT_CHARS, Command, Handlers, Reply
+from .audit import ask_operators
+from .commands import Command, Reply
 from .mrkdwn import escape
-from .verbs import TRAIN_SLASH, TRAIN_TABLE, TRAIN_VERBS, help_text
+from .verbs import TRAINING
 
-_MENTION_RE = re.compile(r"^<@[A-Z0-9]+>\s*")
 OFFER = "after-extraction"  # what the box offers a start refused while the extraction runs
-QUESTIONS = {  # what a verb with a confirmation asks first
-    "stop": "Stop the training? The last durable checkpoint stays; `/train resume` continues from it "
-    "(the steps since are lost).",
-    OFFER: "Start the training by itself when the extraction ends done and its features verify?",
-}
-HELP = help_text(TRAIN_VERBS)
 
 
-def parse_train(text: object) -> Command:
-    """One plain word of the table; anything else is help with the reason."""
-    if not isinstance(text, str):
-        return Command("help", problem="input is not text")
-    if len(text) > MAX_INPUT_CHARS or any(ord(c) < 32 and c not in " \t" or ord(c) == 127 for c in text):
-        return Command("help", problem="input refused: commands are a few plain words")
-    s = _MENTION_RE.sub("", text.strip()).strip().lower()
-    if s.startswith(TRAIN_SLASH):
-        s = s[len(TRAIN_SLASH) :]
-    words = s.split()
-    if not words:
-        return Command("help")
-    if words[0] not in TRAIN_TABLE:
-        shown = words[0] if re.fullmatch(r"[a-z0-9-]{1,24}", words[0]) else "that"
-        return Command("help", problem=f"unknown training command `{shown}`")
-    if len(words) > 1:
-        return Command("help", problem=f"`{TRAIN_SLASH} {words[0]}` takes no arguments")
-    return Command(words[0])
+def act(h, cmd: Command, user: str, operator: bool | None) -> Reply:
+    """A mutating verb: ``hsx-runner train VERB``; a start refused during the extraction offers
+    to start at its end (a confirmation of `train after-extraction`)."""
+    reply = h.act(cmd, user, lambda: h.box.train(cmd.verb))
+    if reply.extra.get("reply", {}).get("offer") == OFFER:
+        offer = Command(OFFER, kind=TRAINING.name)
+        return Reply(text=f"{reply.text}\n{offer.row.question}", audit=reply.audit, ephemeral=True,
+                     confirm=offer.name)  # fmt: skip
+    return reply
 
 
-def help_reply(problem: str = "") -> Reply:
-    return Reply(text=(f"{problem}\n\n" if problem else "") + HELP, ephemeral=True, error=bool(problem))
-
-
-def ask(h: Handlers, text: str, user: str, operator: bool | None = None) -> Reply:
-    return handle(h, parse_train(text), user, operator)
-
-
-def confirmed(value: object) -> Command | None:
-    """The training verb a confirmation runs (a button's value, the console's yes); None: not one
-    the training asked (``Reply.confirm`` is "train VERB")."""
-    verb = value.removeprefix("train ") if isinstance(value, str) and value.startswith("train ") else ""
-    return Command(verb, confirmed=True) if verb in TRAIN_TABLE and TRAIN_TABLE[verb].confirm else None
-
-
-def handle(h: Handlers, cmd: Command, user: str, operator: bool | None = None) -> Reply:
-    if cmd.verb == "help":
-        return help_reply(cmd.problem)
-    action, verb = f"train {cmd.verb}", TRAIN_TABLE[cmd.verb]
-    if cmd.verb == "chart":
-        return h.rationed(verb, user, operator, lambda: chart(h))
-    allowed = h.is_operator(user) if operator is None else operator
-    if not verb.operator:
-        return h.rationed(verb, user, allowed, lambda: status(h, full=allowed))
-    if not allowed:
-        line = h.audit.record(user, action, "refused: not an operator")
-        who = ", ".join(mention(u) for u in h.cfg.slack.operators) or "the operators"
-        return Reply(text=f"refused: only operators may `{action}`; ask one of {who}\n{line}",
-                     ephemeral=True, error=True, audit=line, markup=True)  # fmt: skip
-    if verb.confirm and not cmd.confirmed:  # the click comes back through confirmed()
-        return Reply(text=QUESTIONS[cmd.verb], ephemeral=True, confirm=action)
-    ref = h.audit.attempt(user, action)  # on record even if the bot dies during the call
-    try:
-        reply = h.box.train(cmd.verb)
-    except RemoteError as e:
-        line = h.audit.record(user, action, f"error: {type(e).__name__}", str(e), ref=ref)
-        return Reply(text=summary.render_error(e) + "\n" + line, ephemeral=True, error=True, audit=line)
-    answer = Answer.from_dict(reply)
-    line = h.audit.record(user, action, "ok" if answer.ok else "refused", answer.message, ref=ref)
-    said = answer.message or "done"
-    text = f"`{action}`: {said}" if answer.ok else f"`{action}` refused: {said}"
-    if reply.get("offer") == OFFER:  # a start asked during the extraction: have it start at its end?
-        return Reply(text=f"{text}\n{QUESTIONS[OFFER]}", audit=line, ephemeral=True, confirm=f"train {OFFER}")
-    return Reply(text=text, audit=line, error=not answer.ok, extra={"reply": reply})
-
-
-def _said(h: Handlers, text: str, full: bool) -> tuple[str, bool]:
+def _said(h, text: str, full: bool) -> tuple[str, bool]:
     """(text, markup): a member's text naming whom to ask is escaped here, as it carries mentions."""
     if full or WITHHELD not in text:
         return text, False
     return escape(text).replace(WITHHELD, ask_operators(h.cfg.slack.operators)), True
 
 
-def status(h: Handlers, full: bool = True) -> Reply:
+def status(h, cmd: Command, user: str, operator: bool | None) -> Reply:
     """`/train status`: the record, or the last one seen marked stale when the box is slow."""
+    full = h.allowed(user, operator)
     r = h.train_live.read()
     if not r.fresh:
         text, markup = _said(h, summary.render_train_reading(r, full=full), full)
@@ -118,7 +55,7 @@ def status(h: Handlers, full: bool = True) -> Reply:
     return Reply(text=text, markup=markup, blocks=blocks, extra={"train": r.record})
 
 
-def chart(h: Handlers) -> Reply:
+def chart(h, cmd: Command, user: str, operator: bool | None) -> Reply:
     """The history's loss and acc over the steps, the evals, each crash and resume, as a PNG."""
     from . import train_chart
 
@@ -137,7 +74,7 @@ def chart(h: Handlers) -> Reply:
                  image_name="hsx-train-chart.png")  # fmt: skip
 
 
-def progress(h: Handlers, user: str, operator: bool | None = None) -> Reply:
+def progress(h, user: str, operator: bool | None = None) -> Reply:
     """ "progress?": the extraction's answer and, with a `[train]` section, the training's once a
     run has started (the last record seen, marked stale, when the box is slow). The training's
     read starts first and shares the extraction's wait: one answer bound for both."""
@@ -149,7 +86,7 @@ def progress(h: Handlers, user: str, operator: bool | None = None) -> Reply:
     r = h.train_live.read(max(0.0, timing.current().status_answer_s - (time.monotonic() - t0)), kicked)
     if r.record is not None and not r.record.started and not r.record.building:
         return reply
-    full = h.is_operator(user) if operator is None else operator
+    full = h.allowed(user, operator)
     ask = "" if full else ask_operators(h.cfg.slack.operators)
     if r.fresh:
         said, blocks = render_train(r.record, full=full), summary.train_blocks(r.record, full=full, ask=ask)
@@ -160,3 +97,10 @@ def progress(h: Handlers, user: str, operator: bool | None = None) -> Reply:
         blocks = reply.blocks + (blocks or [summary.asking(b, ask) for b in summary.text_blocks(said)])
     return Reply(text=text, blocks=blocks if reply.blocks else None, markup=markup, ephemeral=reply.ephemeral,
                  error=reply.error, extra={**reply.extra, "train": r.record})  # fmt: skip
+
+
+RUN = {"status": status, "chart": chart} | {
+    v.name: act
+    for v in TRAINING.verbs
+    if v.operator  # each one `hsx-runner train VERB`
+}

@@ -33,7 +33,8 @@ from runner.contract.render import human_duration
 from runner.contract.status import age_s, parse_iso
 from runner.contract.train import EXPORT_PENDING, TrainRecord, eval_line, render_train
 
-from .slack_out import TRAIN_KEY, Action
+from .slack_out import Action
+from .verbs import TRAINING
 
 log = logging.getLogger("hsx.watcher")
 ZERO_LOGS = 3  # this many logged steps in a row with loss and acc both 0 is the empty-mask trap
@@ -71,7 +72,7 @@ def _quiet(rec: TrainRecord, lim: TrainLimits, now: dt.datetime) -> tuple[str, s
             return None
         head = f"still loading the target head and counting the vocab after {human_duration(waited)}"
         return (
-            f"{TRAIN_KEY}loading:{run}",
+            f"{TRAINING.key}loading:{run}",
             f":warning: Training {head}",
             (
                 f"past the start-up budget of {human_duration(lim.startup_s)} ([watcher] train_startup_s): "
@@ -89,7 +90,7 @@ def _quiet(rec: TrainRecord, lim: TrainLimits, now: dt.datetime) -> tuple[str, s
     every = f", expected one every ~{human_duration(rec.log_s)}" if rec.log_s else ""
     pid = f" (pid {rec.pid})" if rec.pid else ""
     return (
-        f"{TRAIN_KEY}stalled:{run}:{since}",
+        f"{TRAINING.key}stalled:{run}:{since}",
         (f":warning: Training STALLED: no step for {human_duration(quiet)} at step {rec.step}{every}"),
         (
             f"the trainer{pid} still runs, so `/train resume` is refused; a save or an eval pauses the steps "
@@ -112,7 +113,7 @@ def _moving_again(st, rec: TrainRecord) -> list[Action]:
     if not st.train_quiet or rec.phase != "training":
         return []
     was, st.train_quiet = st.train_quiet, ""
-    if was.startswith(f"{TRAIN_KEY}loading:"):
+    if was.startswith(f"{TRAINING.key}loading:"):
         took = age_s(rec.launched_at, parse_iso(rec.last_step_at))
         head = f":white_check_mark: Training's first step came after {human_duration(took)} of loading"
     else:
@@ -130,13 +131,13 @@ def _milestones(st, rec: TrainRecord, lim: TrainLimits, now: dt.datetime) -> lis
         pct = lim.milestone_pct
         reached = int(100 * rec.step / rec.total_steps) // pct * pct
         if st.train_milestone < reached < 100:  # the last step's is done's to say
-            key = f"{TRAIN_KEY}milestone:{run}:{reached}"
+            key = f"{TRAINING.key}milestone:{run}:{reached}"
             out.append(_post("milestone", f"Training {reached}% reached", rec, now, key))
             st.train_milestone = reached
     if rec.eval_step is not None and rec.eval_step > st.train_eval_step:
         if rec.phase != "done":  # done says the final eval itself
             head = f":bar_chart: Training eval at step {rec.eval_step:,}: {eval_line(rec, news=True) or 'no metrics'}"
-            out.append(_post("milestone", head, rec, now, f"{TRAIN_KEY}eval:{run}:{rec.eval_step}"))
+            out.append(_post("milestone", head, rec, now, f"{TRAINING.key}eval:{run}:{rec.eval_step}"))
         st.train_eval_step = rec.eval_step
     return out
 
@@ -152,11 +153,11 @@ def judge(st, rec: TrainRecord, now: dt.datetime | None = None, lim: TrainLimits
     episode = f"{rec.run_id}:{rec.launches}"
     found: list[Action] = []
     if rec.phase == "crashed":
-        found.append(_post("alert", ":rotating_light: Training CRASHED", rec, now, f"{TRAIN_KEY}crashed:{episode}",
+        found.append(_post("alert", ":rotating_light: Training CRASHED", rec, now, f"{TRAINING.key}crashed:{episode}",
                            why=f": {_reason(rec)}", resume=True))  # fmt: skip
     if rec.nan_loss:
         head = f":rotating_light: Training loss is NaN at step {rec.step}"
-        found.append(_post("alert", head, rec, now, f"{TRAIN_KEY}nan:{episode}"))
+        found.append(_post("alert", head, rec, now, f"{TRAINING.key}nan:{episode}"))
     if rec.loss == 0 and rec.acc == 0 and rec.step:
         if rec.step not in st.train_zero_steps:
             st.train_zero_steps = (st.train_zero_steps + [rec.step])[-ZERO_LOGS:]
@@ -167,7 +168,7 @@ def judge(st, rec: TrainRecord, now: dt.datetime | None = None, lim: TrainLimits
             f":rotating_light: Training loss and acc both 0 over {ZERO_LOGS} logs (steps "
             f"{', '.join(map(str, st.train_zero_steps))}): the loss mask is likely empty"
         )
-        found.append(_post("alert", head, rec, now, f"{TRAIN_KEY}zero:{episode}"))
+        found.append(_post("alert", head, rec, now, f"{TRAINING.key}zero:{episode}"))
     quiet = _quiet(rec, lim, now)
     moved = [] if quiet and quiet[0] == st.train_quiet else _moving_again(st, rec)
     if quiet:
@@ -177,7 +178,7 @@ def judge(st, rec: TrainRecord, now: dt.datetime | None = None, lim: TrainLimits
         st.train_quiet = ""  # it ended: its crash, stop or done says so
     later = _milestones(st, rec, lim, now)
     if rec.phase == "done":  # its eval line; its export path, for operators
-        key = f"{TRAIN_KEY}done:{rec.run_id}:{rec.ended_at}"
+        key = f"{TRAINING.key}done:{rec.run_id}:{rec.ended_at}"
         found.append(_post("done", ":white_check_mark: Training done", rec, now, key))
     out = [a for a in found if a.key not in st.train_active]
     st.train_active = (st.train_active + [a.key for a in out])[-MAX_KEYS:]
@@ -188,9 +189,9 @@ def undelivered(st, prev, a: Action) -> None:
     """A training post that failed: the next tick posts it again."""
     st.train_active = [k for k in st.train_active if k != a.key]
     same = prev.train_run == st.train_run
-    if a.key.startswith(f"{TRAIN_KEY}eval:"):
+    if a.key.startswith(f"{TRAINING.key}eval:"):
         st.train_eval_step = prev.train_eval_step if same else -1
-    elif a.key.startswith(f"{TRAIN_KEY}milestone:"):
+    elif a.key.startswith(f"{TRAINING.key}milestone:"):
         st.train_milestone = prev.train_milestone if same else 0
 
 

@@ -1,7 +1,11 @@
-"""The verb table: every verb of `/extract` and of `hsx`, who may run it, its flags.
+"""The kinds table: each job kind (the extraction, the training) as data: its slash command, its
+word, and its verbs with who may run them, their flags and the question a confirmed one asks.
 
-It drives the chat parser and its help (commands.py), the `hsx` verb subcommands (cli.py),
-and the /extract entry of deploy/slack-manifest.yaml (``manifest_entry``; a test compares).
+It drives the chat parser and its help (commands.py), the dispatch (handlers.py), the `hsx`
+subcommands (cli.py), the buttons (slack_out.py), and each slash command's entry of
+deploy/slack-manifest.yaml (``Kind.manifest_entry``; a test compares). A third kind is a row here
+(``KINDS``), its verbs' handlers (a module like train.py, named in handlers.RUN), and its watcher
+judge; nothing else routes by kind.
 """
 
 from __future__ import annotations
@@ -45,6 +49,7 @@ class Verb:
     report: bool = False  # with --json, the reply's complete/ok is the exit status
     aside: str = ""  # after the usage in chat help
     slash: str = SLASH  # the slash command it belongs to
+    question: str = ""  # what a verb with a confirmation asks first (free-gpus builds its own)
 
     @property
     def usage(self) -> str:
@@ -103,7 +108,13 @@ VERBS = (
         terminal=False,
         json=False,
     ),
-    Verb("stop", "stop the job", operator=True, confirm="Stop the job"),
+    Verb(
+        "stop",
+        "stop the job",
+        operator=True,
+        confirm="Stop the job",
+        question="Stop the extraction? Finished samples are kept; `/extract resume` continues.",
+    ),
     Verb(
         "verify",
         "check every sample; --repair re-queues bad ones",
@@ -155,9 +166,6 @@ VERBS = (
     ),
     Verb("help", "this text", terminal=False, json=False),
 )
-TABLE = {v.name: v for v in VERBS}
-CONFIRMED = tuple(v.name for v in VERBS if v.confirm)
-
 # `/train VERB` and `hsx train VERB`: each runs `hsx-runner train VERB` (bot/train.py); chart draws
 # `train history`.
 TRAIN_SLASH = "/train"
@@ -181,9 +189,15 @@ TRAIN_VERBS = (
         "start the training by itself when the running extraction ends done (a `start` during it offers this)",
         True,
         confirm="Start it then",
+        question="Start the training by itself when the extraction ends done and its features verify?",
     ),
     _train(
-        "stop", "stop the trainer (the last complete checkpoint stays)", True, confirm="Stop the training"
+        "stop",
+        "stop the trainer (the last complete checkpoint stays)",
+        True,
+        confirm="Stop the training",
+        question="Stop the training? The last durable checkpoint stays; `/train resume` continues from it "
+        "(the steps since are lost).",
     ),
     _train("export", "export the draft for SGLang, with the flags to serve it", True),
     _train(
@@ -195,24 +209,53 @@ TRAIN_VERBS = (
     ),
     _train("help", "this text", terminal=False, json=False),
 )
-TRAIN_TABLE = {v.name: v for v in TRAIN_VERBS}
 
 
-def help_text(verbs: tuple[Verb, ...] = VERBS) -> str:
-    return "\n".join(v.chat_help() for v in verbs)
+@dataclass(frozen=True)
+class Kind:
+    """A job kind: what chat, the terminal, the buttons and the manifest know of it."""
+
+    name: str  # the extraction, the training: also its key in KINDS and in a Command
+    slash: str
+    description: str  # the manifest's
+    verbs: tuple[Verb, ...]
+    word: str = ""  # before its verbs in `hsx WORD VERB`, audit lines, confirmations ("train stop")
+    key: str = ""  # the start of its alerts' keys: a Resume button's value says which kind it resumes
+
+    @property
+    def table(self) -> dict[str, Verb]:
+        return {v.name: v for v in self.verbs}
+
+    def action(self, verb: str) -> str:
+        """A verb as the audit log, a confirmation and a reply name it: `stop`, `train stop`."""
+        return f"{self.word} {verb}" if self.word else verb
+
+    def help(self) -> str:
+        return "\n".join(v.chat_help() for v in self.verbs)
+
+    def usage_hint(self) -> str:
+        return " | ".join(v.name + v.usage for v in self.verbs)
+
+    def manifest_entry(self) -> str:
+        """Its slash command's lines of deploy/slack-manifest.yaml."""
+        return (
+            f"    - command: {self.slash}\n"
+            f"      description: {self.description}\n"
+            f"      usage_hint: {json.dumps(self.usage_hint())}\n"  # a JSON string is a YAML string
+        )
 
 
-def usage_hint(verbs: tuple[Verb, ...] = VERBS) -> str:
-    return " | ".join(v.name + v.usage for v in verbs)
+EXTRACTION = Kind("extraction", SLASH, SLASH_DESCRIPTION, VERBS)
+TRAINING = Kind("training", TRAIN_SLASH, TRAIN_DESCRIPTION, TRAIN_VERBS, word="train", key="train:")
+KINDS = {k.name: k for k in (EXTRACTION, TRAINING)}
 
 
-def manifest_entry(train: bool = False) -> str:
-    """A slash command's lines of deploy/slack-manifest.yaml that come from its table."""
-    slash, what, verbs = (
-        (TRAIN_SLASH, TRAIN_DESCRIPTION, TRAIN_VERBS) if train else (SLASH, SLASH_DESCRIPTION, VERBS)
-    )
-    return (
-        f"    - command: {slash}\n"
-        f"      description: {what}\n"
-        f"      usage_hint: {json.dumps(usage_hint(verbs))}\n"  # a JSON string is a YAML string
-    )
+def kind_of_key(key: str) -> Kind:
+    """The kind an alert's key (a Resume button's value) belongs to; the extraction's have no mark."""
+    return next((k for k in KINDS.values() if k.key and key.startswith(k.key)), EXTRACTION)
+
+
+def kind_of_text(text: str) -> Kind:
+    """The kind a line typed in a console names by its slash command; the extraction's by default."""
+    words = text.lower().split()
+    return next((k for k in KINDS.values() if words and words[0] == k.slash), EXTRACTION)

@@ -26,8 +26,9 @@ from runner.contract.train import WITHHELD
 from . import history, summary
 from .audit import ask_operators
 from .mrkdwn import escape
-from .slack_out import TRAIN_KEY, Action, resume_button
+from .slack_out import Action, resume_button
 from .train_watch import TrainLimits, undelivered, watch_training
+from .verbs import TRAINING, kind_of_key
 
 log = logging.getLogger("hsx.watcher")
 PROGRESS_UPDATE_S = 60.0  # edit the pinned message at most this often, unless the phase changes
@@ -354,7 +355,7 @@ class Watcher:
                 done.append(a)
             except Exception:
                 log.exception("could not post %s %s", a.kind, a.key)
-                if a.key.startswith(TRAIN_KEY):  # not delivered: let the next tick post it again
+                if kind_of_key(a.key) is TRAINING:  # not delivered: let the next tick post it again
                     undelivered(st, prev, a)
                 elif a.kind == "alert":
                     st.active = [k for k in st.active if k != a.key]

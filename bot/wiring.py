@@ -10,7 +10,7 @@ from runner.contract.train import TrainRecord
 
 from . import history
 from .audit import AuditLog
-from .commands import Handlers
+from .handlers import Handlers
 
 
 def open_box(cfg: Config):

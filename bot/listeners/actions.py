@@ -6,9 +6,8 @@ from __future__ import annotations
 from ..access import refusal
 from ..commands import Command, confirmed_command
 from ..runtime import Runtime
-from ..slack_out import CANCEL, CONFIRM, CONFIRM_BEFORE, RESUME, TRAIN_KEY, text_with_audit
-from ..train import confirmed as train_confirmed
-from ..train import handle as handle_train
+from ..slack_out import CANCEL, CONFIRM, CONFIRM_BEFORE, RESUME, text_with_audit
+from ..verbs import kind_of_key
 
 
 def _ack(ack):
@@ -31,12 +30,10 @@ def register(app, rt: Runtime) -> None:
             return
         user = body["user"]["id"]
         value = (body.get("actions") or [{}])[0].get("value", "stop")
-        if (trained := train_confirmed(value)) is not None:  # `/train stop`'s: "train stop"
-            reply = handle_train(rt.handlers, trained, user)
-        elif (cmd := confirmed_command(value)) is not None:
-            reply = rt.handlers.handle(cmd, user)
-        else:  # the value is ours; anything else is not a button we sent
+        cmd = confirmed_command(value)  # "stop", "train stop", free-gpus' bound units
+        if cmd is None:  # the value is ours; anything else is not a button we sent
             return
+        reply = rt.handlers.handle(cmd, user)
         if reply.ephemeral:
             respond(text=text_with_audit(reply), replace_original=True, response_type="ephemeral")
             return
@@ -52,10 +49,10 @@ def register(app, rt: Runtime) -> None:
         user = body["user"]["id"]
         key = (body.get("actions") or [{}])[0].get("value", "")
         original = (body.get("message") or {}).get("text", "")
-        if key.startswith(TRAIN_KEY):  # a training alert's: `/train resume`
-            resume = lambda **op: handle_train(rt.handlers, Command("resume"), user, **op)  # noqa: E731
-        else:
-            resume = lambda **op: rt.handlers.handle(Command("resume"), user, **op)  # noqa: E731
+        cmd = Command(
+            "resume", kind=kind_of_key(key).name
+        )  # the alert's kind: `/train resume` or `/extract resume`
+        resume = lambda **op: rt.handlers.handle(cmd, user, **op)  # noqa: E731
         if not rt.handlers.is_operator(user):
             reply = resume()  # refused and audited
             respond(text=reply.text, response_type="ephemeral", replace_original=False)

@@ -78,6 +78,16 @@ class World:
         posts = bot.rec.wait_for("chat.postMessage", n, timeout=120)
         return posts[n - 1]["text"], time.monotonic() - start
 
+    def first_true(self, bot) -> str:
+        """Ask until the true status comes through both hops: on a busy machine the first
+        connection (two handshakes, the runner's start) may take longer than the answer bound,
+        and then the bot rightly says so; what the tests below judge comes after."""
+        deadline = time.monotonic() + 60
+        while not (text := self.progress(bot)[0]).startswith(LAST):
+            assert time.monotonic() < deadline, text
+            assert "not answering since" in text, text  # slow, never wrong
+        return text
+
     def cli_status(self) -> tuple[subprocess.CompletedProcess, float]:
         env = {**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
         start = time.monotonic()
@@ -102,8 +112,7 @@ def assert_last_seen(text: str) -> None:
 
 def test_box_refusing_answers_with_the_last_counts_within_seconds(world):
     with serve(world.cfg, box=world.box, fake=world.fake) as (bot, _, _):
-        text, _ = world.progress(bot)
-        assert text.startswith(LAST)  # the true status, through both hops
+        world.first_true(bot)  # the true status, through both hops
         world.pair.kill(world.pair.target)  # sshd and its sessions gone: the jump's connect is refused
         text, took = world.progress(bot)
         assert took < PROMISE_S + SLACK_S, took
@@ -124,7 +133,7 @@ def test_box_refusing_answers_with_the_last_counts_within_seconds(world):
 def test_box_hanging_answers_with_the_last_counts_within_seconds(world):
     """The whole box frozen: its sshd accepts TCP but never speaks SSH, its sessions hang."""
     with serve(world.cfg, box=world.box, fake=world.fake) as (bot, _, _):
-        assert world.progress(bot)[0].startswith(LAST)
+        world.first_true(bot)
         world.pair.pause(world.pair.target)
         try:
             text, took = world.progress(bot)
@@ -146,7 +155,8 @@ def test_session_hanging_mid_command_answers_the_true_status_over_a_fresh_connec
     """The held session stops while it runs the status command; a new connection gets through."""
     fake = world.fake
     with serve(world.cfg, box=world.box, fake=fake) as (bot, _, _):
-        assert world.progress(bot)[0].startswith(LAST)
+        world.first_true(bot)
+        asked = fake.verbs().count("status")
         with open(os.path.join(fake.folder, "status.sleep"), "w") as f:
             f.write("30")
         world.asked += 1
@@ -159,7 +169,7 @@ def test_session_hanging_mid_command_answers_the_true_status_over_a_fresh_connec
             "ts": "2.1",
         }
         assert bot.event(event, "Ev-mid") == 200
-        while fake.verbs().count("status") < 2:  # the command is running on the held session
+        while fake.verbs().count("status") <= asked:  # the command is running on the held session
             assert time.monotonic() - start < 10
             time.sleep(0.02)
         world.pair.pause_sessions(world.pair.target)

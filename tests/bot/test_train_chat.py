@@ -14,8 +14,8 @@ import time
 import pytest
 
 from bot import cli
-from bot.commands import Command
-from bot.train import parse_train
+from bot.commands import Command, parse
+from bot.verbs import TRAINING as TRAIN_KIND
 from runner.contract.config import from_dict
 from runner.contract.errors import StatusError
 from runner.contract.replies import REFUSED
@@ -46,10 +46,8 @@ def _argv(fake, action):
 
 
 def test_the_manifest_has_the_train_slash_command():
-    from bot.verbs import manifest_entry
-
     with open(os.path.join(ROOT, "deploy", "slack-manifest.yaml")) as f:
-        assert manifest_entry(train=True) in f.read()
+        assert TRAIN_KIND.manifest_entry() in f.read()
 
 
 def test_the_record_is_checked_by_name_and_rendered():
@@ -69,11 +67,13 @@ def test_the_record_is_checked_by_name_and_rendered():
 
 
 def test_chat_words_become_fixed_train_verbs_or_help():
-    assert parse_train("status") == Command("status")
-    assert parse_train("/train resume") == Command("resume")
-    assert parse_train("chart") == Command("chart")
+    train = TRAIN_KIND.name
+    assert parse("status", TRAIN_KIND) == Command("status", kind=train)
+    assert parse("/train resume", TRAIN_KIND) == Command("resume", kind=train)
+    assert parse("chart", TRAIN_KIND) == Command("chart", kind=train)
     for bad in ("start; rm -rf /", "start --force", "history", "chart now", "x" * 300):
-        assert parse_train(bad).verb == "help"
+        cmd = parse(bad, TRAIN_KIND)
+        assert (cmd.verb, cmd.kind) == ("help", train) and cmd.problem, bad
 
 
 def test_train_status_answers_the_record(fake, train_cfg):

@@ -10,7 +10,7 @@ import pytest
 
 from bot import cli
 from bot.commands import HELP, Command, parse
-from bot.verbs import TABLE, VERBS, manifest_entry
+from bot.verbs import EXTRACTION, VERBS
 from bot.wiring import make_handlers
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -30,8 +30,8 @@ def _spellings(v, f) -> tuple[str, list[str]]:
 def test_the_committed_manifest_has_the_tables_slash_command():
     with open(os.path.join(ROOT, "deploy", "slack-manifest.yaml")) as f:
         manifest = f.read()
-    assert manifest_entry() in manifest, (
-        f"deploy/slack-manifest.yaml: write the /extract entry as\n{manifest_entry()}"
+    assert EXTRACTION.manifest_entry() in manifest, (
+        f"deploy/slack-manifest.yaml: write the /extract entry as\n{EXTRACTION.manifest_entry()}"
     )
 
 
@@ -112,4 +112,4 @@ def test_hsx_start_force_json_prints_the_runners_reply(fake, ops_conf, capsys):
     assert cli.main(["start", "--force", "--json", "--config", ops_conf]) == 0
     assert json.loads(capsys.readouterr().out) == {"ok": True, "message": "start accepted"}
     assert fake.calls()[-1][0] == "start" and "--force" in fake.calls()[-1]
-    assert TABLE["start"].operator and not TABLE["start"].report
+    assert EXTRACTION.table["start"].operator and not EXTRACTION.table["start"].report
