@@ -2,8 +2,8 @@
 
 Input becomes a fixed ``Command`` or a help reply; nothing a user types ever reaches a shell.
 The verbs, their flags and who may run them come from the table in ``verbs``.
-Handlers call the GPU box through ``remote.client.GpuBox`` and answer with the contract's plain
-text (``runner.contract.render``; Block Kit from ``summary``).
+Handlers call the GPU box through ``remote.client.GpuBox`` and answer with the records' plain
+text (``runner.text.extraction``; Block Kit from ``summary``).
 """
 
 from __future__ import annotations
@@ -15,9 +15,7 @@ from dataclasses import dataclass, field
 
 from remote.errors import RemoteError
 from remote.live import LiveStatus
-from runner.contract import render
 from runner.contract.config import Config
-from runner.contract.render import human_duration
 from runner.contract.replies import (
     MAX_LOG_LINES,
     AdoptReport,
@@ -28,6 +26,8 @@ from runner.contract.replies import (
     VerifyReport,
 )
 from runner.contract.train import TrainRecord
+from runner.text import extraction
+from runner.text.human import human_duration
 
 from . import confirm, summary
 from .access import Allowance
@@ -285,9 +285,9 @@ class Handlers:
                 error=True,
             )
         rec = reading.record
-        text = render.render_text(rec, stale_s=stale)
+        text = extraction.render_text(rec, stale_s=stale)
         if cmd.detail:
-            text += "\n" + render.render_detail(rec)
+            text += "\n" + extraction.render_detail(rec)
         return Reply(
             text=text,
             blocks=summary.render_blocks(rec, stale_s=stale),
@@ -345,7 +345,9 @@ class Handlers:
             report = self.box.preflight()
         except RemoteError as e:
             return Reply(text=summary.render_error(e), ephemeral=True, error=True)
-        return Reply(text=render.render_preflight(PreflightReport.from_dict(report)), extra={"reply": report})
+        return Reply(
+            text=extraction.render_preflight(PreflightReport.from_dict(report)), extra={"reply": report}
+        )
 
     def _ask_free_gpus(self) -> Reply:
         """Name the units that hold GPUs and ask; nothing is stopped yet."""
@@ -357,7 +359,7 @@ class Handlers:
         if gpus.ok or not gpus.units:
             what = "no other process holds a GPU" if gpus.ok else gpus.detail
             return Reply(text=f"free-gpus: nothing to stop ({what})", ephemeral=True)
-        held = render.gpus_text(gpus.holders, []) or gpus.detail
+        held = extraction.gpus_text(gpus.holders, []) or gpus.detail
         value, until = confirm.bind(gpus.units)
         if len(value) > confirm.MAX_VALUE_CHARS:
             return Reply(text=f"free-gpus: {len(gpus.units)} units are too many to confirm from chat; "
@@ -408,7 +410,7 @@ def verify_text(answer: Answer) -> str:
     """A verify report, or the answer to starting one in the background."""
     if answer.background:
         return background_text("verify", answer)
-    return render.render_verify(VerifyReport.from_dict(answer.raw))
+    return extraction.render_verify(VerifyReport.from_dict(answer.raw))
 
 
 def background_text(verb: str, answer: Answer) -> str:
@@ -433,11 +435,11 @@ def _action_text(cmd: Command, answer: Answer) -> str:
     if cmd.verb in ("verify", "adopt", "compact") and answer.background:
         return background_text(cmd.verb, answer)
     if cmd.verb == "compact" and answer.ok:
-        return render.render_compact(CompactReport.from_dict(answer.raw))
+        return extraction.render_compact(CompactReport.from_dict(answer.raw))
     if cmd.verb == "verify":
-        return render.render_verify(VerifyReport.from_dict(answer.raw))
+        return extraction.render_verify(VerifyReport.from_dict(answer.raw))
     if cmd.verb == "adopt" and answer.ok:
-        return render.render_adopt(AdoptReport.from_dict(answer.raw))
+        return extraction.render_adopt(AdoptReport.from_dict(answer.raw))
     if not answer.ok:
         return f"`{cmd.verb}` refused: {answer.message or 'no reason given'}"
     return f"`{cmd.verb}`: {answer.message or 'done'}"

@@ -1,10 +1,12 @@
 """The import rules the README's architecture picture draws, read from the source with ``ast``.
 
-runner.contract is the stdlib leaf every package imports; runner.codec (the sample file, GPU-box
-only) imports the contract, the stdlib, torch, xxhash and ISA-L. Beyond them, runner never imports
-bot, patches, remote or deploy, patches imports of runner only the contract and the codec, remote
-imports only the contract, deploy never imports bot, the ops side never imports the codec, and
-bot reaches the runner's machinery only for ``hsx demo`` (which runs a runner on this machine). Inside runner the stages are a ladder (data, output, serve, job, engines): each
+runner.contract is the stdlib leaf every package imports, with no exception; runner.text (the
+records' plain text) imports only the stdlib and the contract; runner.codec (the sample file,
+GPU-box only) imports the contract, the stdlib, torch, xxhash and ISA-L. Beyond them, runner
+never imports bot, patches, remote or deploy, patches imports of runner only the contract and the
+codec, remote only the contract and the text, deploy never imports bot, the ops side never
+imports the codec, and bot reaches the runner's machinery only for the text and ``hsx demo``
+(which runs a runner on this machine). Inside runner the stages are a ladder (data, output, serve, job, engines): each
 imports only the rungs below it. No file imports one that imports it back, lazily or not, and no
 module grows past the habit's 450 lines.
 """
@@ -25,8 +27,10 @@ CONTRACT = "runner.contract"
 # contract and the stdlib:
 CODEC = "runner.codec"
 CODEC_DEPS = {"torch", "xxhash", "isal"}
+# The records' plain text: the box's CLI and the ops side say the same words.
+TEXT = "runner.text"
 # Rooms of runner any rung may use, as it may the contract.
-ROOMS = (CONTRACT, CODEC)
+ROOMS = (CONTRACT, CODEC, TEXT)
 OPS_SIDE = ("bot", "remote", "deploy")  # never torch: never the codec
 # bot reaches runner's machinery for `hsx demo` only (it runs a runner here), always lazily.
 BOT_DEMO = {"runner.data.demo_assets", "runner.sglang_cpu"}
@@ -125,6 +129,11 @@ def test_the_contract_is_a_stdlib_leaf():
     assert not bad, bad
 
 
+def test_the_text_imports_only_the_stdlib_and_the_contract():
+    bad = _outside(TEXT, (CONTRACT, TEXT), STDLIB)
+    assert not bad, bad
+
+
 def test_the_codec_imports_only_the_contract_the_stdlib_torch_xxhash_and_isal():
     bad = _outside(CODEC, (CONTRACT, CODEC), STDLIB | CODEC_DEPS)
     assert not bad, bad
@@ -135,7 +144,7 @@ def test_the_codec_imports_only_the_contract_the_stdlib_torch_xxhash_and_isal():
     [
         ("runner", ("bot", "patches", "deploy", "remote"), ()),
         ("patches", ("runner", "bot", "remote", "deploy"), (CODEC,)),  # the patch writes the sample file
-        ("remote", ("runner", "bot", "patches", "deploy"), ()),
+        ("remote", ("runner", "bot", "patches", "deploy"), (TEXT,)),
         ("bot", ("patches",), ()),  # bot.cli wires `hsx deploy` (deploy.install): an allowed arrow
         ("deploy", ("bot",), ()),
     ],
@@ -157,11 +166,14 @@ def test_the_ops_side_never_imports_the_codec():
     assert not bad, bad
 
 
-def test_bot_reaches_the_runner_only_for_the_demo_and_lazily():
+def test_bot_reaches_the_runner_only_for_the_text_and_the_demo_lazily():
     bad = [
         (s, d, top)
         for s, d, top in EDGES
-        if _in(s, "bot") and _in(d, "runner") and not _in(d, CONTRACT) and (d not in BOT_DEMO or top)
+        if _in(s, "bot")
+        and _in(d, "runner")
+        and not any(_in(d, r) for r in (CONTRACT, TEXT))
+        and (d not in BOT_DEMO or top)
     ]
     assert not bad, bad
 

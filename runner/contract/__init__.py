@@ -1,11 +1,12 @@
 """The contract every package shares: what crosses a process or machine boundary.
 
 Imported by all four packages (runner, patches, remote, bot) and importing none of them. Stdlib
-only, with no exception (the sample file, which needs torch, is ``runner.codec``'s):
+only, with no exception (the sample file, which needs torch, is ``runner.codec``'s; the records'
+plain text is ``runner.text``'s):
 
-- ``status``: the status record, its phases, the one staleness rule; ``render``: its plain text;
-  ``fields``: each field checked as it is read
-- ``train``: the training's record and its plain text; ``train_history``: its curve
+- ``status``: the status record, its phases, the one staleness rule; ``fields``: each field
+  checked as it is read
+- ``train``: the training's record; ``train_history``: its curve
 - ``errors``: the one error root, ``HsxError``
 - ``config``: the config file's sections, parsed and checked
 - ``atomic``: writes that readers never see torn, and the tolerant readers of JSON files
