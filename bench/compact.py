@@ -39,7 +39,7 @@ import time
 import torch
 
 from bench.storage import synthetic_sample
-from runner.contract import ckpt
+from runner.codec import ckpt
 from runner.contract.config import Config, from_dict
 from runner.output.compact import WORKERS, compact
 from runner.output.store import Store, describe

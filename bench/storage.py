@@ -4,14 +4,14 @@ store a sample, against SpecForge's own ``--compress`` format (gzip) measured in
     .venv/bin/python -m bench.storage [--samples 4] [--seq 2048] [--hidden 7168] [--repeats 3]
                                       [--ref-samples 2] [--specforge DIR] [--dir D]
 
-Modes, each of the same sample (``runner.contract.ckpt``'s torch.save bytes, what
+Modes, each of the same sample (``runner.codec.ckpt``'s torch.save bytes, what
 ``write_sample`` writes today):
 
 * ``raw``: the ``.ckpt`` as is (the ratios' denominator);
 * ``gzip -1, zlib``: ``.ckpt.gz``, Python's ``gzip.compress(data, 1)`` (the baseline: standard
   gzip as any Python writes it; SpecForge's ``--compress`` is the same format at level 6);
 * ``gzip -1, ISA-L``: ``isal.igzip.compress(data, 1)``, standard gzip too;
-* ``4 / 3 mantissa bits``: hidden states rounded by ``runner.contract.precision.round_mantissa``
+* ``4 / 3 mantissa bits``: hidden states rounded by ``runner.codec.precision.round_mantissa``
   (still bf16), then ISA-L gzip -1. Lossy: the relative error of each tensor is reported.
 
 Encode MB/s: the sample's uncompressed bytes over the time of the work a mode adds to
@@ -55,8 +55,8 @@ from dataclasses import dataclass
 import torch
 
 from bench.specforge import load_specforge
-from runner.contract import ckpt
-from runner.contract.precision import relative_error, round_mantissa
+from runner.codec import ckpt
+from runner.codec.precision import relative_error, round_mantissa
 
 MASSIVE_CHANNELS = 4
 MASSIVE_RANGE = (300.0, 1000.0)

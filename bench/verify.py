@@ -3,7 +3,7 @@
     .venv/bin/python -m bench.verify [--dir D] [--files 100] [--seq 2048] [--hidden 1024] [--repeats 3]
 
 Writes an output of ``--files`` samples (SpecForge layout, manifest, dataset.json, pre-tokenized
-rows) with runner.contract.ckpt.write_sample, then times, interleaved and each ``--repeats`` times (the
+rows) with runner.codec.ckpt.write_sample, then times, interleaved and each ``--repeats`` times (the
 median is reported): ``cat`` of every file to /dev/null (the baseline: reading the bytes and
 nothing else), ``verify --quick`` (sizes, loads, shapes, tokens) and ``verify`` (checksums and
 finite values too). Caches are dropped before each timing when the machine allows it (root),
@@ -23,7 +23,7 @@ import time
 
 import torch
 
-from runner.contract import ckpt
+from runner.codec import ckpt
 from runner.contract.config import from_dict
 from runner.output.store import Store, sample_path, shard_name
 from runner.output.verify import verify

@@ -4,7 +4,7 @@
 
 Baseline: ``dd if=/dev/zero oflag=direct conv=fsync`` of the sample's byte count. Then, each
 followed by an fsync so every row pays for durability: plain torch.save, torch.save with its
-zip CRC off (diagnostic), safetensors save_file, runner.contract.ckpt.write_sample, and
+zip CRC off (diagnostic), safetensors save_file, runner.codec.ckpt.write_sample, and
 write_sample as the [job] storage = "ckpt.gz" mode writes (``compress=True``: ISA-L gzip -1 on
 the way), exact and with ``mantissa_bits=4`` (bf16 only). Methods run interleaved, each repeat,
 and the median is reported. Files are removed afterwards.
@@ -37,9 +37,9 @@ import torch
 import xxhash
 
 from bench.storage import synthetic_sample
-from runner.contract import ckpt
+from runner.codec import ckpt
+from runner.codec.sink import file_checksum, plain_checksum
 from runner.contract.atomic import fsync_path
-from runner.contract.sink import file_checksum, plain_checksum
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 _DD_LINE = re.compile(r"^(\d+) bytes.*copied, ([0-9.e+-]+) s", re.M)

@@ -13,7 +13,7 @@ import re
 import threading
 import uuid
 
-from runner.contract.train import WITHHELD
+from runner.text.training import WITHHELD
 
 from .mrkdwn import escape
 

@@ -13,8 +13,8 @@ import datetime as dt
 import io
 from dataclasses import dataclass, field
 
-from runner.contract.render import human_duration
 from runner.contract.status import Phase, StatusRecord, parse_iso
+from runner.text.human import human_duration
 
 ENDED = {"done", "failed", "stopped"}  # a run that wrote one of these ended on its own
 Point = tuple[dt.datetime, int]

@@ -245,8 +245,8 @@ def _sglang_cpu_server(arch: str, tp: int) -> dict:
 
 
 def _headless(box, pid: int | None) -> int:
-    from runner.contract.render import render_text
     from runner.contract.status import HANDOFF_PENDING
+    from runner.text.extraction import render_text
 
     last = ""
     deadline = time.monotonic() + 60

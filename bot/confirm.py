@@ -8,8 +8,8 @@ from __future__ import annotations
 import json
 import time
 
-from runner.contract import render
 from runner.contract.replies import UNIT_NAME_RE, PreflightReport
+from runner.text import extraction
 
 CONFIRM_S = 300  # a free-gpus question binds its units for this long
 MAX_VALUE_CHARS = 2000  # Slack's limit on a button's value
@@ -53,4 +53,4 @@ def free_gpus_reply(report: dict) -> dict:
         return {"ok": False, "message": "no gpus check"}
     if gpus.refused:
         return {"ok": False, "message": f"nothing stopped: {gpus.refused}; ask again"}
-    return {"ok": gpus.ok, "message": render.gpus_text(gpus.holders, gpus.results) or gpus.detail}
+    return {"ok": gpus.ok, "message": extraction.gpus_text(gpus.holders, gpus.results) or gpus.detail}

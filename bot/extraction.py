@@ -6,7 +6,6 @@ from __future__ import annotations
 import time
 
 from remote.errors import RemoteError
-from runner.contract import render
 from runner.contract.replies import (
     AdoptReport,
     Answer,
@@ -14,6 +13,15 @@ from runner.contract.replies import (
     CompactReport,
     PreflightReport,
     VerifyReport,
+)
+from runner.text.extraction import (
+    gpus_text,
+    render_adopt,
+    render_compact,
+    render_detail,
+    render_preflight,
+    render_text,
+    render_verify,
 )
 
 from . import confirm, summary
@@ -32,9 +40,9 @@ def status(h, cmd: Command, user: str, operator: bool | None) -> Reply:
             error=True,
         )
     rec = reading.record
-    text = render.render_text(rec, stale_s=stale)
+    text = render_text(rec, stale_s=stale)
     if cmd.detail:
-        text += "\n" + render.render_detail(rec)
+        text += "\n" + render_detail(rec)
     return Reply(text=text, blocks=summary.render_blocks(rec, stale_s=stale), extra={"record": rec})
 
 
@@ -72,7 +80,7 @@ def preflight(h, cmd: Command, user: str, operator: bool | None) -> Reply:
         report = h.box.preflight()
     except RemoteError as e:
         return Reply(text=summary.render_error(e), ephemeral=True, error=True)
-    return Reply(text=render.render_preflight(PreflightReport.from_dict(report)), extra={"reply": report})
+    return Reply(text=render_preflight(PreflightReport.from_dict(report)), extra={"reply": report})
 
 
 def ask_free_gpus(h) -> Reply:
@@ -85,7 +93,7 @@ def ask_free_gpus(h) -> Reply:
     if gpus.ok or not gpus.units:
         what = "no other process holds a GPU" if gpus.ok else gpus.detail
         return Reply(text=f"free-gpus: nothing to stop ({what})", ephemeral=True)
-    held = render.gpus_text(gpus.holders, []) or gpus.detail
+    held = gpus_text(gpus.holders, []) or gpus.detail
     value, until = confirm.bind(gpus.units)
     if len(value) > confirm.MAX_VALUE_CHARS:
         return Reply(text=f"free-gpus: {len(gpus.units)} units are too many to confirm from chat; "
@@ -184,6 +192,6 @@ def report_text(render_report, parse):
     return text
 
 
-verified_text = report_text(render.render_verify, VerifyReport.from_dict)
-adopted_text = report_text(render.render_adopt, AdoptReport.from_dict)
-compacted_text = report_text(render.render_compact, CompactReport.from_dict)
+verified_text = report_text(render_verify, VerifyReport.from_dict)
+adopted_text = report_text(render_adopt, AdoptReport.from_dict)
+compacted_text = report_text(render_compact, CompactReport.from_dict)

@@ -12,9 +12,9 @@ from collections.abc import Callable
 from remote.errors import RemoteError
 from remote.live import LiveStatus
 from runner.contract.config import Config
-from runner.contract.render import human_duration
 from runner.contract.replies import Answer
 from runner.contract.train import TrainRecord
+from runner.text.human import human_duration
 
 from . import extraction, summary, train
 from .access import Allowance

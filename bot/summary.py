@@ -1,4 +1,4 @@
-"""Block Kit for Slack: the plain-text summary (runner/contract/render.py) with a progress
+"""Block Kit for Slack: the plain-text summary (runner/text/extraction.py) with a progress
 bar and a context line, and what to say when the GPU box could not be asked. The blocks'
 text is escaped here (it carries the box's words); the plain-text answers are escaped where
 they go to Slack (slack_out, the watcher), since a terminal shows them too."""
@@ -19,9 +19,11 @@ from remote.errors import (
     Unreachable,
 )
 from remote.live import Reading
-from runner.contract.render import MAX_ERROR_CHARS, clock, human_duration, now_utc, percent, render_text
 from runner.contract.status import STALE_S, Phase, StatusRecord, heartbeat_age
-from runner.contract.train import WITHHELD, TrainRecord, done_fraction, render_train
+from runner.contract.train import TrainRecord, done_fraction
+from runner.text.extraction import MAX_ERROR_CHARS, percent, render_text
+from runner.text.human import clock, human_duration, now_utc
+from runner.text.training import WITHHELD, render_train
 
 from .mrkdwn import escape
 
@@ -159,7 +161,7 @@ def text_blocks(text: str) -> list[dict]:
 def train_blocks(
     rec: TrainRecord, now: dt.datetime | None = None, full: bool = True, ask: str = ""
 ) -> list[dict]:
-    """The training's summary (runner/contract/train.py) with a bar of its steps; ``full``: an
+    """The training's summary (runner/text/training.py) with a bar of its steps; ``full``: an
     operator's (the run dir named); ``ask``: the mrkdwn that names whom to ask, for ``WITHHELD``."""
     blocks = []
     if rec.total_steps and rec.step is not None:

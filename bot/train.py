@@ -13,7 +13,8 @@ import time
 
 from remote.errors import RemoteError
 from runner.contract import timing
-from runner.contract.train import WITHHELD, TrainRecord, render_train
+from runner.contract.train import TrainRecord
+from runner.text.training import WITHHELD, render_train
 
 from . import summary
 from .audit import ask_operators

@@ -29,9 +29,10 @@ from dataclasses import dataclass
 
 from remote.errors import RemoteError
 from runner.contract.config import Config
-from runner.contract.render import human_duration
 from runner.contract.status import age_s, parse_iso
-from runner.contract.train import EXPORT_PENDING, TrainRecord, eval_line, render_train
+from runner.contract.train import EXPORT_PENDING, TrainRecord
+from runner.text.human import human_duration
+from runner.text.training import eval_line, render_train
 
 from .slack_out import Action
 from .verbs import TRAINING

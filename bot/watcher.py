@@ -16,12 +16,13 @@ from dataclasses import asdict, dataclass, field
 
 from remote.errors import BadReply, BrokenFile, RemoteError
 from remote.live import LiveStatus
-from runner.contract import render, status
+from runner.contract import status
 from runner.contract.atomic import write_atomic
 from runner.contract.config import Config
 from runner.contract.ranks import ALERTING
 from runner.contract.status import Phase, StatusRecord, age_s
-from runner.contract.train import WITHHELD
+from runner.text import extraction, human
+from runner.text.training import WITHHELD
 
 from . import history, summary
 from .audit import ask_operators
@@ -119,7 +120,7 @@ def _conditions(
         out[f"{rec.phase.value}:{run}:{rec.phase_since}"] = (f"Extraction {rec.phase.value.upper()}", True)
     if status.is_stale(rec, now, lim.heartbeat_stale_s):
         age = status.heartbeat_age(rec, now)
-        out[f"stale:{run}:{rec.heartbeat_at}"] = (f"No heartbeat for {render.human_duration(age)}", True)
+        out[f"stale:{run}:{rec.heartbeat_at}"] = (f"No heartbeat for {human.human_duration(age)}", True)
     if rec.server.restarts:
         why = f": {rec.server.last_death}" if rec.server.last_death else ""  # which rank, from its log
         out[f"restarts:{run}:{rec.server.restarts}"] = (
@@ -161,15 +162,15 @@ def _flow_conditions(rec: StatusRecord, lim: Limits, now: dt.datetime) -> dict[s
     if quiet is not None and quiet > floor:
         what = f"{rec.in_flight} request{'s' if rec.in_flight != 1 else ''} in flight"
         if rec.oldest_in_flight_idx is not None and rec.oldest_in_flight_s is not None:
-            what += f", the oldest (sample {rec.oldest_in_flight_idx}) out for {render.human_duration(rec.oldest_in_flight_s)}"
+            what += f", the oldest (sample {rec.oldest_in_flight_idx}) out for {human.human_duration(rec.oldest_in_flight_s)}"
         out[f"stalled:{run}:{since}"] = (
-            f"STALLED: no sample committed for {render.human_duration(quiet)} ({what})",
+            f"STALLED: no sample committed for {human.human_duration(quiet)} ({what})",
             False,
         )
     low = age_s(rec.rate_low_since, now)
     if low is not None and low >= lim.rate_drop_after_s and rec.rate_median:
         out[f"ratedrop:{run}:{rec.rate_low_since}"] = (
-            f"Rate drop: {rec.rate or 0:.2f} samples/s for {render.human_duration(low)}, "
+            f"Rate drop: {rec.rate or 0:.2f} samples/s for {human.human_duration(low)}, "
             f"under half this run's median {rec.rate_median:.2f}/s",
             False,
         )
@@ -183,7 +184,7 @@ def _answered(st: WatchState, now: dt.datetime) -> list[Action]:
         was = [k for k in st.active if k.startswith("unreachable:")]
         if was:
             since = status.parse_iso(st.unreachable_since)
-            after = f" after {render.human_duration((now - since).total_seconds())}" if since else ""
+            after = f" after {human.human_duration((now - since).total_seconds())}" if since else ""
             out.append(Action("recovered", f"GPU box reachable again{after}", key=was[0]))
         st.unreachable_since = None
     return out
@@ -228,7 +229,7 @@ def decide(prev: WatchState, obs: Observation, lim: Limits) -> tuple[list[Action
 
     rec, now = obs.record, obs.now
     actions += _answered(st, now)
-    text = render.render_text(rec, now, lim.heartbeat_stale_s)
+    text = extraction.render_text(rec, now, lim.heartbeat_stale_s)
 
     conds = _conditions(rec, prev, lim, now)
     keep = [k for k in st.active if k in conds]
@@ -252,8 +253,8 @@ def decide(prev: WatchState, obs: Observation, lim: Limits) -> tuple[list[Action
                 if not rec.last_error or rec.last_error in text
                 else f"{text}\nlast error: {rec.last_error}"
             )
-            if rec.phase.is_failed() and render.log_block(rec):
-                body += "\n" + render.log_block(rec)
+            if rec.phase.is_failed() and extraction.log_block(rec):
+                body += "\n" + extraction.log_block(rec)
             actions.append(
                 Action(
                     "alert",
@@ -292,8 +293,8 @@ def decide(prev: WatchState, obs: Observation, lim: Limits) -> tuple[list[Action
 
     bg = rec.background or {}
     key = f"{bg.get('verb')}:{bg.get('started_at')}"
-    if render.background_result(rec) and st.background != key:  # its result, once
-        later.append(Action("result", render.background_result(rec), key=key))
+    if extraction.background_result(rec) and st.background != key:  # its result, once
+        later.append(Action("result", extraction.background_result(rec), key=key))
         st.background = key
     actions += later
     st.phase = rec.phase.value

@@ -1,5 +1,5 @@
 """Writes complete samples into the dump directory on writer threads (the dump contract in
-runner/contract/dump.py): the data file through runner.contract.ckpt.write_sample, then the sidecar; or a
+runner/contract/dump.py): the data file through runner.codec.ckpt.write_sample, then the sidecar; or a
 failure note with the reason, so the extractor knows at once.
 
 The scheduler hands a sample over and goes on: nothing here runs on its loop but ``submit``.
@@ -31,7 +31,7 @@ def wait_limit(watchdog_s: float | None) -> float:
 
 def write_sample_files(dump_dir: str, sample: Sample, writer: str = "") -> dict:
     """Write one sample synchronously; return the sidecar metadata."""
-    from runner.contract.ckpt import write_sample
+    from runner.codec.ckpt import write_sample
 
     side = dump.sidecar_path(dump_dir, sample.rid)
     if os.path.exists(side):  # a sidecar must only ever describe the data file beside it

@@ -6,11 +6,11 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from runner.contract.render import MAX_ERROR_CHARS
 from runner.contract.replies import ANSWER_CODES, BROKEN, LOGS, MAX_LOG_LINES, MAX_N, UNIT_NAME_RE
 from runner.contract.status import StatusRecord
 from runner.contract.train import ACTIONS as TRAIN_ACTIONS
 from runner.contract.train import TrainRecord
+from runner.text.extraction import MAX_ERROR_CHARS
 
 from .errors import BadReply, BrokenFile, CommandFailed
 from .transport import Result, Transport

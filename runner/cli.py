@@ -115,7 +115,7 @@ def cmd_status(args, cfg: Config) -> int:
     if args.json:
         print(json.dumps(rec.to_dict()))
     else:
-        from .contract.render import render_text
+        from .text.extraction import render_text
 
         print(render_text(rec))
     return OK
@@ -187,10 +187,10 @@ def cmd_adopt(args, cfg: Config) -> int:
 def cmd_compact(args, cfg: Config) -> int:
     """Exit 0 when every sample is in the job's mode afterwards, 1 when some were left as they
     were (the report says why), 3 when refused (nothing changed), 2 for a config error."""
-    from .contract.render import render_compact
     from .contract.replies import CompactReport
     from .job import background
     from .output.compact import CompactRefused, compact
+    from .text.extraction import render_compact
 
     try:
         if args.background:

@@ -1,11 +1,14 @@
 """The import rules the README's architecture picture draws, read from the source with ``ast``.
 
-runner.contract is the leaf every package imports; beyond it, runner never imports bot, patches,
-remote or deploy, patches never imports runner, remote imports only the contract, deploy never
-imports bot, and bot reaches the runner's machinery only for ``hsx demo`` (which runs a runner on
-this machine). Inside runner the stages are a ladder (data, output, serve, job, engines): each
-imports only the rungs below it. No file imports one that imports it back, lazily or not, and no
-module grows past the habit's 450 lines.
+runner.contract is the stdlib leaf every package imports, with no exception; runner.text (the
+records' plain text) imports only the stdlib and the contract; runner.codec (the sample file,
+GPU-box only) imports the contract, the stdlib, torch, xxhash and ISA-L. Beyond them, runner
+never imports bot, patches, remote or deploy, patches imports of runner only the contract and the
+codec, remote only the contract and the text, deploy never imports bot, the ops side never
+imports the codec, and bot reaches the runner's machinery only for the text and ``hsx demo``
+(which runs a runner on this machine). Inside runner the stages are a ladder (data, output, serve,
+job, engines): each imports only the rungs below it. No file imports one that imports it back,
+lazily or not, and no module grows past the habit's 450 lines.
 """
 
 from __future__ import annotations
@@ -19,12 +22,16 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 OURS = ("runner", "bot", "remote", "patches", "deploy")
 CONTRACT = "runner.contract"
-# The one module of the contract that needs torch: the sample file both writers write (the
-# SGLang patch and the reference backend) and verify, adopt and the self-test read.
-TORCH_CONTRACT = {  # GPU-box deps of the sample file and of its bytes
-    "runner.contract.ckpt": {"torch"},
-    "runner.contract.sink": {"xxhash", "isal"},
-}
+# The sample file and its bytes, GPU-box only: both writers write it (the SGLang patch and the
+# reference backend), verify, adopt and the self-test read it. What it may import beyond the
+# contract and the stdlib:
+CODEC = "runner.codec"
+CODEC_DEPS = {"torch", "xxhash", "isal"}
+# The records' plain text: the box's CLI and the ops side say the same words.
+TEXT = "runner.text"
+# Rooms of runner any rung may use, as it may the contract.
+ROOMS = (CONTRACT, CODEC, TEXT)
+OPS_SIDE = ("bot", "remote", "deploy")  # never torch: never the codec
 # bot reaches runner's machinery for `hsx demo` only (it runs a runner here), always lazily.
 BOT_DEMO = {"runner.data.demo_assets", "runner.sglang_cpu"}
 # runner's stages, lowest first: each may import the contract, the ones before it and itself.
@@ -96,6 +103,8 @@ def test_the_source_is_what_the_rules_read():
     assert {
         "runner.cli",
         "runner.contract.status",
+        "runner.codec.ckpt",
+        "runner.text.extraction",
         "bot.commands",
         "remote.client",
         "patches.writer",
@@ -103,43 +112,70 @@ def test_the_source_is_what_the_rules_read():
     assert ("runner.cli", "runner.contract.config", True) in EDGES  # a real edge is seen
 
 
-def test_the_contract_is_a_stdlib_leaf():
+def _outside(room: str, ours: tuple[str, ...], others: set[str]) -> list[tuple[str, str]]:
+    """The imports of ``room`` that reach past ``ours`` (of our packages) and ``others``."""
     bad = []
     for src, dst, _ in EDGES:
-        if not _in(src, CONTRACT):
+        if not _in(src, room):
             continue
         if _ours(dst):
-            if not _in(dst, CONTRACT):
+            if not any(_in(dst, r) for r in ours):
                 bad.append((src, dst))
-        elif dst not in STDLIB and dst not in TORCH_CONTRACT.get(src, ()):
+        elif dst not in others:
             bad.append((src, dst))
+    return bad
+
+
+def test_the_contract_is_a_stdlib_leaf():
+    bad = _outside(CONTRACT, (CONTRACT,), STDLIB)
+    assert not bad, bad
+
+
+def test_the_text_imports_only_the_stdlib_and_the_contract():
+    bad = _outside(TEXT, (CONTRACT, TEXT), STDLIB)
+    assert not bad, bad
+
+
+def test_the_codec_imports_only_the_contract_the_stdlib_torch_xxhash_and_isal():
+    bad = _outside(CODEC, (CONTRACT, CODEC), STDLIB | CODEC_DEPS)
     assert not bad, bad
 
 
 @pytest.mark.parametrize(
-    "src, forbidden",
+    "src, forbidden, allowed",
     [
-        ("runner", ("bot", "patches", "deploy", "remote")),
-        ("patches", ("runner", "bot", "remote", "deploy")),
-        ("remote", ("runner", "bot", "patches", "deploy")),
-        ("bot", ("patches",)),  # bot.cli wires `hsx deploy` (deploy.install): an allowed arrow
-        ("deploy", ("bot",)),
+        ("runner", ("bot", "patches", "deploy", "remote"), ()),
+        ("patches", ("runner", "bot", "remote", "deploy"), (CODEC,)),  # the patch writes the sample file
+        ("remote", ("runner", "bot", "patches", "deploy"), (TEXT,)),
+        ("bot", ("patches",), ()),  # bot.cli wires `hsx deploy` (deploy.install): an allowed arrow
+        ("deploy", ("bot",), ()),
     ],
 )
-def test_forbidden_arrows(src, forbidden):
+def test_forbidden_arrows(src, forbidden, allowed):
     bad = [
         (s, d)
         for s, d, _ in EDGES
-        if _in(s, src) and not _in(s, CONTRACT) and any(_in(d, f) for f in forbidden) and not _in(d, CONTRACT)
+        if _in(s, src)
+        and not _in(s, CONTRACT)
+        and any(_in(d, f) for f in forbidden)
+        and not any(_in(d, a) for a in (CONTRACT, *allowed))
     ]
     assert not bad, bad
 
 
-def test_bot_reaches_the_runner_only_for_the_demo_and_lazily():
+def test_the_ops_side_never_imports_the_codec():
+    bad = [(s, d) for s, d, _ in EDGES if any(_in(s, o) for o in OPS_SIDE) and _in(d, CODEC)]
+    assert not bad, bad
+
+
+def test_bot_reaches_the_runner_only_for_the_text_and_the_demo_lazily():
     bad = [
         (s, d, top)
         for s, d, top in EDGES
-        if _in(s, "bot") and _in(d, "runner") and not _in(d, CONTRACT) and (d not in BOT_DEMO or top)
+        if _in(s, "bot")
+        and _in(d, "runner")
+        and not any(_in(d, r) for r in (CONTRACT, TEXT))
+        and (d not in BOT_DEMO or top)
     ]
     assert not bad, bad
 
@@ -152,7 +188,7 @@ def test_each_stage_imports_only_the_rungs_below_it():
     bad = []
     for src, dst, _ in EDGES:
         st = _stage(src)
-        if st is None or not _in(dst, "runner") or _in(dst, CONTRACT) or dst in TOP_LEAVES:
+        if st is None or not _in(dst, "runner") or any(_in(dst, r) for r in ROOMS) or dst in TOP_LEAVES:
             continue
         allowed = STAGES[: STAGES.index(st) + 1]
         if _stage(dst) not in allowed:

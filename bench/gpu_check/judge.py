@@ -168,8 +168,8 @@ def compare_samples(ref: dict, out: dict, names: list[str], cosine: float, final
 
 
 def _load(dump_dir: str, rid: str) -> dict:
-    from runner.contract.ckpt import load_sample
-    from runner.contract.sink import file_checksum
+    from runner.codec.ckpt import load_sample
+    from runner.codec.sink import file_checksum
 
     meta = dump.read_sidecar(dump_dir, rid)
     path = dump.data_path(dump_dir, rid)
@@ -180,7 +180,7 @@ def _load(dump_dir: str, rid: str) -> dict:
 
 def compare_dirs(ref_dir, out_dir, tag, batch, names, cosine, final=True) -> dict:
     """Compare the dumps of one batch in two directories; every unusable sample is a problem."""
-    from runner.contract.ckpt import CorruptSample
+    from runner.codec.ckpt import CorruptSample
 
     total: dict[str, dict] = {}
     problems, samples = [], 0

@@ -10,10 +10,10 @@ import time
 
 from ..contract.config import Config
 from ..contract.errors import ConfigError
-from ..contract.render import gpus_text
 from ..data import layers
 from ..output import lock
 from ..serve import gpus
+from ..text.extraction import gpus_text
 from .disk import TYPICAL_RATIO, fmt, worst_case_bytes
 
 

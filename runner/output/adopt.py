@@ -192,7 +192,7 @@ class _Adopter:
     @staticmethod
     def _storage(p: str) -> str:
         """What the file holds decides its committed name, not what it is called."""
-        from ..contract.sink import is_gzip
+        from ..codec.sink import is_gzip
 
         try:
             return "ckpt.gz" if is_gzip(p) else "ckpt"
@@ -242,8 +242,8 @@ class _Adopter:
 
     def _take(self, p: str, idx: int, want_mask: list[int]) -> str | None:
         """Record a checked file and move it into its shard; the line comes first."""
-        from ..contract.ckpt import CorruptSample, load_sample, output_bound
-        from ..contract.sink import file_checksum
+        from ..codec.ckpt import CorruptSample, load_sample, output_bound
+        from ..codec.sink import file_checksum
 
         try:
             t = load_sample(p, max_bytes=output_bound(self.desc, len(want_mask)))
@@ -274,7 +274,7 @@ class _Adopter:
         return None
 
     def _commit_rename(self, idx: int, p: str, seq: int, storage: str) -> bool:
-        from ..contract.sink import file_checksum
+        from ..codec.sink import file_checksum
 
         try:  # the line, then os.replace: a crash between leaves the file where it was
             self.store.commit(

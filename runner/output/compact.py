@@ -32,11 +32,11 @@ import json
 import logging
 import os
 
+from ..codec.sink import file_checksum, is_gzip, recode
 from ..contract.atomic import fsync_path, write_atomic
 from ..contract.config import Config
 from ..contract.dump import BF16_MANTISSA_BITS, STORAGE
 from ..contract.errors import HsxError, LockedError
-from ..contract.sink import file_checksum, is_gzip, recode
 from . import lock
 from .store import DESCRIPTION, PINNED_DEFAULTS, Store, sample_path, shard_name
 from .verify import scan
@@ -229,8 +229,8 @@ def _round(path: str, part: str, entry: dict, compress: bool, bits: int) -> tupl
     """Rounding: the tensors loaded, rounded, written and loaded back equal to what was meant."""
     import torch
 
-    from ..contract.ckpt import KEYS, load_sample, write_sample
-    from ..contract.precision import round_mantissa
+    from ..codec.ckpt import KEYS, load_sample, write_sample
+    from ..codec.precision import round_mantissa
 
     if file_checksum(path) != entry.get("checksum"):
         raise Skip("checksum differs from the manifest (hsx-runner verify --repair re-extracts it)")

@@ -357,7 +357,7 @@ class Store:
     def record_orphans(self, orphans: list[int]) -> None:
         """Files committed just before a crash lost their manifest line: record them now (an
         unusable one is removed, so its sample is extracted again)."""
-        from ..contract.ckpt import CorruptSample
+        from ..codec.ckpt import CorruptSample
 
         for idx in orphans:
             path = find_sample(self.out, idx)
@@ -384,8 +384,8 @@ class Store:
     def adopt(self, idx: int) -> None:
         """Record a file committed just before a crash that lost its manifest line; raises
         CorruptSample or OSError when it does not load."""
-        from ..contract.ckpt import load_sample, output_bound
-        from ..contract.sink import file_checksum
+        from ..codec.ckpt import load_sample, output_bound
+        from ..codec.sink import file_checksum
 
         path = find_sample(self.out, idx)
         seq = int(load_sample(path, max_bytes=output_bound(self.description() or {}))["input_ids"].shape[0])

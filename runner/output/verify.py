@@ -77,8 +77,8 @@ def check_contents(
     path: str, want_ids: list[int] | None, entry: dict | None, desc: dict, quick: bool
 ) -> str | None:
     """check_sample without the place: a file still to be renamed into its shard (adopt)."""
-    from ..contract.ckpt import CorruptSample, check_tensors, load_sample, output_bound
-    from ..contract.sink import file_checksum
+    from ..codec.ckpt import CorruptSample, check_tensors, load_sample, output_bound
+    from ..codec.sink import file_checksum
 
     if entry is not None:
         size = os.path.getsize(path)

@@ -123,7 +123,7 @@ def _bad(msg: str, status: int = 400) -> web.Response:
 def make_app(model: Model, dump_dir: str, pace_s: float = 0.0) -> web.Application:
     import torch
 
-    from ..contract.ckpt import write_sample
+    from ..codec.ckpt import write_sample
 
     fwd_pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="forward")
     io_pool = concurrent.futures.ThreadPoolExecutor(2, thread_name_prefix="dump")

@@ -17,7 +17,7 @@ async def self_test(server, ds: Dataset, remaining: list[int], dump_dir: str, jo
     """Raise JobFailed with what is wrong; return the number of tokens sent."""
     import aiohttp
 
-    from ..contract.ckpt import check_tensors, load_sample
+    from ..codec.ckpt import check_tensors, load_sample
 
     sample = None
     for idx in remaining[:50]:

@@ -9,7 +9,7 @@ import pytest
 
 from bench import compact as bc
 from bench.storage import _same_bits, synthetic_sample
-from runner.contract.ckpt import KEYS, load_sample
+from runner.codec.ckpt import KEYS, load_sample
 from runner.output.store import Store, sample_path
 
 N, SEQ, H = 3, 16, 64

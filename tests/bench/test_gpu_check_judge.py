@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from bench.gpu_check import judge as gc
+from runner.codec.ckpt import write_sample
 from runner.contract import dump
-from runner.contract.ckpt import write_sample
 from runner.data import layers
 
 H = 8

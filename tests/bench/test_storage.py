@@ -13,8 +13,8 @@ import pytest
 import torch
 
 from bench import storage as st
-from runner.contract import ckpt
-from runner.contract.precision import round_mantissa
+from runner.codec import ckpt
+from runner.codec.precision import round_mantissa
 
 SEQ, H = 24, 40
 MODE = {m.key: m for m in st.MODES}

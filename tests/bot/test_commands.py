@@ -116,8 +116,8 @@ def test_parse_adopt_keeps_the_path_and_refuses_anything_else():
 
 
 def test_adopt_runs_in_the_background_its_report_is_rendered_and_a_refusal_is_audited(fake, cfg):
-    from runner.contract.render import background_result
     from runner.contract.status import StatusRecord
+    from runner.text.extraction import background_result
 
     h = make_handlers(cfg, fake.box())
     fake.reply("adopt", {"ok": True, "started": True, "background": True, "pid": 77, "verb": "adopt"})
@@ -145,8 +145,8 @@ def test_adopt_runs_in_the_background_its_report_is_rendered_and_a_refusal_is_au
 
 
 def test_compact_is_for_operators_runs_in_the_background_and_says_what_it_freed(fake, cfg):
-    from runner.contract.render import background_line, background_result
     from runner.contract.status import StatusRecord
+    from runner.text.extraction import background_line, background_result
 
     h = make_handlers(cfg, fake.box())
     reply = h.ask("/extract compact", "U0STRANGER")
@@ -176,8 +176,8 @@ def test_compact_is_for_operators_runs_in_the_background_and_says_what_it_freed(
 
 
 def test_summary_counts_adopted_samples_apart():
-    from runner.contract.render import render_text
     from runner.contract.status import Phase, StatusRecord
+    from runner.text.extraction import render_text
 
     rec = StatusRecord(phase=Phase.STOPPED, total=12, done=6, adopted=6, reason="adopted 6 samples from /d")
     text = render_text(rec)

@@ -8,8 +8,9 @@ import pytest
 
 from bot.summary import render_blocks, render_error
 from remote.errors import BadReply, CommandFailed, HostKeyMismatch, Unreachable
-from runner.contract.render import human_bytes, human_duration, render_text
 from runner.contract.status import Phase, StatusRecord
+from runner.text.extraction import render_text
+from runner.text.human import human_bytes, human_duration
 
 from .conftest import EXTRACTING
 

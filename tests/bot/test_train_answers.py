@@ -19,7 +19,8 @@ from slack_sdk import WebClient
 
 from bot.watcher import Watcher
 from runner.contract import timing
-from runner.contract.train import TrainRecord, render_train
+from runner.contract.train import TrainRecord
+from runner.text.training import render_train
 
 from .http_bot import OPERATOR, STRANGER, serve
 from .test_train_chat import NOW, TRAINING, _UntilSaid

@@ -19,7 +19,8 @@ from bot.verbs import TRAINING as TRAIN_KIND
 from runner.contract.config import from_dict
 from runner.contract.errors import StatusError
 from runner.contract.replies import REFUSED
-from runner.contract.train import TrainRecord, render_train
+from runner.contract.train import TrainRecord
+from runner.text.training import render_train
 
 from .http_bot import OPERATOR, STRANGER, serve
 

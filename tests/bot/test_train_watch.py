@@ -14,7 +14,8 @@ from slack_sdk import WebClient
 
 from bot.train_watch import ZERO_LOGS, TrainLimits, judge
 from bot.watcher import Watcher, WatchState, start_watcher
-from runner.contract.train import TrainRecord, render_train
+from runner.contract.train import TrainRecord
+from runner.text.training import render_train
 
 from . import slack_api
 from .http_bot import STRANGER, serve

@@ -13,8 +13,8 @@ from slack_sdk import WebClient
 from bot import history
 from bot.watcher import Limits, Observation, Watcher, WatchState, decide, start_watcher
 from remote.errors import BadReply, Unreachable
-from runner.contract import render
 from runner.contract.status import StatusRecord
+from runner.text import extraction
 
 from . import slack_api
 from .conftest import EXTRACTING
@@ -369,7 +369,7 @@ def test_a_record_no_renderer_can_read_is_reported_as_unreadable_once(fake, cfg,
     def broken(*a, **k):
         raise ZeroDivisionError("a renderer bug")
 
-    monkeypatch.setattr(render, "render_text", broken)
+    monkeypatch.setattr(extraction, "render_text", broken)
     rec_ = slack_api.Recorder()
     server, api = slack_api.start(rec_)
     try:

@@ -8,10 +8,10 @@ import datetime as dt
 import pytest
 
 from runner.contract.ranks import RankState
-from runner.contract.render import ranks_line
 from runner.contract.status import Phase, StatusRecord, now_iso
 from runner.engines.slurm_merge import Inputs, Task, merge, rank_entries, rank_state, task_ids
 from runner.output.store import shard_name
+from runner.text.extraction import ranks_line
 
 NOW = dt.datetime(2026, 12, 1, 12, 0, 0, tzinfo=dt.timezone.utc)
 SUBMITTED = "2026-12-01T10:00:00Z"

@@ -11,10 +11,10 @@ from bot.watcher import Limits, Observation, WatchState, decide
 from runner.contract.config import from_dict
 from runner.contract.errors import ConfigError, StatusError
 from runner.contract.ranks import ALERTING, RankEntry, RankState
-from runner.contract.render import ranks_line
 from runner.contract.status import Phase, StatusRecord
 from runner.output.ranks import rank_range, split
 from runner.output.store import shard_name
+from runner.text.extraction import ranks_line
 
 
 @pytest.mark.parametrize("total,world", [(6050, 4), (10_001, 3), (300, 8), (4000, 2), (37_312, 32)])

@@ -12,9 +12,9 @@ import signal
 import subprocess
 
 from bot.watcher import Limits, Observation, WatchState, decide
-from runner.contract.render import render_text
 from runner.contract.status import StatusRecord
 from runner.output.lock import is_held_at
+from runner.text.extraction import render_text
 from tests.cluster.conftest import SHARD, cluster_job, short_rows
 from tests.conftest import runner
 from tests.runner.helpers import (

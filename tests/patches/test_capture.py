@@ -10,8 +10,8 @@ import torch
 
 from patches import capture
 from patches.scheduler_patch import DumpState, make_append_hook
+from runner.codec.ckpt import load_sample
 from runner.contract import dump
-from runner.contract.ckpt import load_sample
 from tests.patches import sim
 
 

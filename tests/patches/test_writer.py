@@ -140,7 +140,7 @@ def test_writer_threads_yield_the_cpu_to_the_scheduler(tmp_path, monkeypatch):
 )
 def test_files_take_the_job_dtype_from_the_environment(tmp_path, monkeypatch, env, want):
     """[job] dtype reaches the SGLang writer as HSX_DUMP_DTYPE; the sidecar says what was written."""
-    from runner.contract.ckpt import load_sample
+    from runner.codec.ckpt import load_sample
 
     if env is None:
         monkeypatch.delenv(dump.DUMP_DTYPE_ENV, raising=False)

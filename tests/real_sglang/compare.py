@@ -25,8 +25,8 @@ def compare(out: str, ref: str, bits: int | None = None) -> dict:
     import torch
     import torch.nn.functional as F
 
-    from runner.contract.ckpt import load_sample
-    from runner.contract.precision import relative_error
+    from runner.codec.ckpt import load_sample
+    from runner.codec.precision import relative_error
     from runner.output.store import find_sample
 
     a_info, b_info = _info(out), _info(ref)

@@ -38,7 +38,7 @@ def make_app(mode: str, dump_dir: str) -> web.Application:
         served.append(1)
         import torch
 
-        from runner.contract.ckpt import write_sample
+        from runner.codec.ckpt import write_sample
 
         rid, ids = body["rid"], body["input_ids"]
         n = len(ids) - (mode == "bad_dump")  # bad_dump: one row short, as a radix-cache hit would do

@@ -74,7 +74,7 @@ def recorded(out: str) -> int:
 
 
 def tensors(conf: str) -> dict[int, dict]:
-    from runner.contract.ckpt import load_sample
+    from runner.codec.ckpt import load_sample
     from runner.output.store import find_sample
 
     out = out_dir(conf)

@@ -10,9 +10,9 @@ import pytest
 
 from bot import summary
 from bot.watcher import Limits, Observation, WatchState, decide
-from runner.contract import render
 from runner.contract.errors import StatusError
 from runner.contract.status import Phase, StatusRecord
+from runner.text import extraction
 
 NOW = dt.datetime(2030, 1, 1, 12, 0, tzinfo=dt.timezone.utc)
 GOOD = {
@@ -112,8 +112,8 @@ EXTREMES = [
 @pytest.mark.parametrize("extreme", EXTREMES)
 def test_every_record_it_accepts_renders_and_is_judged(phase, extreme):
     rec = StatusRecord.from_dict(with_(phase=phase, **extreme))
-    assert render.render_text(rec, NOW)
-    render.render_detail(rec, NOW)
+    assert extraction.render_text(rec, NOW)
+    extraction.render_detail(rec, NOW)
     summary.render_blocks(rec, NOW)
     state = WatchState(run=rec.started_at or "", errors=0, progress_at="2029-01-01T00:00:00Z")
     actions, _ = decide(state, Observation(NOW, record=rec), Limits())

@@ -11,8 +11,8 @@ import time
 import pytest
 
 from bot import watcher
-from runner.contract import render
 from runner.contract.status import StatusRecord
+from runner.text import extraction
 from tests.conftest import runner
 from tests.runner.helpers import done_count, held_box, out_dir, status
 
@@ -95,10 +95,10 @@ def test_a_failed_record_renders_step_reason_and_what_to_do():
         "phase": "failed", "total": 10, "done": 4, "failed_in": "self_test", "reason": "dump missing",
         "hint": "the dump path is broken", "log_tail": ["a", "b```c"],
     })  # fmt: skip
-    text = render.render_text(rec)
+    text = extraction.render_text(rec)
     assert text.splitlines()[0].startswith("FAILED in self_test") and "dump missing" in text
     assert "what to do: the dump path is broken; then `/extract resume`" in text
-    assert render.log_block(rec) == "```\na\nb'''c\n```"
+    assert extraction.log_block(rec) == "```\na\nb'''c\n```"
 
 
 def _nvml_stub(tmp_path, gpus: list[dict]) -> str:
@@ -228,7 +228,7 @@ def test_many_holders_are_summarised_within_slack_limits():
         {"unit": None, "pid": 100 + i, "name": "python3", "gpus": [i % 8], "mib": 1000} for i in range(64)
     ]
     results = [{"unit": f"u{i}.service", "ok": True, "detail": "stopped and disabled"} for i in range(8)]
-    text = render.gpus_text(holders, results)
+    text = extraction.gpus_text(holders, results)
     assert len(text) < 1000 and "56 more holders on 8 GPUs (0-7), 56,000 MiB" in text, text
     assert text.endswith("u0.service, u1.service, u2.service, u3.service, u4.service, u5.service, u6.service, "
                          "u7.service: stopped and disabled")  # fmt: skip

@@ -241,10 +241,10 @@ def test_adopt_across_filesystems_copies_records_then_removes_the_source(
 def test_adopt_in_the_background_posts_its_report_through_the_status_record(reference, job, tmp_path):
     """`/extract adopt` runs detached (an SSH call cannot wait on terabytes); a held job is
     refused at once, before anything is spawned."""
-    from runner.contract.render import background_result
     from runner.contract.status import StatusRecord
     from runner.output.lock import JobLock
     from runner.output.ranks import RunPaths
+    from runner.text.extraction import background_result
     from tests.runner.helpers import wait_for
 
     _, truth = reference

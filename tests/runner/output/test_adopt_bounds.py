@@ -76,8 +76,8 @@ def test_adopt_leaves_what_it_does_not_adopt_in_a_foreign_tree(reference, job, t
     ]
     assert quarantine(out) == [] and rep["quarantined"] == [] and unrecorded_ckpts(out) == []
     assert "left in place" in runner("adopt", "--config", conf, str(home)).stdout
-    from runner.contract.render import render_adopt
     from runner.contract.replies import AdoptReport
+    from runner.text.extraction import render_adopt
 
     assert "left where they are (not the job's tree): 3 files" in render_adopt(AdoptReport.from_dict(rep))
 

@@ -187,7 +187,7 @@ def test_compact_beside_a_running_job_then_the_job_and_specforge_agree(job, spec
 def test_compact_rounds_when_the_job_asks_and_only_with_the_job_stopped(raw_job):
     import torch
 
-    from runner.contract.precision import round_mantissa
+    from runner.codec.precision import round_mantissa
     from runner.output.lock import JobLock
 
     conf, truth = raw_job

@@ -98,7 +98,7 @@ def test_switching_the_mode_mid_job_keeps_one_name_per_sample(job, raw_truth):
     idx = min(first)
     store = Store(out, storage="ckpt.gz")
     tmp = os.path.join(store.tmp, "again.dump")
-    from runner.contract.ckpt import write_sample
+    from runner.codec.ckpt import write_sample
 
     nbytes, checksum = write_sample(tmp, **{k: raw_truth[idx][k] for k in raw_truth[idx]}, compress=True)
     store.commit(idx, tmp, int(raw_truth[idx]["input_ids"].shape[0]), nbytes, checksum)
@@ -112,8 +112,8 @@ def test_fewer_mantissa_bits_round_the_states_and_pin_the_output(job, raw_truth)
     to nearest even to 4 mantissa bits; verify checks it; a run asking for other bits is refused."""
     import torch
 
-    from runner.contract.ckpt import check_tensors
-    from runner.contract.precision import relative_error, round_mantissa
+    from runner.codec.ckpt import check_tensors
+    from runner.codec.precision import relative_error, round_mantissa
 
     truth, _ = raw_truth
     n = 12

@@ -17,8 +17,9 @@ from remote.transport import LocalTransport
 from runner.contract.errors import StatusError
 from runner.contract.replies import BROKEN, OK
 from runner.contract.status import Phase, StatusRecord, write_record
-from runner.contract.train import TrainRecord, render_train
+from runner.contract.train import TrainRecord
 from runner.contract.train_history import parse_history
+from runner.text.training import render_train
 from runner.train import record
 from tests.conftest import RUNNER
 

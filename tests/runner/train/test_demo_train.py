@@ -13,8 +13,9 @@ import pytest
 
 from runner import specforge_cpu
 from runner.contract.config import load
-from runner.contract.train import TrainRecord, render_train
+from runner.contract.train import TrainRecord
 from runner.output import verified
+from runner.text.training import render_train
 from runner.train import preflight, progress, split
 from tests.conftest import BIN, ROOT, runner
 from tests.sshd import skip_or_fail

@@ -14,7 +14,8 @@ import sys
 import pytest
 
 from runner.contract.errors import ConfigError
-from runner.contract.train import TrainRecord, render_train
+from runner.contract.train import TrainRecord
+from runner.text.training import render_train
 from runner.train import history, progress, record, runspec, split
 from tests.conftest import ROOT, runner
 from tests.runner.train.units import _cfg, _model

@@ -71,7 +71,8 @@ def test_a_venv_build_says_its_step_and_index_to_a_status_read_meanwhile(tmp_pat
     which step it is at and which index pip uses; after it, nothing."""
     import threading
 
-    from runner.contract.train import TrainRecord, render_train
+    from runner.contract.train import TrainRecord
+    from runner.text.training import render_train
 
     root = str(tmp_path / "envs")
     python = os.path.join(specforge_cpu.venv_dir(root), "bin", "python")

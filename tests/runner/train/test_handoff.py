@@ -11,10 +11,10 @@ import sys
 
 import pytest
 
-from runner.contract import render
 from runner.contract.errors import ConfigError
 from runner.contract.status import HANDOFF_PENDING, Phase, StatusRecord, read_record, write_record
 from runner.job import background, view
+from runner.text import extraction
 from runner.train import handoff, record
 from tests.runner.helpers import held_box
 from tests.runner.train.test_preflight import _cfg, _lane, _model, _out
@@ -50,7 +50,7 @@ def test_a_verified_output_is_said_ready_for_training_in_the_extractions_record(
     assert text == "features verified for training: `/train start` trains the draft"
     rec = read_record(path)
     assert rec.handoff == text and rec.phase is Phase.DONE
-    assert text in render.render_text(rec)
+    assert text in extraction.render_text(rec)
     assert handoff.run(_cfg(tmp_path, _lane(tmp_path))) is None  # said once: no longer pending
 
 
@@ -105,7 +105,7 @@ def test_another_runners_record_is_left_alone(tmp_path):
         assert handoff.run(_cfg(tmp_path, _lane(tmp_path))) is None
         assert read_record(path).handoff == HANDOFF_PENDING
         assert view.current(str(out)).handoff == HANDOFF_PENDING  # its runner lives: still under way
-        assert "verifying the features first" in render.render_text(view.current(str(out)))
+        assert "verifying the features first" in extraction.render_text(view.current(str(out)))
     finally:
         other.kill()
         other.wait()

@@ -12,8 +12,9 @@ import sys
 
 from bot.summary import train_blocks
 from runner.contract.replies import OK
-from runner.contract.train import TrainRecord, render_train
+from runner.contract.train import TrainRecord
 from runner.contract.train_history import parse_history
+from runner.text.training import render_train
 from runner.train import progress, record, supervisor
 from tests.conftest import RUNNER
 from tests.runner.helpers import wait_for

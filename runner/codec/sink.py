@@ -14,7 +14,7 @@ from collections.abc import Iterator
 
 import xxhash
 
-from .dump import CHECKSUM_ALGO
+from ..contract.dump import CHECKSUM_ALGO
 
 CHUNK_BYTES = 4 << 20  # write/hash/writeback unit; 4 MiB measured best (16/64 MiB start writeback later)
 _READ_CHUNK = 8 << 20

@@ -24,8 +24,8 @@ import zlib
 
 import torch
 
-from .dump import BF16_MANTISSA_BITS
-from .errors import HsxError
+from ..contract.dump import BF16_MANTISSA_BITS
+from ..contract.errors import HsxError
 from .precision import round_mantissa
 from .sink import GzipSink, gzip_codec, is_gzip, new_file
 

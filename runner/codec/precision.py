@@ -4,9 +4,9 @@ SpecForge casts nothing on load (../shared/notes/storage-facts.md): a bf16 tenso
 mantissa bits are zero reaches the draft model as is, where an FP8 tensor would not. Rounding to
 4 mantissa bits lets standard gzip shrink a sample ~1.65x instead of ~1.28x (``bench.storage``).
 
-Stdlib only, like the rest of the contract (tests/test_architecture.py): torch is never imported
-here. The functions take the caller's tensors, so torch is already loaded when they run; they
-take the module from ``sys.modules``.
+torch is never imported here, so importing this module loads nothing but the contract. The
+functions take the caller's tensors, so torch is already loaded when they run; they take the
+module from ``sys.modules``.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 import sys
 
-from .dump import BF16_MANTISSA_BITS
+from ..contract.dump import BF16_MANTISSA_BITS
 
 _EXP_ALL_ONES = 0x7F80  # magnitude bits at or above this: inf or nan
 _MAX_FINITE = 0x7F7F  # the largest finite bf16 magnitude, 3.39e38

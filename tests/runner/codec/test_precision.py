@@ -3,8 +3,8 @@ import math
 import pytest
 import torch
 
-from runner.contract import precision
-from runner.contract.precision import relative_error, round_mantissa
+from runner.codec import precision
+from runner.codec.precision import relative_error, round_mantissa
 
 
 def bf16(*patterns: int) -> torch.Tensor:

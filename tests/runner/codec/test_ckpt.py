@@ -6,10 +6,10 @@ import pytest
 import torch
 import xxhash
 
-from runner.contract import ckpt, sink
-from runner.contract.ckpt import BadSample, CorruptSample, load_sample, write_sample
+from runner.codec import ckpt, sink
+from runner.codec.ckpt import BadSample, CorruptSample, load_sample, write_sample
+from runner.codec.sink import file_checksum
 from runner.contract.errors import HsxError
-from runner.contract.sink import file_checksum
 
 SEQ, H = 37, 16
 
@@ -261,7 +261,7 @@ def test_concurrent_writes_share_one_crc_window(tmp_path):
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
 def test_all_finite_on_the_bits_agrees_with_isfinite(dtype):
-    from runner.contract.ckpt import all_finite
+    from runner.codec.ckpt import all_finite
 
     x = torch.randn(3, 50, 8).to(dtype)
     assert all_finite(x)
@@ -309,7 +309,7 @@ def test_a_torn_ckpt_gz_is_corrupt_not_a_crash(tmp_path):
 
 
 def test_fewer_mantissa_bits_are_written_rounded_and_checked(tmp_path):
-    from runner.contract.precision import round_mantissa
+    from runner.codec.precision import round_mantissa
 
     sample = make()
     path = tmp_path / "data_0.ckpt"
