@@ -54,9 +54,9 @@ from dataclasses import dataclass
 
 import torch
 
-from bench.specforge import load_specforge
 from runner.contract import ckpt
 from runner.contract.precision import relative_error, round_mantissa
+from tests.specforge_reader import load_specforge
 
 MASSIVE_CHANNELS = 4
 MASSIVE_RANGE = (300.0, 1000.0)

@@ -46,7 +46,7 @@ def free_port(addr: str = "127.0.0.1") -> int:
 def specforge(tmp_path_factory):
     """SpecForge's own ``specforge.data.preprocessing`` (discovery and offline loader), from the
     pinned wheel scripts/test.sh fetches; CI sets HSX_REQUIRE_SPECFORGE=1 to fail, not skip."""
-    from bench import specforge as sf
+    from tests import specforge_reader as sf
     from tests.sshd import skip_or_fail
 
     whl = sf.wheel(os.path.join(ROOT, ".cache"))
