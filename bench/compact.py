@@ -38,6 +38,7 @@ import time
 
 import torch
 
+from bench.common import mb_s
 from bench.storage import synthetic_sample
 from runner.codec import ckpt
 from runner.contract.config import Config, from_dict
@@ -135,10 +136,10 @@ def measure(root: str, samples: int, seq: int, hidden: int, repeats: int) -> dic
     stored["ckpt.gz, 4 mantissa bits"] = on_disk(out)
     res: dict = {}
     for name, runs in times.items():
-        w, c = statistics.median(r[0] for r in runs), statistics.median(r[1] for r in runs)
+        walls, cpus = [r[0] for r in runs], [r[1] for r in runs]
         res[name] = {
-            "runs": len(runs), "wall_s": w, "cpu_s": c, "mb_s": raw / w / 1e6,
-            "mb_per_cpu_s": raw / c / 1e6 if c > 0 else None,
+            "runs": len(runs), "wall_s": statistics.median(walls), "cpu_s": statistics.median(cpus),
+            "mb_s": mb_s(raw, walls), "mb_per_cpu_s": mb_s(raw, cpus),
             "bytes_after": stored[name], "freed": raw - stored[name], "smaller_by": raw / stored[name],
         }  # fmt: skip
     for r in res.values():

@@ -18,6 +18,7 @@ import time
 
 from aiohttp import web
 
+from bench.common import free_port
 from runner.contract import dump
 from runner.contract.config import Config
 from runner.data.dataset import Dataset
@@ -99,7 +100,7 @@ def main() -> None:
         for conc, n in plans:
             out = tempfile.mkdtemp(dir=work)
             srv = FixedLatencyServer(os.path.join(out, "o", ".tmp"), a.capacity, a.latency_ms / 1000)
-            port = _free_port()
+            port = free_port()
             srv.serve(port)
             results[conc] = _run_into(out, port, n, conc)
             srv.proc.terminate()
@@ -112,14 +113,6 @@ def main() -> None:
         )
     finally:
         shutil.rmtree(work, ignore_errors=True)
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _run_into(out: str, port: int, samples: int, concurrency: int) -> float:

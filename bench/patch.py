@@ -49,6 +49,7 @@ import urllib.request
 
 import aiohttp
 
+from bench.common import free_port
 from runner import sglang_cpu
 from runner.contract import dump
 from runner.serve.server import READY_LINE
@@ -242,7 +243,7 @@ def main() -> None:
     python = sglang_cpu.python_of(os.path.join(ROOT, ".cache"))
     if python is None:
         raise SystemExit("the SGLang CPU venv is not built: python -m runner.sglang_cpu .cache")
-    a.port = a.port or _free_port()
+    a.port = a.port or free_port()
     a.url = f"http://127.0.0.1:{a.port}"
 
     work = tempfile.mkdtemp(prefix="hsx-bench-patch-", dir=a.dir)
@@ -316,14 +317,6 @@ def main() -> None:
         "concurrency": a.concurrency, "aux_layer_ids": aux_ids, "c_over_a": ca, "c_over_b": cb, **res,
     }  # fmt: skip
     print(json.dumps(figures))
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 if __name__ == "__main__":

@@ -54,9 +54,10 @@ from dataclasses import dataclass
 
 import torch
 
-from bench.specforge import load_specforge
+from bench.common import mb_s
 from runner.codec import ckpt
 from runner.codec.precision import relative_error, round_mantissa
+from tests.specforge_reader import load_specforge
 
 MASSIVE_CHANNELS = 4
 MASSIVE_RANGE = (300.0, 1000.0)
@@ -336,8 +337,7 @@ def specforge_read(mod, root: str, samples: list[dict], repeats: int, comp: dict
     raw = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(plain) for f in fs)
     out: dict = {"files": n, "raw_mb_per_sample": raw / n / 1e6}
     for k, v in times.items():
-        med = statistics.median(v)
-        out[k] = {"samples_s": n / med, "mb_s": raw / med / 1e6}
+        out[k] = {"samples_s": n / statistics.median(v), "mb_s": mb_s(raw, v)}
     out["gz_over_ckpt"] = out["ckpt.gz"]["samples_s"] / out["ckpt"]["samples_s"]
     return out
 

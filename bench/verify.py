@@ -16,13 +16,13 @@ import argparse
 import json
 import os
 import shutil
-import statistics
 import subprocess
 import tempfile
 import time
 
 import torch
 
+from bench.common import mb_s
 from runner.codec import ckpt
 from runner.contract.config import from_dict
 from runner.output.store import Store, sample_path, shard_name
@@ -93,7 +93,7 @@ def main() -> None:
                 times[name].append(time.perf_counter() - t0)
                 if isinstance(rep, dict):
                     assert rep["ok"] == a.files, rep
-        rate = {k: total / statistics.median(v) / 1e6 for k, v in times.items()}
+        rate = {k: mb_s(total, v) for k, v in times.items()}
         print(f"{a.files} files x {total / a.files / 1e6:.1f} MB = {total / 1e9:.2f} GB, "
               f"{'cold' if cold else 'warm'} cache, median of {a.repeats}")  # fmt: skip
         for k, r in rate.items():

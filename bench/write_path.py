@@ -28,7 +28,6 @@ import json
 import os
 import re
 import shutil
-import statistics
 import subprocess
 import tempfile
 import time
@@ -36,6 +35,7 @@ import time
 import torch
 import xxhash
 
+from bench.common import mb_s
 from bench.storage import synthetic_sample
 from runner.codec import ckpt
 from runner.codec.sink import file_checksum, plain_checksum
@@ -202,10 +202,8 @@ def main(argv: list[str] | None = None) -> int:
         torch.set_num_threads(threads)
         shutil.rmtree(work, ignore_errors=True)
 
-    med = {k: nbytes / statistics.median(v) / 1e6 for k, v in secs.items() if v}
-    per_cpu = {
-        k: nbytes / statistics.median(v) / 1e6 if statistics.median(v) > 0 else None for k, v in cpu.items()
-    }
+    med = {k: mb_s(nbytes, v) for k, v in secs.items() if v}
+    per_cpu = {k: mb_s(nbytes, v) for k, v in cpu.items()}
     base = med.get("dd")
     label = f"seq {a.seq}, H {a.hidden}, {a.dtype}, {nbytes / 1e6:.1f} MB"
     print(f"disk: {os.path.abspath(a.dir)}   sample: {label}, synthetic heavy-tailed   median of {a.repeats}, "

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -17,6 +18,11 @@ import sys
 import pytest
 
 from runner.contract import timing
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BIN = os.path.dirname(sys.executable)
@@ -46,7 +52,7 @@ def free_port(addr: str = "127.0.0.1") -> int:
 def specforge(tmp_path_factory):
     """SpecForge's own ``specforge.data.preprocessing`` (discovery and offline loader), from the
     pinned wheel scripts/test.sh fetches; CI sets HSX_REQUIRE_SPECFORGE=1 to fail, not skip."""
-    from bench import specforge as sf
+    from tests import specforge_reader as sf
     from tests.sshd import skip_or_fail
 
     whl = sf.wheel(os.path.join(ROOT, ".cache"))
@@ -95,26 +101,52 @@ def write_job(dest, assets, samples: int | None = None, **overrides) -> str:
         section, _, key = k.partition("__")
         assert key, f"write_job: {k!r} is not section__key"
         tables.setdefault(section, {})[key] = v
-    lines = []
-    for section, keys in tables.items():
-        lines += [f"[{section}]"] + [f"{k} = {_toml(v)}" for k, v in keys.items()]
-    lines += ["[remote]", 'transport = "local"', f'runner = "{RUNNER}"', f'runner_config = "{dest}/hsx.toml"']
     path = os.path.join(dest, "hsx.toml")
-    with open(path, "w") as f:
+    remote = {"transport": "local", "runner": RUNNER, "runner_config": path}
+    tables["remote"] = {**remote, **tables.get("remote", {})}  # a remote__ override wins
+    return write_config(path, **tables)
+
+
+def write_config(path, **sections) -> str:
+    """A TOML config at ``path``, a ``[section]`` a keyword in the order given, each a dict of
+    keys: ``write_config(p, job={"model": "m", ...}, train={"python": py})``; a dotted table as
+    ``**{"train.specforge.training": {...}}``. Values: str (or a path), bool, int, float, and
+    lists and dicts (inline tables) of those. Returns the path."""
+    lines = []
+    for section, keys in sections.items():
+        assert re.fullmatch(r"[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*", section), f"write_config: [{section}]"
+        lines += [f"[{section}]"] + [f"{_key(k)} = {_toml(v)}" for k, v in keys.items()]
+    with open(path, "w", encoding="utf-8") as f:
         f.write("\n".join(lines) + "\n")
-    return path
+    return str(path)
+
+
+def read_config(path) -> dict:
+    """A config's sections as TOML reads them: to write one again with more (write_config)."""
+    with open(path, "rb") as f:
+        return tomllib.load(f)
+
+
+def _key(k: str) -> str:
+    return k if re.fullmatch(r"[A-Za-z0-9_-]+", k) else _toml(k)
 
 
 def _toml(v) -> str:
+    """``v`` as a TOML value."""
     if isinstance(v, bool):
         return "true" if v else "false"
-    if isinstance(v, str):
-        return json.dumps(v)
-    if isinstance(v, list):
+    if isinstance(v, int):
+        return str(int(v))
+    if isinstance(v, float):
+        return repr(float(v))  # 0.3, 1e-05, inf, -inf, nan: each a TOML float
+    if isinstance(v, (str, os.PathLike)):
+        # JSON's escapes are TOML's; DEL, which JSON leaves bare, TOML wants escaped
+        return json.dumps(os.fspath(v), ensure_ascii=False).replace("\x7f", "\\u007f")
+    if isinstance(v, (list, tuple)):
         return "[" + ", ".join(_toml(x) for x in v) + "]"
     if isinstance(v, dict):
-        return "{ " + ", ".join(f"{k} = {_toml(x)}" for k, x in v.items()) + " }"
-    return repr(v)
+        return "{ " + ", ".join(f"{_key(k)} = {_toml(x)}" for k, x in v.items()) + " }"
+    raise TypeError(f"no TOML value for {v!r}")
 
 
 def runner(*args, timeout=300, check=False) -> subprocess.CompletedProcess:

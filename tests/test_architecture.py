@@ -8,7 +8,8 @@ codec, remote only the contract and the text, deploy never imports bot, the ops 
 imports the codec, and bot reaches the runner's machinery only for the text and ``hsx demo``
 (which runs a runner on this machine). Inside runner the stages are a ladder (data, output, serve,
 job, engines): each imports only the rungs below it. No file imports one that imports it back,
-lazily or not, and no module grows past the habit's 450 lines.
+lazily or not, and no module grows past the habit's 450 lines. The tests import no bench code,
+but for tests/bench/ (the bench's own tests).
 """
 
 from __future__ import annotations
@@ -43,8 +44,8 @@ MAX_LINES = 450
 STDLIB = sys.stdlib_module_names | {"__future__", "tomli"}  # tomli: tomllib before Python 3.11
 
 
-def _modules():
-    for pkg in OURS:
+def _modules(pkgs=OURS):
+    for pkg in pkgs:
         for dirpath, _, files in os.walk(os.path.join(ROOT, pkg)):
             for f in files:
                 if f.endswith(".py"):
@@ -268,6 +269,15 @@ def test_the_circle_finder_finds_a_circle():
 def test_no_file_imports_one_that_imports_it_back():
     ours = [(s, d) for s, d, _ in EDGES if _ours(d) and s != d]  # lazy and type-only imports count too
     assert not _circles(ours)
+
+
+def test_the_tests_import_no_bench_code_but_the_bench_s_own():
+    """tests/bench/ tests the benchmarks; every other test, fixture and helper stands without
+    them (SpecForge's reader, which the bench uses too, is tests/specforge_reader.py)."""
+    seen = [(n, mod) for n, path, is_pkg in _modules(("tests",)) for mod, _ in _imports(n, path, is_pkg)]
+    bad = [(n, mod) for n, mod in seen if _in(mod, "bench") and not _in(n, "tests.bench")]
+    assert not bad, bad
+    assert any(_in(mod, "bench") for n, mod in seen if _in(n, "tests.bench"))  # the check can fail
 
 
 def test_no_module_past_the_habit():

@@ -7,7 +7,7 @@ import subprocess
 import sys
 
 from runner.contract.status import Phase, StatusRecord, write_record
-from tests.conftest import RUNNER
+from tests.conftest import RUNNER, write_config
 
 CHECK = (
     "import sys\n"
@@ -28,9 +28,10 @@ def test_hsx_status_answers_without_torch(tmp_path):
     out.mkdir()
     write_record(str(out / "status.json"), StatusRecord(job="j", phase=Phase.DONE, total=3, done=3))
     conf = tmp_path / "hsx.toml"
-    conf.write_text(
-        f'[job]\nmodel = "m"\ndataset = "d.jsonl"\nout = "out"\n'
-        f'[remote]\ntransport = "local"\nrunner = "{RUNNER}"\nrunner_config = "{conf}"\n'
+    write_config(
+        conf,
+        job={"model": "m", "dataset": "d.jsonl", "out": "out"},
+        remote={"transport": "local", "runner": RUNNER, "runner_config": conf},
     )
     body = f"rc = bot.cli.main(['status', '--config', {str(conf)!r}])\nassert rc == 0, rc\n"
     p = subprocess.run([sys.executable, "-c", CHECK.format(body=body)], capture_output=True, text=True)

@@ -9,6 +9,7 @@ import subprocess
 import sys
 
 from tests.bot.conftest import EXTRACTING
+from tests.conftest import write_config
 
 
 def into_closed_pipe(*argv: str) -> subprocess.CompletedProcess:
@@ -30,5 +31,5 @@ def test_the_runner_cli_piped_into_a_reader_that_left(tmp_path):
     (tmp_path / "out").mkdir()
     (tmp_path / "out" / "status.json").write_text(json.dumps(EXTRACTING))
     conf = tmp_path / "hsx.toml"
-    conf.write_text('[job]\nname = "eagle3"\nmodel = "m"\ndataset = "d.jsonl"\nout = "out"\n')
+    write_config(conf, job={"name": "eagle3", "model": "m", "dataset": "d.jsonl", "out": "out"})
     quiet(into_closed_pipe("runner.cli", "status", "--json", "--config", str(conf)))

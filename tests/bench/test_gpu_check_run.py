@@ -146,6 +146,23 @@ def test_stock_argv_drops_the_patch_and_keeps_the_rest():
     assert stock[stock.index("--tp-size") + 1] == "8"  # the baseline at the same tp
 
 
+def test_gpu_check_baseline_is_stock_sglang_without_capture():
+    patched = server_argv(python="/venv/bin/python", model="/m", host="127.0.0.1", port=30001, tp_size=8,
+                          dp_size=1, mem_fraction=0.85, aux_layer_ids=[1, 4, 7],
+                          extra_args=["--chunked-prefill-size", "512"])  # fmt: skip
+    stock = gc.stock_argv(patched, 31002)
+    assert stock[1:3] == ["-m", "sglang.launch_server"]
+    flags = parse_flags(stock[3:])
+    assert flags["--port"] == [["31002"]] and flags["--chunked-prefill-size"] == [["512"]]
+    assert "--disable-radix-cache" in flags  # same cache setting on both sides
+    for gone in (
+        "--enable-return-aux-hidden-states",
+        "--speculative-algorithm",
+        "--return-aux-hidden-state-layer-ids",
+    ):
+        assert gone not in flags
+
+
 def test_prompts_give_as_many_as_asked_one_long_enough_to_be_chunked():
     assert len(gc.prompts(1, 64)) == 1 and len(gc.prompts(5, 64)) == 5
     p = gc.prompts(5, 64)

@@ -20,7 +20,7 @@ from remote.connect import open_box
 from runner.contract import timing
 from runner.contract.config import load
 from tests import sshd
-from tests.conftest import ROOT, _toml
+from tests.conftest import ROOT, write_config
 
 from .http_bot import STRANGER, serve
 
@@ -37,7 +37,7 @@ def pair(tmp_path):
         yield p
 
 
-def write_config(path, pair, fake, ops, **watcher) -> str:
+def bot_config(path, pair, fake, ops, **watcher) -> str:
     sections = {
         "remote": {
             "transport": "ssh", "host": pair.target.addr, "port": pair.target.port, "user": pair.user,
@@ -48,16 +48,13 @@ def write_config(path, pair, fake, ops, **watcher) -> str:
                   "audit_log": os.path.join(ops, "audit.jsonl")},
         "watcher": {"state_file": os.path.join(ops, "watch.json"), "interval_s": 0.5, **watcher},
     }  # fmt: skip
-    with open(path, "w") as f:
-        for name, body in sections.items():
-            f.write(f"[{name}]\n" + "".join(f"{k} = {_toml(v)}\n" for k, v in body.items()))
-    return str(path)
+    return write_config(path, **sections)
 
 
 class World:
     def __init__(self, pair, fake, tmp_path, **watcher):
         self.pair, self.fake = pair, fake
-        self.conf = write_config(tmp_path / "hsx.toml", pair, fake, str(tmp_path / "ops"), **watcher)
+        self.conf = bot_config(tmp_path / "hsx.toml", pair, fake, str(tmp_path / "ops"), **watcher)
         self.cfg = load(self.conf)
         self.box = open_box(self.cfg)
         self.asked = 0

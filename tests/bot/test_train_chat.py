@@ -204,13 +204,14 @@ def test_train_status_reaches_the_real_runner_on_a_real_run_dir(tmp_path, cfg):
     a record that says training without its supervisor holding the lock reads as crashed."""
     from remote.client import GpuBox
     from remote.transport import LocalTransport
-    from tests.conftest import RUNNER
+    from tests.conftest import RUNNER, write_config
 
     run = tmp_path / "out-train"
     job = tmp_path / "job.toml"
-    job.write_text(
-        f'[job]\nmodel = "{tmp_path}/model"\ndataset = "{tmp_path}/data.jsonl"\nout = "{tmp_path}/out"\n'
-        f'[train]\npython = "{sys.executable}"\nrun_dir = "{run}"\n'
+    write_config(
+        job,
+        job={"model": f"{tmp_path}/model", "dataset": f"{tmp_path}/data.jsonl", "out": f"{tmp_path}/out"},
+        train={"python": sys.executable, "run_dir": run},
     )
     cfg = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, python=sys.executable))
     box = GpuBox(LocalTransport(), RUNNER, str(job), timeout_s=60)

@@ -80,10 +80,5 @@ def cluster_job(dest, assets, rows: list[str] | None = None, samples: int | None
     extra = {k: cluster.pop(k) for k in list(cluster) if "__" in k}
     if rows is not None:
         extra["rows"] = rows
-    path = write_job(dest, assets, samples, **extra)
     cluster = {"engine": "slurm", "gpus_per_node": 0, **cluster}
-    with open(path, "a") as f:
-        f.write("[cluster]\n")
-        for k, v in cluster.items():
-            f.write(f"{k} = {json.dumps(v)}\n")
-    return path
+    return write_job(dest, assets, samples, **extra, **{f"cluster__{k}": v for k, v in cluster.items()})

@@ -18,12 +18,12 @@ from runner.contract.config import load
 from runner.engines import slurm_train
 from runner.train import progress, runspec
 from tests.cluster.conftest import cluster_job
-from tests.conftest import ROOT, runner, write_job
+from tests.conftest import ROOT, read_config, runner, write_config, write_job
 from tests.sshd import skip_or_fail
 
 
-def _train_section(python: str, **more) -> str:
-    keys = {
+def _train_section(python: str, **more) -> dict:
+    return {
         "python": python,
         "epochs": 1,
         "save_interval": 1,
@@ -31,19 +31,15 @@ def _train_section(python: str, **more) -> str:
         "export_at_end": False,
         **more,
     }
-    return "[train]\n" + "".join(f"{k} = {json.dumps(v)}\n" for k, v in keys.items())
 
 
 def _site(tmp_path, gpus_per_node: int, time_limit: str, nodes: int, gpus: int):
     """A Slurm job's config with a site's partition, GPUs, time limit and own sbatch flag."""
-    conf = tmp_path / "hsx.toml"
-    conf.write_text(
-        '[job]\nname = "big"\nmodel = "m"\ndataset = "d.jsonl"\nout = "out"\n'
-        f'[cluster]\nengine = "slurm"\npartition = "gpu"\ngpus_per_node = {gpus_per_node}\n'
-        f'time_limit = "{time_limit}"\nsbatch_args = ["--account=lab"]\n'
-        + _train_section("/venv/bin/python", nodes=nodes, gpus=gpus)
-    )
-    return load(str(conf))
+    job = {"name": "big", "model": "m", "dataset": "d.jsonl", "out": "out"}
+    cluster = {"engine": "slurm", "partition": "gpu", "gpus_per_node": gpus_per_node, "time_limit": time_limit,
+               "sbatch_args": ["--account=lab"]}  # fmt: skip
+    train = _train_section("/venv/bin/python", nodes=nodes, gpus=gpus)
+    return load(write_config(tmp_path / "hsx.toml", job=job, cluster=cluster, train=train))
 
 
 def test_the_job_is_nodes_by_gpus_and_each_node_runs_specforges_launcher_with_its_rank(tmp_path):
@@ -133,9 +129,8 @@ def test_a_slurm_extraction_hands_off_to_a_training_job_then_one_is_said_queued_
             "no SpecForge CPU venv (python -m runner.specforge_cpu .cache)", "HSX_REQUIRE_SPECFORGE_TRAIN"
         )
     conf = cluster_job(tmp_path / "t", demo_assets, samples=1)
-    text = open(conf).read()
-    with open(conf, "a") as f:
-        f.write(_train_section(py, after_extraction=True, export_at_end=True))
+    sections = read_config(conf)
+    write_config(conf, **sections, train=_train_section(py, after_extraction=True, export_at_end=True))
     assert json.loads(runner("start", "--json", "--config", conf).stdout)["started"]
     deadline = time.monotonic() + 300
     while (st := _train(conf, "status"))["phase"] != "done":
@@ -154,9 +149,8 @@ def test_a_slurm_extraction_hands_off_to_a_training_job_then_one_is_said_queued_
         "step 1: {" in open(os.path.join(out, "train.log")).read()
     )  # SpecForge's, under the job's supervisor
     held = os.path.join(os.path.dirname(conf), "held.toml")  # a job Slurm holds back an hour
-    with open(held, "w") as f:
-        f.write(text.replace("[cluster]\n", '[cluster]\nsbatch_args = ["--begin=now+3600"]\n'))
-        f.write(_train_section(py, run_dir="held-train"))
+    sections["cluster"]["sbatch_args"] = ["--begin=now+3600"]
+    write_config(held, **sections, train=_train_section(py, run_dir="held-train"))
     rep = _train(held, "start")
     assert rep["started"] and "--nodes=1" in rep["argv"], rep
     assert rep["message"] == f"training started: Slurm job {rep['job_id']}, 1 node(s) x 1"
@@ -221,8 +215,8 @@ def test_two_slurm_nodes_train_together_to_the_end(slurm_two_nodes, demo_assets,
     conf = write_job(tmp_path / "t", demo_assets, samples=4)
     runner("run", "--config", conf, check=True, timeout=300)  # extracted here, trained on Slurm
     runner("verify", "--config", conf, check=True, timeout=120)
-    with open(conf, "a") as f:
-        f.write('[cluster]\nengine = "slurm"\ngpus_per_node = 0\n' + _train_section(py, nodes=2, gpus=1))
+    cluster = {"engine": "slurm", "gpus_per_node": 0}
+    write_config(conf, **read_config(conf), cluster=cluster, train=_train_section(py, nodes=2, gpus=1))
     with contextlib.ExitStack() as held:  # torchrun's default master port busy, as on a shared node
         with contextlib.suppress(OSError):  # or busy already
             held.enter_context(socket.create_server(("", 29500)))

@@ -19,7 +19,7 @@ import pytest
 
 from tests import sshd
 from tests.bot.http_bot import serve
-from tests.conftest import _toml, free_port, write_job
+from tests.conftest import free_port, write_config, write_job
 
 HSX = os.path.join(os.path.dirname(sys.executable), "hsx")
 REQUIRE_ENV = sshd.REQUIRE_ENV
@@ -58,11 +58,7 @@ class GpuBoxWorld:
             },
             "watcher": {"interval_s": 0.5, "milestone_pct": 10, "state_file": os.path.join(job_dir, "ops", "watch.json")},
         }  # fmt: skip
-        path = os.path.join(job_dir, "hsx.toml")
-        with open(path, "w") as f:
-            for section, body in sections.items():
-                f.write(f"[{section}]\n" + "".join(f"{k} = {_toml(v)}\n" for k, v in body.items()))
-        return path
+        return write_config(os.path.join(job_dir, "hsx.toml"), **sections)
 
     def deploy(self, conf: str, *extra: str) -> tuple[int, dict]:
         p = subprocess.run(

@@ -131,25 +131,6 @@ def test_launcher_refuses_wrong_version_before_starting(tmp_path):
     assert p.returncode == 2 and "three distinct" in p.stderr
 
 
-def test_gpu_check_baseline_is_stock_sglang_without_capture():
-    from bench.gpu_check.run import stock_argv
-
-    patched = launch.server_argv(
-        **{**BASE, "aux_layer_ids": [1, 4, 7], "extra_args": ["--chunked-prefill-size", "512"]}
-    )
-    stock = stock_argv(patched, 31002)
-    assert stock[1:3] == ["-m", "sglang.launch_server"]
-    flags = launch.parse_flags(stock[3:])
-    assert flags["--port"] == [["31002"]] and flags["--chunked-prefill-size"] == [["512"]]
-    assert "--disable-radix-cache" in flags  # same cache setting on both sides
-    for gone in (
-        "--enable-return-aux-hidden-states",
-        "--speculative-algorithm",
-        "--return-aux-hidden-state-layer-ids",
-    ):
-        assert gone not in flags
-
-
 def test_trust_remote_code_is_the_config_s_to_set():
     argv = launch.server_argv(**{**BASE, "trust_remote_code": True})
     assert argv.count("--trust-remote-code") == 1

@@ -21,6 +21,7 @@ from remote.ssh import MAX_COMMAND_BYTES, SSHTransport
 from runner.contract.config import from_dict
 from runner.contract.status import Phase, StatusRecord, write_record
 from tests import sshd
+from tests.conftest import write_config
 
 RUNNER = os.path.join(os.path.dirname(sys.executable), "hsx-runner")
 
@@ -181,7 +182,7 @@ def test_status_over_the_two_hop_path(shared_pair, tmp_path):
     rec.reason = "stopped on request"
     write_record(str(out / "status.json"), rec)
     job_cfg = tmp_path / "hsx.toml"
-    job_cfg.write_text(f'[job]\nmodel = "{tmp_path}/model"\ndataset = "{tmp_path}/d.jsonl"\nout = "{out}"\n')
+    write_config(job_cfg, job={"model": f"{tmp_path}/model", "dataset": f"{tmp_path}/d.jsonl", "out": out})
     cfg = from_dict(
         {
             "remote": {

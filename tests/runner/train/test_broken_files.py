@@ -21,18 +21,15 @@ from runner.contract.train import TrainRecord
 from runner.contract.train_history import parse_history
 from runner.text.training import render_train
 from runner.train import record
-from tests.conftest import RUNNER
+from tests.conftest import RUNNER, write_config
 
 
 def _config(tmp_path) -> str:
     out = tmp_path / "out"
     out.mkdir(exist_ok=True)
     path = tmp_path / "hsx.toml"
-    path.write_text(
-        f'[job]\nmodel = "{tmp_path}/model"\ndataset = "{tmp_path}/d.jsonl"\nout = "{out}"\n'
-        f'[train]\npython = "{sys.executable}"\n'
-    )
-    return str(path)
+    job = {"model": f"{tmp_path}/model", "dataset": f"{tmp_path}/d.jsonl", "out": out}
+    return write_config(path, job=job, train={"python": sys.executable})
 
 
 def _runner(conf: str, *verb: str) -> subprocess.CompletedProcess:

@@ -17,7 +17,7 @@ from runner.contract.errors import ConfigError
 from runner.contract.train import TrainRecord
 from runner.text.training import render_train
 from runner.train import history, progress, record, runspec, split
-from tests.conftest import ROOT, runner
+from tests.conftest import ROOT, runner, write_config
 from tests.runner.train.units import _cfg, _model
 
 # recorded from SpecForge 0.2.0 on the demo (ttt_length 3, log_interval 5, eval every 20)
@@ -216,7 +216,7 @@ def test_the_supervisor_fills_eval_and_timing_fields_and_keeps_a_history_across_
     )
     assert ") · best ~0.03 at step 20" in said, said
     cfg = tmp_path / "hsx.toml"
-    cfg.write_text(f'[job]\nmodel = "m"\ndataset = "d.jsonl"\nout = "out"\n[train]\nrun_dir = "{root}"\n')
+    write_config(cfg, job={"model": "m", "dataset": "d.jsonl", "out": "out"}, train={"run_dir": root})
     p = runner("train", "history", "--json", "--config", str(cfg))
     assert p.returncode == 0, p.stdout + p.stderr
     h = json.loads(p.stdout)

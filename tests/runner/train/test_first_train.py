@@ -15,7 +15,7 @@ import pytest
 from runner import lanes, specforge_cpu
 from runner.contract.config import load
 from runner.data import demo_assets
-from tests.conftest import ROOT, runner
+from tests.conftest import ROOT, runner, write_config
 from tests.sshd import skip_or_fail
 
 pytestmark = pytest.mark.slow
@@ -78,7 +78,7 @@ def test_a_venv_build_says_its_step_and_index_to_a_status_read_meanwhile(tmp_pat
     python = os.path.join(specforge_cpu.venv_dir(root), "bin", "python")
     gate = tmp_path / "gate"
     conf = tmp_path / "hsx.toml"
-    conf.write_text(f'[job]\nmodel = "m"\ndataset = "d.jsonl"\nout = "out"\n[train]\npython = "{python}"\n')
+    write_config(conf, job={"model": "m", "dataset": "d.jsonl", "out": "out"}, train={"python": python})
     said: list[str] = []
     wait = f"import os, time\nwhile not os.path.exists({str(gate)!r}): time.sleep(0.05)"
     steps = lambda py: [("the dependencies (a stand-in)", [sys.executable, "-c", wait])]  # noqa: E731

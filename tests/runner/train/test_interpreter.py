@@ -11,7 +11,7 @@ import pytest
 from runner import specforge_cpu, specforge_gpu
 from runner.serve import gpus
 from runner.train import control, interpreter
-from tests.conftest import RUNNER
+from tests.conftest import RUNNER, write_config
 
 from .units import UNIFIED, _cfg, _fake_python, _nvml
 
@@ -27,8 +27,8 @@ from .units import UNIFIED, _cfg, _fake_python, _nvml
 def test_setup_refuses_an_interpreter_without_the_unified_runtime_and_says_why(tmp_path, version, cli, why):
     py = _fake_python(tmp_path, "sf", version, cli)
     (tmp_path / "out").mkdir()
-    (tmp_path / "hsx.toml").write_text(
-        f'[job]\nmodel = "m"\ndataset = "d.jsonl"\nout = "out"\n[train]\npython = "{py}"\n'
+    write_config(
+        tmp_path / "hsx.toml", job={"model": "m", "dataset": "d.jsonl", "out": "out"}, train={"python": py}
     )
     p = subprocess.run([RUNNER, "train", "setup", "--json", "--config", str(tmp_path / "hsx.toml")],
                        capture_output=True, text=True, timeout=120)  # fmt: skip
@@ -84,8 +84,10 @@ def test_a_gpu_boxs_setup_that_cannot_install_says_which_step_and_is_not_taken_f
     """The registry out of reach: train setup answers why (the step, pip's exit), leaves no
     marker (so the next setup builds it anew); the JSON answer is not mixed with pip's output."""
     cfg = tmp_path / "hsx.toml"
-    cfg.write_text(
-        '[job]\nmodel = "m"\ndataset = "d.jsonl"\nout = "out"\n[train]\npython = "auto"\nenvs_dir = "envs"\n'
+    write_config(
+        cfg,
+        job={"model": "m", "dataset": "d.jsonl", "out": "out"},
+        train={"python": "auto", "envs_dir": "envs"},
     )
     links = tmp_path / "nothing"
     links.mkdir()

@@ -16,7 +16,7 @@ from runner.contract.train import TrainRecord
 from runner.contract.train_history import parse_history
 from runner.text.training import render_train
 from runner.train import progress, record, supervisor
-from tests.conftest import RUNNER
+from tests.conftest import RUNNER, write_config
 from tests.runner.helpers import wait_for
 
 # The stand-in trainer: bad lines between real steps; it ends (exit 0) once the test lets it.
@@ -51,9 +51,8 @@ open(os.path.join(root, "finished"), "w").close()
 def _config(tmp_path) -> str:
     out = tmp_path / "out"
     out.mkdir(exist_ok=True)
-    path = tmp_path / "hsx.toml"
-    path.write_text(f'[job]\nmodel = "{tmp_path}/model"\ndataset = "{tmp_path}/d.jsonl"\nout = "{out}"\n')
-    return str(path)
+    job = {"model": f"{tmp_path}/model", "dataset": f"{tmp_path}/d.jsonl", "out": out}
+    return write_config(tmp_path / "hsx.toml", job=job)
 
 
 def _train(conf: str, action: str) -> subprocess.CompletedProcess:

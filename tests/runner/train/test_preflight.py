@@ -19,7 +19,7 @@ from runner.output import verified
 from runner.serve import gpus as gpus_mod
 from runner.serve import pidfile
 from runner.train import preflight, runspec
-from tests.conftest import RUNNER
+from tests.conftest import RUNNER, write_config
 from tests.runner.helpers import held_box
 from tests.runner.train.units import UNIFIED, _fake_python
 
@@ -228,7 +228,7 @@ def test_train_start_refuses_unverified_features_and_writes_nothing(tmp_path):
     _out(tmp_path, verify=False)
     py = _fake_python(tmp_path, "sf", "0.2.0", UNIFIED)
     conf = tmp_path / "hsx.toml"
-    conf.write_text(f'[job]\nmodel = "model"\ndataset = "d.jsonl"\nout = "out"\n[train]\npython = "{py}"\n')
+    write_config(conf, job={"model": "model", "dataset": "d.jsonl", "out": "out"}, train={"python": py})
     p = subprocess.run([RUNNER, "train", "start", "--json", "--config", str(conf)],
                        capture_output=True, text=True, timeout=120)  # fmt: skip
     rep = json.loads(p.stdout)

@@ -19,7 +19,7 @@ from runner import specforge_cpu
 from runner.contract.train import PACE_ENV
 from runner.serve import procs
 from runner.train import progress
-from tests.conftest import ROOT, runner, write_job
+from tests.conftest import ROOT, read_config, runner, write_config, write_job
 from tests.sshd import skip_or_fail
 
 pytestmark = pytest.mark.slow
@@ -58,12 +58,9 @@ def paced(monkeypatch):
 def _config(extracted, run_dir, python, **train) -> str:
     keys = {"python": python, "run_dir": run_dir, "epochs": EPOCHS, "save_interval": SAVE, "log_interval": LOG,
             "learning_rate": 0.001, "export_at_end": False, **train}  # fmt: skip
-    text = open(extracted).read() + "[train]\n" + "".join(f"{k} = {json.dumps(v)}\n" for k, v in keys.items())
-    text += "[train.specforge.training]\nttt_length = 3\n"
     path = os.path.join(os.path.dirname(extracted), f"train-{os.path.basename(run_dir)}.toml")
-    with open(path, "w") as f:
-        f.write(text)
-    return path
+    training = {"ttt_length": 3}
+    return write_config(path, **read_config(extracted), train=keys, **{"train.specforge.training": training})
 
 
 def _train(cfg, action, *args, code=0) -> dict:
@@ -152,11 +149,7 @@ def test_after_extraction_starts_the_training_when_the_extraction_ends_done(
 ):
     monkeypatch.delenv("INVOCATION_ID", raising=False)  # a CI runner under systemd: the runner would stay
     run_dir = str(tmp_path / "handed")
-    cfg = _config(extracted, run_dir, train_python)
-    with open(cfg) as f:
-        text = f.read().replace("[train]\n", "[train]\nafter_extraction = true\n", 1)
-    with open(cfg, "w") as f:
-        f.write(text)
+    cfg = _config(extracted, run_dir, train_python, after_extraction=True)
     runner("run", "--config", cfg, timeout=300, check=True)  # ends done: every sample is there, verified
     try:
         st = json.loads(runner("status", "--json", "--config", cfg, check=True).stdout)

@@ -1,6 +1,8 @@
 """SpecForge's own offline reader (``specforge.data.preprocessing``: ``list_local_files``,
 ``OfflineEagle3Dataset``), imported from its pinned release wheel or a source checkout, never
-copied: the benchmarks time it and the tests read our outputs with it.
+copied: the tests read our outputs with it (conftest's ``specforge`` fixture) and
+``bench.storage`` times it. It lives with the tests, which import no bench code; the bench
+imports it from here, as it does ``tests.sshd``.
 
 The wheel is fetched by ``scripts/test.sh`` (``pip download --no-deps specforge==0.2.0``, like
 SGLang's); its reader needs ``datasets``, ``transformers`` and ``tqdm`` (the ``dev`` extra)."""

@@ -1,0 +1,20 @@
+"""What several benchmarks share: a free loopback port, and MB/s over the median of timings."""
+
+from __future__ import annotations
+
+import socket
+import statistics
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 now (a server a bench starts listens there)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def mb_s(nbytes: int, seconds) -> float | None:
+    """``nbytes`` in MB (10**6 bytes) per second, over the median of ``seconds`` (wall or CPU
+    seconds of repeated runs); None where that median is not above 0."""
+    med = statistics.median(seconds)
+    return nbytes / med / 1e6 if med > 0 else None
