@@ -11,18 +11,17 @@ import signal
 import sys
 import time
 
+from bot.verbs.commands import Command, command_of
+from bot.verbs.table import EXTRACTION, TRAINING
 from remote.client import check_adopt_dir
 from runner.contract import timing
 from runner.contract.config import Config, load
 from runner.contract.errors import HsxError
 from runner.contract.stdout import quiet_when_stdout_closes
 
-from .commands import Command, command_of
-from .verbs import EXTRACTION, TRAINING
-
 
 def _box(cfg: Config):
-    from .wiring import open_box
+    from bot.wiring import open_box
 
     return open_box(cfg)
 
@@ -54,7 +53,7 @@ def cmd_verb(args) -> int:
         if verb.name == "preflight":  # a terminal gets the whole report
             print(json.dumps(box.preflight(), indent=1))
             return 0
-        from .wiring import make_handlers
+        from bot.wiring import make_handlers
 
         reply = make_handlers(cfg, box).handle(cmd, "terminal", operator=True)
         print(reply.text)
@@ -104,7 +103,7 @@ def cmd_train(args) -> int:
         if args.json:
             print(json.dumps(box.train(args.action)))
             return 0
-        from .wiring import make_handlers
+        from bot.wiring import make_handlers
 
         cmd = Command(args.action, kind=TRAINING.name, confirmed=True)  # a terminal does not ask
         reply = make_handlers(cfg, box).handle(cmd, "terminal", operator=True)
@@ -115,7 +114,7 @@ def cmd_train(args) -> int:
 
 
 def cmd_bot(args) -> int:
-    from .app import run_bot
+    from bot.slack.app import run_bot
 
     cfg = load(args.config)  # a bad config is a clear error, not an exit code
     signal.signal(signal.SIGTERM, _terminate)  # a service stop: the same quick exit as Ctrl-C
@@ -189,7 +188,7 @@ def cmd_demo(args) -> int:
     try:
         if args.headless:
             return _headless(box, started.get("pid"))
-        from .console import run_console
+        from bot.terminal.console import run_console
 
         run_console(box, cfg, watch=True)
         return 0

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import os
 
+from bot.verbs.audit import AuditLog
+from bot.verbs.handlers import Handlers
+from bot.watch import history
 from remote.live import LiveStatus
 from runner.contract.config import Config
 from runner.contract.train import TrainRecord
-
-from . import history
-from .audit import AuditLog
-from .handlers import Handlers
 
 
 def open_box(cfg: Config):

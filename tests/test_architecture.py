@@ -106,7 +106,7 @@ def test_the_source_is_what_the_rules_read():
         "runner.contract.status",
         "runner.codec.ckpt",
         "runner.text.extraction",
-        "bot.commands",
+        "bot.verbs.commands",
         "remote.client",
         "patches.writer",
     } <= names

@@ -11,7 +11,7 @@ from tests.conftest import RUNNER, write_config
 
 CHECK = (
     "import sys\n"
-    "import bot.app, bot.cli, bot.watcher, bot.console, deploy.install, remote.connect, remote.ssh, runner.job.view\n"
+    "import bot.slack.app, bot.cli, bot.watch.watcher, bot.terminal.console, deploy.install, remote.connect, remote.ssh, runner.job.view\n"
     "{body}"
     "heavy = [m for m in ('torch', 'transformers', 'sglang', 'aiohttp') if m in sys.modules]\n"
     "print(heavy); sys.exit(1 if heavy else 0)\n"

@@ -2,7 +2,7 @@
 
 "progress?" in Slack, the terminal console, the watcher's posts and ``hsx-runner status`` all
 answer with what this module returns, so the summary reads the same everywhere (Block Kit, a
-chat-only dressing of the same text, stays in ``bot/summary.py``).
+chat-only dressing of the same text, stays in ``bot/render/summary.py``).
 """
 
 from __future__ import annotations

@@ -14,9 +14,9 @@ import urllib.error
 import urllib.parse
 import urllib.request
 
-from bot.app import build_app
-from bot.audit import AuditLog
-from bot.http import make_http_server
+from bot.slack.app import build_app
+from bot.slack.http import make_http_server
+from bot.verbs.audit import AuditLog
 
 from . import slack_api
 

@@ -9,7 +9,7 @@ import os
 
 import pytest
 
-from bot import chart
+from bot.render import chart
 from runner.contract.status import Phase, StatusRecord
 
 T0 = dt.datetime(2030, 1, 1, 6, 33, tzinfo=dt.timezone.utc)
@@ -201,7 +201,7 @@ def test_the_runner_writes_the_counts_the_chart_reads(tmp_path):
 def test_the_chart_reads_a_local_events_file_with_bad_lines(tmp_path):
     """`/extract chart` where the box is this machine reads the runner's events.jsonl here: a
     line of 5,000 digits, one nested 100,000 deep, one not UTF-8 are passed over, never raised."""
-    from bot import history
+    from bot.watch import history
     from runner.contract.config import from_dict
 
     out = tmp_path / "out"

@@ -6,8 +6,8 @@ import io
 
 import pytest
 
-from bot.commands import Command, parse
-from bot.console import run_console
+from bot.terminal.console import run_console
+from bot.verbs.commands import Command, parse
 from bot.wiring import make_handlers
 
 

@@ -84,7 +84,7 @@ def test_a_button_clicked_after_the_gpus_changed_hands_stops_nothing(job, tmp_pa
 
 
 def test_a_button_clicked_after_it_expired_stops_nothing(job, tmp_path, monkeypatch):
-    from bot import confirm
+    from bot.verbs import confirm
 
     calls = held_box(tmp_path, monkeypatch, {"vllm.service": 8})
     conf = job(samples=3, server__device="cuda")

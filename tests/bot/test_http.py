@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from bot.app import build_app, run_bot
+from bot.slack.app import build_app, run_bot
 from runner.contract.config import load
 from runner.contract.errors import ConfigError
 from tests.conftest import BIN, free_port
@@ -164,7 +164,7 @@ def test_unreachable_box_is_reported_with_the_hop(bot, tmp_path):
 
 
 def test_chart_uploads_a_png(bot):
-    from bot import history
+    from bot.watch import history
     from runner.contract.status import StatusRecord
 
     for t, done in (("2030-01-01T10:00:00Z", 100), ("2030-01-01T11:00:00Z", 4300)):

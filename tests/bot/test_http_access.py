@@ -153,7 +153,7 @@ def test_text_from_the_box_reaches_slack_escaped(bot):
 def test_a_watcher_alert_escapes_the_box_text(fake, cfg):
     from slack_sdk import WebClient
 
-    from bot.watcher import Watcher
+    from bot.watch.watcher import Watcher
 
     with serve(cfg, box=fake.box(), fake=fake) as (bot, _, _):
         fake.set_status(phase="paused", reason=HOSTILE)

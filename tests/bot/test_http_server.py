@@ -8,9 +8,9 @@ import time
 
 import pytest
 
-from bot.app import build_app
 from bot.cli import parser as build_parser
-from bot.http import make_http_server
+from bot.slack.app import build_app
+from bot.slack.http import make_http_server
 
 from .http_bot import SECRET, Bot, slack_api
 

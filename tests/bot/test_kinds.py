@@ -1,4 +1,4 @@
-"""The kinds table (bot/verbs.py KINDS) is the one place that knows the job kinds: every verb of
+"""The kinds table (bot/verbs/table.py KINDS) is the one place that knows the job kinds: every verb of
 every kind has one handler, every confirmation comes back to its own kind, and no other module
 routes by a kind's slash command, word or alert key."""
 
@@ -7,9 +7,10 @@ from __future__ import annotations
 import ast
 import os
 
-from bot import cli, handlers
-from bot.commands import Command, confirmed_command, parse
-from bot.verbs import EXTRACTION, KINDS, TRAINING, kind_of_key, kind_of_text
+from bot import cli
+from bot.verbs import handlers
+from bot.verbs.commands import Command, confirmed_command, parse
+from bot.verbs.table import EXTRACTION, KINDS, TRAINING, kind_of_key, kind_of_text
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -28,7 +29,7 @@ def test_a_confirmed_verb_asks_its_question_and_its_answer_comes_back_to_its_kin
             if not v.confirm:
                 continue
             cmd = Command(v.name, kind=kind.name)
-            if v.name in handlers.ASK[kind.name]:  # its value binds what it asked (bot/confirm.py)
+            if v.name in handlers.ASK[kind.name]:  # its value binds what it asked (bot/verbs/confirm.py)
                 assert confirmed_command(cmd.name).until == 0, "a bare value binds nothing: expired"
                 continue
             assert v.question, f"{cmd.name} asks nothing"
@@ -80,7 +81,7 @@ def test_no_module_but_the_table_routes_by_a_kinds_marks():
     for dirpath, _, files in os.walk(os.path.join(ROOT, "bot")):
         for f in files:
             path = os.path.join(dirpath, f)
-            if not f.endswith(".py") or path.endswith(os.path.join("bot", "verbs.py")):
+            if not f.endswith(".py") or path.endswith(os.path.join("bot", "verbs", "table.py")):
                 continue
             bad += [(os.path.relpath(path, ROOT), line, s) for line, s in _literals(path) if s in marks]
     assert not bad, bad

@@ -17,7 +17,7 @@ import time
 
 import pytest
 
-from bot.audit import AuditLog
+from bot.verbs.audit import AuditLog
 
 from . import slack_api
 from .conftest import EXTRACTING, FakeBox

@@ -15,7 +15,7 @@ import time
 import pytest
 from slack_sdk import WebClient
 
-from bot.watcher import start_watcher
+from bot.watch.watcher import start_watcher
 from remote.connect import open_box
 from runner.contract import timing
 from runner.contract.config import load

@@ -6,7 +6,7 @@ import datetime as dt
 
 import pytest
 
-from bot.summary import render_blocks, render_error
+from bot.render.summary import render_blocks, render_error
 from remote.errors import BadReply, CommandFailed, HostKeyMismatch, Unreachable
 from runner.contract.status import Phase, StatusRecord
 from runner.text.extraction import render_text
@@ -128,7 +128,7 @@ def test_units():
 
 
 def test_an_answer_without_a_fresh_record_keeps_the_last_counts_their_age_and_the_problem():
-    from bot.summary import render_reading
+    from bot.render.summary import render_reading
     from remote.live import Reading
 
     seen = NOW - dt.timedelta(minutes=3)
@@ -143,7 +143,7 @@ def test_an_answer_without_a_fresh_record_keeps_the_last_counts_their_age_and_th
 
 
 def test_an_answer_for_a_cause_to_fix_says_what_and_never_retrying():
-    from bot.summary import render_reading
+    from bot.render.summary import render_reading
     from remote.errors import AuthFailed
     from remote.live import Reading
 
@@ -154,7 +154,7 @@ def test_an_answer_for_a_cause_to_fix_says_what_and_never_retrying():
 
 
 def test_escape_makes_slack_markup_plain_and_cuts_between_entities():
-    from bot.mrkdwn import escape
+    from bot.render.mrkdwn import escape
 
     assert escape("<!channel> & <@U1>") == "&lt;!channel&gt; &amp; &lt;@U1&gt;"
     assert escape("ab&", 4) == "ab" and escape("ab&", 7) == "ab&amp;" and escape("abcdef", 3) == "abc"

@@ -17,7 +17,7 @@ import time
 import pytest
 from slack_sdk import WebClient
 
-from bot.watcher import Watcher
+from bot.watch.watcher import Watcher
 from runner.contract import timing
 from runner.contract.train import TrainRecord
 from runner.text.training import render_train
@@ -166,7 +166,7 @@ def test_train_stop_asks_first_and_stops_only_on_the_confirming_click(fake, trai
 
 
 def test_the_console_asks_before_a_train_stop(fake, train_cfg):
-    from bot.console import run_console
+    from bot.terminal.console import run_console
 
     out = io.StringIO()
     run_console(fake.box(), train_cfg, io.StringIO("/train stop\nn\n/train stop\ny\n"), out)
@@ -176,7 +176,7 @@ def test_the_console_asks_before_a_train_stop(fake, train_cfg):
 
 
 def test_the_console_shows_emoji_not_slacks_shortcodes(fake, train_cfg):
-    from bot.console import run_console
+    from bot.terminal.console import run_console
 
     fake.reply("train-status", {**CRASHED, "reason": "the trainer was killed by signal 9 (SIGKILL)"})
     fake.set_status(phase="done", done=37312)
@@ -235,7 +235,7 @@ def test_a_start_during_the_extraction_offers_the_start_at_its_end_and_a_click_a
 
 
 def test_the_console_offers_the_start_at_the_extractions_end(fake, train_cfg):
-    from bot.console import run_console
+    from bot.terminal.console import run_console
 
     fake.reply("train-start", OFFERED, code=3)
     fake.reply("train-after-extraction", ARRANGED)
@@ -248,7 +248,7 @@ def test_the_console_offers_the_start_at_the_extractions_end(fake, train_cfg):
 
 
 def test_the_console_says_each_step_of_a_venv_build_while_a_start_waits_on_it(fake, train_cfg):
-    from bot.console import run_console
+    from bot.terminal.console import run_console
 
     building = "SpecForge CPU venv, step 3/3: 41 dependencies (from pip's default index)"
     fake.reply("train-status", {"phase": "stopped", "reason": "not started yet", "building": building})

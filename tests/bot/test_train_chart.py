@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from bot import train_chart
+from bot.render import train_chart
 from runner.contract.errors import StatusError
 from runner.contract.train import TrainRecord
 from runner.contract.train_history import parse_history

@@ -14,8 +14,8 @@ import time
 import pytest
 
 from bot import cli
-from bot.commands import Command, parse
-from bot.verbs import TRAINING as TRAIN_KIND
+from bot.verbs.commands import Command, parse
+from bot.verbs.table import TRAINING as TRAIN_KIND
 from runner.contract.config import from_dict
 from runner.contract.errors import StatusError
 from runner.contract.replies import REFUSED
@@ -230,7 +230,7 @@ def test_train_status_reaches_the_real_runner_on_a_real_run_dir(tmp_path, cfg):
 def test_the_console_answers_train_verbs_and_progress_with_the_training(fake, train_cfg):
     import io
 
-    from bot.console import run_console
+    from bot.terminal.console import run_console
 
     fake.reply("train-status", TRAINING)
     out = io.StringIO()
@@ -275,7 +275,7 @@ class _UntilSaid(io.StringIO):
 def test_the_demo_console_says_a_training_crash_with_the_resume_to_type(fake, train_cfg):
     """`hsx demo`'s console runs the watcher: the crash alert a channel would get, between the
     prompts, with its Resume button as the command to type; its state is the console's own."""
-    from bot.console import run_console
+    from bot.terminal.console import run_console
 
     fake.reply(
         "train-status",

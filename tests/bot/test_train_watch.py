@@ -12,8 +12,8 @@ import time
 
 from slack_sdk import WebClient
 
-from bot.train_watch import ZERO_LOGS, TrainLimits, judge
-from bot.watcher import Watcher, WatchState, start_watcher
+from bot.watch.train_watch import ZERO_LOGS, TrainLimits, judge
+from bot.watch.watcher import Watcher, WatchState, start_watcher
 from runner.contract.train import TrainRecord
 from runner.text.training import render_train
 

@@ -9,8 +9,8 @@ import os
 import pytest
 
 from bot import cli
-from bot.commands import HELP, Command, parse
-from bot.verbs import EXTRACTION, VERBS
+from bot.verbs.commands import HELP, Command, parse
+from bot.verbs.table import EXTRACTION, VERBS
 from bot.wiring import make_handlers
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

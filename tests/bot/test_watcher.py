@@ -10,8 +10,8 @@ import time
 
 from slack_sdk import WebClient
 
-from bot import history
-from bot.watcher import Limits, Observation, Watcher, WatchState, decide, start_watcher
+from bot.watch import history
+from bot.watch.watcher import Limits, Observation, Watcher, WatchState, decide, start_watcher
 from remote.errors import BadReply, Unreachable
 from runner.contract.status import StatusRecord
 from runner.text import extraction

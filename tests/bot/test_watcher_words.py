@@ -7,7 +7,7 @@ import datetime as dt
 
 from slack_sdk import WebClient
 
-from bot.watcher import Watcher
+from bot.watch.watcher import Watcher
 from remote.client import GpuBox
 from remote.transport import LocalTransport
 from runner.contract.config import from_dict

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from bot.watcher import Limits, Observation, WatchState, decide
+from bot.watch.watcher import Limits, Observation, WatchState, decide
 from runner.contract.config import from_dict
 from runner.contract.errors import ConfigError, StatusError
 from runner.contract.ranks import ALERTING, RankEntry, RankState

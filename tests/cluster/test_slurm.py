@@ -11,7 +11,7 @@ import shutil
 import signal
 import subprocess
 
-from bot.watcher import Limits, Observation, WatchState, decide
+from bot.watch.watcher import Limits, Observation, WatchState, decide
 from runner.contract.status import StatusRecord
 from runner.output.lock import is_held_at
 from runner.text.extraction import render_text

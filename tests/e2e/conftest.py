@@ -103,7 +103,7 @@ class Ops:
     """The ops side as it runs in production: `hsx bot --http` wiring plus the watcher."""
 
     def __init__(self, conf: str):
-        from bot.watcher import start_watcher
+        from bot.watch.watcher import start_watcher
         from runner.contract.config import load
 
         self.cfg = load(conf)

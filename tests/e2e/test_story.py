@@ -12,7 +12,7 @@ import re
 import signal
 import time
 
-from bot.slack_out import RESUME
+from bot.slack.slack_out import RESUME
 from tests.conftest import runner, write_job
 from tests.runner.helpers import assert_same_tensors, recorded, tensors, wait_for
 

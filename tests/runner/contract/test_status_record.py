@@ -8,8 +8,8 @@ import json
 
 import pytest
 
-from bot import summary
-from bot.watcher import Limits, Observation, WatchState, decide
+from bot.render import summary
+from bot.watch.watcher import Limits, Observation, WatchState, decide
 from runner.contract.errors import StatusError
 from runner.contract.status import Phase, StatusRecord
 from runner.text import extraction

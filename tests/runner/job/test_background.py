@@ -12,7 +12,7 @@ import subprocess
 
 import pytest
 
-from bot.watcher import Limits, Observation, WatchState, decide
+from bot.watch.watcher import Limits, Observation, WatchState, decide
 from bot.wiring import make_handlers
 from remote.client import GpuBox
 from remote.transport import LocalTransport

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from bot import watcher
+from bot.watch import watcher
 from runner.contract.status import StatusRecord
 from runner.text import extraction
 from tests.conftest import runner

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from bot.watcher import Limits, Observation, WatchState, decide
+from bot.watch.watcher import Limits, Observation, WatchState, decide
 from runner.contract.status import StatusRecord, parse_iso
 from tests.runner.helpers import kill_group, out_dir, start_run, status, wait_for
 

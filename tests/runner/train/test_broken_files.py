@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from bot.summary import render_error, train_blocks
+from bot.render.summary import render_error, train_blocks
 from remote.client import GpuBox
 from remote.errors import BrokenFile
 from remote.transport import LocalTransport

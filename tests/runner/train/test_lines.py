@@ -10,7 +10,7 @@ import os
 import subprocess
 import sys
 
-from bot.summary import train_blocks
+from bot.render.summary import train_blocks
 from runner.contract.replies import OK
 from runner.contract.train import TrainRecord
 from runner.contract.train_history import parse_history

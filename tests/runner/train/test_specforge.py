@@ -220,7 +220,7 @@ def test_kills_leave_crashed_records_and_resume_logs_the_uninterrupted_runs_loss
         s: (cut[s], whole[s]) for s in whole if cut[s] != whole[s]
     }
     # what `/train chart` draws: three launches, the two cuts and the end, every step once
-    from bot.train_chart import story
+    from bot.render.train_chart import story
     from runner.contract.train import TrainRecord
     from runner.contract.train_history import parse_history
 

@@ -12,9 +12,8 @@ import math
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
+from bot.render.chart import new_figure, png
 from runner.contract.train import TrainRecord
-
-from .chart import new_figure, png
 
 ENDS = ("crashed", "stopped", "done")  # a record's phase that ends a launch: its mark's kind
 WORDS = {"crashed": ("crash", "crashes"), "stopped": ("stop", "stops"), "resumed": ("resume", "resumes")}

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import datetime as dt
 
+from bot.render.mrkdwn import escape
 from remote.errors import (
     AuthFailed,
     BadReply,
@@ -24,8 +25,6 @@ from runner.contract.train import TrainRecord, done_fraction
 from runner.text.extraction import MAX_ERROR_CHARS, percent, render_text
 from runner.text.human import clock, human_duration, now_utc
 from runner.text.training import WITHHELD, render_train
-
-from .mrkdwn import escape
 
 BAR_CELLS = 20
 

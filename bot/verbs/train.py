@@ -11,16 +11,15 @@ from __future__ import annotations
 
 import time
 
+from bot.render import summary
+from bot.render.mrkdwn import escape
+from bot.verbs.audit import ask_operators
+from bot.verbs.commands import Command, Reply
+from bot.verbs.table import TRAINING
 from remote.errors import RemoteError
 from runner.contract import timing
 from runner.contract.train import TrainRecord
 from runner.text.training import WITHHELD, render_train
-
-from . import summary
-from .audit import ask_operators
-from .commands import Command, Reply
-from .mrkdwn import escape
-from .verbs import TRAINING
 
 OFFER = "after-extraction"  # what the box offers a start refused while the extraction runs
 
@@ -58,7 +57,7 @@ def status(h, cmd: Command, user: str, operator: bool | None) -> Reply:
 
 def chart(h, cmd: Command, user: str, operator: bool | None) -> Reply:
     """The history's loss and acc over the steps, the evals, each crash and resume, as a PNG."""
-    from . import train_chart
+    from bot.render import train_chart
 
     try:
         history = h.box.train_history()

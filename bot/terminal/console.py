@@ -7,14 +7,13 @@ import sys
 import threading
 from typing import TextIO
 
+from bot.render.mrkdwn import for_terminal
+from bot.verbs import train
+from bot.verbs.commands import Command, confirmed_command, parse
+from bot.verbs.table import TRAINING, kind_of_text
+from bot.wiring import make_handlers
 from runner.contract import timing
 from runner.contract.config import Config
-
-from . import train
-from .commands import Command, confirmed_command, parse
-from .mrkdwn import for_terminal
-from .verbs import TRAINING, kind_of_text
-from .wiring import make_handlers
 
 PROMPT = "hsx> "
 GREETING = 'Ask "progress?" or type /extract help (/train help: the draft). End with Ctrl-D.'
@@ -35,7 +34,7 @@ def run_console(
     out.write(GREETING + "\n")
     lock, watcher = threading.Lock(), None
     if watch:
-        from .console_watch import watch_in_console
+        from bot.terminal.console_watch import watch_in_console
 
         watcher = watch_in_console(box, cfg, out, lock, PROMPT)
     try:

@@ -3,7 +3,7 @@
 A channel the bot serves (`[slack] channels` and `alert_channel`) is open to its members
 (only they can write there, guests included); a direct message, to a member of one of them;
 any other place, to no one. With no channel configured (a trial set-up) every place is open.
-Who may run what is the verb table's rule (`verbs`, applied in `handlers.Handlers`).
+Who may run what is the kinds table's rule (`table`, applied in `handlers.Handlers`).
 """
 
 from __future__ import annotations

@@ -8,15 +8,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .commands import Reply, confirmed_command
-from .mrkdwn import escape
+from bot.render.mrkdwn import escape
+from bot.verbs.commands import Reply, confirmed_command
 
 CONFIRM = (
     "hsx_confirm"  # its value: the verb (stop), or what free-gpus is bound to (commands.confirmed_command)
 )
 CONFIRM_BEFORE = "hsx_stop_confirm"  # the id stop buttons had before; messages out there still carry it
 CANCEL = "hsx_stop_cancel"
-RESUME = "hsx_resume"  # its value: the alert's key, which names its kind (verbs.kind_of_key)
+RESUME = "hsx_resume"  # its value: the alert's key, which names its kind (verbs/table.kind_of_key)
 
 
 @dataclass

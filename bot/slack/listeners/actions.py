@@ -3,11 +3,11 @@ the extraction's, or the training's)."""
 
 from __future__ import annotations
 
-from ..access import refusal
-from ..commands import Command, confirmed_command
-from ..runtime import Runtime
-from ..slack_out import CANCEL, CONFIRM, CONFIRM_BEFORE, RESUME, text_with_audit
-from ..verbs import kind_of_key
+from bot.slack.runtime import Runtime
+from bot.slack.slack_out import CANCEL, CONFIRM, CONFIRM_BEFORE, RESUME, text_with_audit
+from bot.verbs.access import refusal
+from bot.verbs.commands import Command, confirmed_command
+from bot.verbs.table import kind_of_key
 
 
 def _ack(ack):

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import re
 
-from ..access import refusal
-from ..runtime import Runtime
-from ..slack_out import post_reply
-from ..train import progress
+from bot.slack.runtime import Runtime
+from bot.slack.slack_out import post_reply
+from bot.verbs.access import refusal
+from bot.verbs.train import progress
 
 QUESTION = re.compile(r"^\s*(<@[A-Z0-9]+>\s*)?(progress|status)\s*\?*\s*$", re.IGNORECASE)
 

@@ -5,10 +5,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from bot.slack.seen import SeenIds
+from bot.verbs.handlers import Handlers
 from runner.contract.config import Config
-
-from .handlers import Handlers
-from .seen import SeenIds
 
 
 @dataclass

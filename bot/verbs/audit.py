@@ -13,9 +13,8 @@ import re
 import threading
 import uuid
 
+from bot.render.mrkdwn import escape
 from runner.text.training import WITHHELD
-
-from .mrkdwn import escape
 
 _lock = threading.Lock()
 SLACK_ID_RE = re.compile(r"^[UW][A-Z0-9]{2,}$")

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from ..access import refusal
-from ..runtime import Runtime
-from ..slack_out import respond_reply
-from ..verbs import KINDS
+from bot.slack.runtime import Runtime
+from bot.slack.slack_out import respond_reply
+from bot.verbs.access import refusal
+from bot.verbs.table import KINDS
 
 
 def register(app, rt: Runtime) -> None:

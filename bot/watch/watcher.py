@@ -14,6 +14,13 @@ import os
 import time
 from dataclasses import asdict, dataclass, field
 
+from bot.render import summary
+from bot.render.mrkdwn import escape
+from bot.slack.slack_out import Action, resume_button
+from bot.verbs.audit import ask_operators
+from bot.verbs.table import TRAINING, kind_of_key
+from bot.watch import history
+from bot.watch.train_watch import TrainLimits, undelivered, watch_training
 from remote.errors import BadReply, BrokenFile, RemoteError
 from remote.live import LiveStatus
 from runner.contract import status
@@ -23,13 +30,6 @@ from runner.contract.ranks import ALERTING
 from runner.contract.status import Phase, StatusRecord, age_s
 from runner.text import extraction, human
 from runner.text.training import WITHHELD
-
-from . import history, summary
-from .audit import ask_operators
-from .mrkdwn import escape
-from .slack_out import Action, resume_button
-from .train_watch import TrainLimits, undelivered, watch_training
-from .verbs import TRAINING, kind_of_key
 
 log = logging.getLogger("hsx.watcher")
 PROGRESS_UPDATE_S = 60.0  # edit the pinned message at most this often, unless the phase changes

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from ..runtime import Runtime
-from . import actions, commands, messages
+from bot.slack.listeners import actions, commands, messages
+from bot.slack.runtime import Runtime
 
 
 def register(app, rt: Runtime) -> None:

@@ -10,12 +10,11 @@ import os
 import threading
 from typing import TextIO
 
+from bot.render.mrkdwn import for_terminal
+from bot.slack.slack_out import Action
+from bot.verbs.table import kind_of_key
+from bot.watch.watcher import Watcher, schedule
 from runner.contract.config import Config
-
-from .mrkdwn import for_terminal
-from .slack_out import Action
-from .verbs import kind_of_key
-from .watcher import Watcher, schedule
 
 CHANNEL = "console"
 

@@ -1,6 +1,6 @@
 """One parser for every chat surface (Slack, the terminal console) and every kind of job.
 
-Input becomes a fixed ``Command`` of a kind (``verbs.KINDS``) or a help reply; nothing a user
+Input becomes a fixed ``Command`` of a kind (``table.KINDS``) or a help reply; nothing a user
 types ever reaches a shell. The verbs, their flags and who may run them come from the kind's
 table; handlers.py runs a Command and answers with a ``Reply``.
 """
@@ -10,10 +10,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from bot.verbs import confirm
+from bot.verbs.table import DEFAULT_LOG_LINES, EXTRACTION, KINDS, Kind, Verb
 from runner.contract.replies import MAX_LOG_LINES, Answer
-
-from . import confirm
-from .verbs import DEFAULT_LOG_LINES, EXTRACTION, KINDS, Kind, Verb
 
 MAX_INPUT_CHARS = 200
 _WORD_RE = re.compile(r"^[a-z0-9-]{1,24}$")
@@ -29,7 +28,7 @@ HELP = EXTRACTION.help()
 @dataclass(frozen=True)
 class Command:
     verb: str
-    kind: str = EXTRACTION.name  # its row of verbs.KINDS
+    kind: str = EXTRACTION.name  # its row of table.KINDS
     n: int = DEFAULT_LOG_LINES  # logs
     which: str = "all"  # logs: runner, server, crash or all
     repair: bool = False  # verify

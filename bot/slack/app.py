@@ -10,14 +10,13 @@ from collections.abc import Mapping
 from slack_bolt import App, BoltResponse
 from slack_sdk import WebClient
 
+from bot.slack import listeners
+from bot.slack.runtime import Runtime
+from bot.slack.seen import SeenIds
+from bot.verbs.access import served
+from bot.wiring import make_handlers, open_box, state_path
 from runner.contract.config import Config
 from runner.contract.errors import ConfigError
-
-from . import listeners
-from .access import served
-from .runtime import Runtime
-from .seen import SeenIds
-from .wiring import make_handlers, open_box, state_path
 
 log = logging.getLogger("hsx.bot")
 GROUP_CACHE_S = 300.0
@@ -119,7 +118,7 @@ def run_bot(
     http_host: str = "127.0.0.1",
 ) -> None:
     """`hsx bot`: Socket Mode by default, HTTP on http_host:http_port. Blocks until interrupted."""
-    from .watcher import start_watcher
+    from bot.watch.watcher import start_watcher
 
     app_token = (
         None if http_port else require_env(env, "SLACK_APP_TOKEN", "Socket Mode needs the xapp- token")
@@ -128,7 +127,7 @@ def run_bot(
     scheduler = start_watcher(rt.handlers.box, cfg, app.client, live=rt.handlers.live)
     try:
         if http_port is not None:
-            from .http import make_http_server
+            from bot.slack.http import make_http_server
 
             server = make_http_server(app, http_port, http_host)
             log.info("hsx bot listening on %s:%d/slack/events", http_host, server.server_port)

@@ -5,6 +5,10 @@ from __future__ import annotations
 
 import time
 
+from bot.render import summary
+from bot.verbs import confirm
+from bot.verbs.commands import Command, Reply, answer_text
+from bot.verbs.table import SLASH
 from remote.errors import RemoteError
 from runner.contract.replies import (
     AdoptReport,
@@ -23,10 +27,6 @@ from runner.text.extraction import (
     render_text,
     render_verify,
 )
-
-from . import confirm, summary
-from .commands import Command, Reply, answer_text
-from .verbs import SLASH
 
 
 def status(h, cmd: Command, user: str, operator: bool | None) -> Reply:
@@ -59,7 +59,7 @@ def logs(h, cmd: Command, user: str, operator: bool | None) -> Reply:
 
 
 def chart(h, cmd: Command, user: str, operator: bool | None) -> Reply:
-    from . import chart as drawing
+    from bot.render import chart as drawing
 
     try:
         events = h.history() if h.history else []

@@ -27,15 +27,14 @@ import datetime as dt
 import logging
 from dataclasses import dataclass
 
+from bot.slack.slack_out import Action
+from bot.verbs.table import TRAINING
 from remote.errors import RemoteError
 from runner.contract.config import Config
 from runner.contract.status import age_s, parse_iso
 from runner.contract.train import EXPORT_PENDING, TrainRecord
 from runner.text.human import human_duration
 from runner.text.training import eval_line, render_train
-
-from .slack_out import Action
-from .verbs import TRAINING
 
 log = logging.getLogger("hsx.watcher")
 ZERO_LOGS = 3  # this many logged steps in a row with loss and acc both 0 is the empty-mask trap

@@ -9,18 +9,18 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from bot.render import summary
+from bot.verbs import extraction, train
+from bot.verbs.access import Allowance
+from bot.verbs.audit import AuditLog, mention
+from bot.verbs.commands import Command, Reply, answer_text, help_reply, parse
+from bot.verbs.table import EXTRACTION, KINDS, TRAINING, Kind, Verb
 from remote.errors import RemoteError
 from remote.live import LiveStatus
 from runner.contract.config import Config
 from runner.contract.replies import Answer
 from runner.contract.train import TrainRecord
 from runner.text.human import human_duration
-
-from . import extraction, summary, train
-from .access import Allowance
-from .audit import AuditLog, mention
-from .commands import Command, Reply, answer_text, help_reply, parse
-from .verbs import EXTRACTION, KINDS, TRAINING, Kind, Verb
 
 # Each kind's handlers: verb -> run(handlers, command, user, operator) -> Reply; and the verbs
 # that build their own confirmation question (free-gpus names the units it would stop).

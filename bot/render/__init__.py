@@ -1,0 +1,1 @@
+"""What a reply looks like: Block Kit, the charts, mrkdwn escaping; plain text comes from runner/text/."""

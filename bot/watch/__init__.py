@@ -1,0 +1,1 @@
+"""The watcher: each poll judged (the extraction's, the training's), milestones and alerts posted once."""
