@@ -90,18 +90,25 @@ def query(job_ids: list[str]) -> dict[str, Task]:
 
 
 def job(job_id: str) -> Task | None:
-    """What Slurm says about one plain (not array) job; None when it no longer knows it."""
-    p = _run(["squeue", "-h", "-t", "all", "-j", job_id, "-o", "%i|%T|%N|%r"])
-    for line in p.stdout.splitlines() if p.returncode == 0 else []:
+    """What Slurm says about one plain (not array) job; None when it no longer knows it.
+    SlurmError when neither squeue nor sacct answered: a busy slurmctld's timeout is not a job
+    that ended (read as one, a queued training was said to have crashed)."""
+    q = _run(["squeue", "-h", "-t", "all", "-j", job_id, "-o", "%i|%T|%N|%r"])
+    for line in q.stdout.splitlines() if q.returncode == 0 else []:
         parts = line.strip().split("|")
         if len(parts) == 4 and parts[0] == job_id:
             return Task(parts[1], parts[2], "" if parts[3] == "None" else parts[3])
+    answered = q.returncode == 0
     if shutil.which("sacct"):
         p = _run(["sacct", "-n", "-P", "-X", "-j", job_id, "-o", "JobID,State,NodeList,Reason"])
         for line in p.stdout.splitlines() if p.returncode == 0 else []:
             parts = line.strip().split("|")
             if len(parts) == 4 and parts[0] == job_id and parts[1]:
                 return Task(parts[1].split()[0], parts[2], "" if parts[3] == "None" else parts[3])
+        answered = answered or p.returncode == 0
+    if not answered:
+        said = (q.stderr or q.stdout).strip().splitlines()[-1:] or [f"exit code {q.returncode}"]
+        raise SlurmError(f"Slurm did not say where job {job_id} is: squeue: {said[0][:300]}")
     return None
 
 

@@ -142,7 +142,11 @@ def status(cfg: Config) -> Reply:
     job = _job(paths).get("job")
     if not job or d.get("phase") != "crashed" or Record.load(paths.root).d.get("phase") != "preflight":
         return rep
-    task = slurm_io.job(job)
+    try:
+        task = slurm_io.job(job)
+    except slurm_io.SlurmError as e:  # not known to have ended: still waiting, as far as anyone can say
+        d.update(phase="preflight", reason=f"{e}; asked again at the next status")
+        return Reply(d, f"{d['phase']} · {d['reason']}", OK)
     if task and task.state in QUEUED | RUNNING:
         why = f"Slurm job {job} is {task.state.lower()}" + (f" ({task.reason})" if task.reason else "")
         d.update(phase="preflight", reason=why)

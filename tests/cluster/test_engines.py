@@ -119,3 +119,58 @@ def test_a_slurm_resume_of_a_finished_job_is_nothing_to_do_while_its_last_task_e
     monkeypatch.setattr(slurm_io, "sbatch", lambda argv: pytest.fail(f"submitted {argv}"))
     rep = engine_for(cfg).resume()
     assert rep.code == replies.REFUSED and "nothing to do" in rep.payload()["reason"], rep.payload()
+
+
+def _slurm_bin(tmp_path, squeue: str, sacct: str | None = None) -> str:
+    """A PATH whose squeue (and sacct, when given) are these shell bodies, and nothing else of Slurm's."""
+    d = tmp_path / "slurm-bin"
+    d.mkdir(parents=True)
+    for name, body in (("squeue", squeue), ("sacct", sacct)):
+        if body is not None:
+            (d / name).write_text("#!/bin/sh\n" + body + "\n")
+            (d / name).chmod(0o755)
+    return f"{d}:/usr/bin:/bin"
+
+
+def test_a_slurm_that_does_not_answer_is_not_a_job_that_ended(tmp_path, monkeypatch):
+    """squeue timing out on a busy slurmctld (and no accounting) says nothing of the job: an error,
+    never "gone" (a queued training read so was said to have crashed, under load)."""
+    timeout = 'echo "slurm_load_jobs error: Socket timed out on send/recv operation" >&2; exit 1'
+    monkeypatch.setenv("PATH", _slurm_bin(tmp_path, timeout))
+    with pytest.raises(
+        slurm_io.SlurmError, match="did not say where job 7 is: squeue: slurm_load_jobs error"
+    ):
+        slurm_io.job("7")
+    monkeypatch.setenv("PATH", _slurm_bin(tmp_path / "b", "exit 0"))  # answered: it knows no job 7
+    assert slurm_io.job("7") is None
+    no_accounting = 'echo "Slurm accounting storage is disabled" >&2; exit 1'
+    monkeypatch.setenv("PATH", _slurm_bin(tmp_path / "c", timeout, no_accounting))
+    with pytest.raises(slurm_io.SlurmError):
+        slurm_io.job("7")
+    monkeypatch.setenv("PATH", _slurm_bin(tmp_path / "d", timeout, 'echo "7|COMPLETED|n1|None"'))
+    assert slurm_io.job("7") == Task("COMPLETED", "n1", "")  # accounting answered for it
+
+
+def test_a_queued_training_whose_slurm_does_not_answer_stays_waiting(tmp_path, monkeypatch):
+    """`train status` while the job waits for its supervisor and Slurm cannot say: still waiting,
+    with why; not crashed (the watcher would post a crash and a Resume button)."""
+    from runner.engines import slurm_train
+    from runner.train import control, runspec
+    from runner.train.record import Record
+
+    cfg = config(tmp_path, "slurm")
+    root = tmp_path / "run"
+    root.mkdir()
+    (root / slurm_train.JOB).write_text(json.dumps({"job": "7"}))
+    (root / "status.json").write_text(json.dumps({"phase": "preflight"}))
+    monkeypatch.setattr(runspec, "run_dir", lambda cfg: str(root))
+    monkeypatch.setattr(
+        control, "status", lambda cfg: Reply(dict(Record.load(str(root)).d, phase="crashed"), "", 0)
+    )
+    timeout = 'echo "slurm_load_jobs error: Socket timed out on send/recv operation" >&2; exit 1'
+    monkeypatch.setenv("PATH", _slurm_bin(tmp_path, timeout))
+    d = slurm_train.status(cfg).obj
+    assert d["phase"] == "preflight" and "Slurm did not say where job 7 is" in d["reason"], d
+    monkeypatch.setenv("PATH", _slurm_bin(tmp_path / "b", "exit 0"))  # Slurm answered: the job is gone
+    d = slurm_train.status(cfg).obj
+    assert d["phase"] == "crashed" and "Slurm job 7 ended (gone) before its supervisor ran" in d["reason"], d
