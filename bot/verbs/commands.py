@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from bot.render import summary
 from bot.verbs import confirm
 from bot.verbs.table import DEFAULT_LOG_LINES, EXTRACTION, KINDS, Kind, Verb
 from runner.contract.replies import MAX_LOG_LINES, Answer
@@ -208,3 +209,8 @@ def answer_text(cmd: Command, answer: Answer) -> str:
     if not answer.ok:
         return f"`{cmd.name}` refused: {answer.message or 'no reason given'}"
     return f"`{cmd.name}`: {answer.message or 'done'}"
+
+
+def failed(e: Exception) -> Reply:
+    """The box could not answer: what went wrong, to the asker only."""
+    return Reply(text=summary.render_error(e), ephemeral=True, error=True)

@@ -7,7 +7,7 @@ import time
 
 from bot.render import summary
 from bot.verbs import confirm
-from bot.verbs.commands import Command, Reply, answer_text
+from bot.verbs.commands import Command, Reply, answer_text, failed
 from bot.verbs.table import SLASH
 from remote.errors import RemoteError
 from runner.contract.replies import (
@@ -50,7 +50,7 @@ def logs(h, cmd: Command, user: str, operator: bool | None) -> Reply:
     try:
         lines = h.box.logs(cmd.n, cmd.which)
     except RemoteError as e:
-        return Reply(text=summary.render_error(e), ephemeral=True, error=True)
+        return failed(e)
     body = "\n".join(lines).replace("```", "'''") or "(no log lines)"
     if len(body) > 3500:
         body = "…" + body[-3500:]
@@ -61,25 +61,17 @@ def logs(h, cmd: Command, user: str, operator: bool | None) -> Reply:
 def chart(h, cmd: Command, user: str, operator: bool | None) -> Reply:
     from bot.render import chart as drawing
 
-    try:
-        events = h.history() if h.history else []
-    except RemoteError as e:
-        return Reply(text=summary.render_error(e), ephemeral=True, error=True)
-    try:
-        rec = h.box.status()  # the name, the count now, and a crash events cannot show
-    except RemoteError:
-        rec = None  # the history alone still draws
-    story = drawing.story(events, rec, stall_s=h.cfg.watcher.stall_after_s)
-    if len(story.points) < 2:
-        return Reply(text="chart: not enough history yet (need two progress points)", ephemeral=True)
-    return Reply(text=drawing.caption(story), image=drawing.render_png(story))
+    story = lambda events, rec: drawing.story(events, rec, stall_s=h.cfg.watcher.stall_after_s)  # noqa: E731
+    history = h.history or list
+    need = "history yet (need two progress points)"
+    return h.chart(history, h.box.status, story, drawing, need, "hsx-chart.png")
 
 
 def preflight(h, cmd: Command, user: str, operator: bool | None) -> Reply:
     try:
         report = h.box.preflight()
     except RemoteError as e:
-        return Reply(text=summary.render_error(e), ephemeral=True, error=True)
+        return failed(e)
     return Reply(text=render_preflight(PreflightReport.from_dict(report)), extra={"reply": report})
 
 
@@ -88,7 +80,7 @@ def ask_free_gpus(h) -> Reply:
     try:
         report = h.box.preflight()
     except RemoteError as e:
-        return Reply(text=summary.render_error(e), ephemeral=True, error=True)
+        return failed(e)
     gpus = PreflightReport.from_dict(report).check("gpus") or Check("gpus", False, "no gpus check")
     if gpus.ok or not gpus.units:
         what = "no other process holds a GPU" if gpus.ok else gpus.detail
@@ -147,7 +139,7 @@ def verify(h, cmd: Command, user: str, operator: bool | None) -> Reply:
     try:
         reply = call()
     except RemoteError as e:
-        return Reply(text=summary.render_error(e), ephemeral=True, error=True)
+        return failed(e)
     answer = Answer.from_dict(reply)
     return Reply(text=verified_text(cmd, answer), error=answer.background and not answer.started,
                  extra={"reply": reply})  # fmt: skip

@@ -13,7 +13,7 @@ from bot.render import summary
 from bot.verbs import extraction, train
 from bot.verbs.access import Allowance
 from bot.verbs.audit import AuditLog, mention
-from bot.verbs.commands import Command, Reply, answer_text, help_reply, parse
+from bot.verbs.commands import Command, Reply, answer_text, failed, help_reply, parse
 from bot.verbs.table import EXTRACTION, KINDS, TRAINING, Kind, Verb
 from remote.errors import RemoteError
 from remote.live import LiveStatus
@@ -120,3 +120,22 @@ class Handlers:
         line = self.audit.record(user, cmd.action, "ok" if answer.ok else "refused", answer.message, ref=ref)
         said = (text or answer_text)(cmd, answer)
         return Reply(text=said, audit=line, error=not answer.ok, extra={"reply": reply})
+
+    def chart(
+        self, history: Callable, record: Callable, story: Callable, draw, need: str, name: str
+    ) -> Reply:
+        """One chart frame for every kind: its history from the box, its record when the box says
+        it (the history alone still draws), ``story`` made of them, drawn by ``draw`` (its caption
+        and render_png); ``need``: what too short a history lacks."""
+        try:
+            events = history()
+        except RemoteError as e:
+            return failed(e)
+        try:
+            rec = record()  # the name, the count now, and an end the history cannot show
+        except RemoteError:
+            rec = None
+        told = story(events, rec)
+        if len(told.points) < 2:
+            return Reply(text=f"chart: not enough {need}", ephemeral=True)
+        return Reply(text=draw.caption(told), image=draw.render_png(told), image_name=name)

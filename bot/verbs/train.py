@@ -16,9 +16,7 @@ from bot.render.mrkdwn import escape
 from bot.verbs.audit import ask_operators
 from bot.verbs.commands import Command, Reply
 from bot.verbs.table import TRAINING
-from remote.errors import RemoteError
 from runner.contract import timing
-from runner.contract.train import TrainRecord
 from runner.text.training import WITHHELD, render_train
 
 OFFER = "after-extraction"  # what the box offers a start refused while the extraction runs
@@ -59,19 +57,10 @@ def chart(h, cmd: Command, user: str, operator: bool | None) -> Reply:
     """The history's loss and acc over the steps, the evals, each crash and resume, as a PNG."""
     from bot.render import train_chart
 
-    try:
-        history = h.box.train_history()
-    except RemoteError as e:
-        return Reply(text=summary.render_error(e), ephemeral=True, error=True)
-    try:
-        rec: TrainRecord | None = h.box.train_status()  # the run's name and total, an end unwritten
-    except RemoteError:
-        rec = None  # the history alone still draws
-    story = train_chart.story(history, rec)
-    if len(story.points) < 2:
-        return Reply(text="chart: not enough training history yet (need two logged steps)", ephemeral=True)
-    return Reply(text=train_chart.caption(story), image=train_chart.render_png(story),
-                 image_name="hsx-train-chart.png")  # fmt: skip
+    need = "training history yet (need two logged steps)"
+    return h.chart(
+        h.box.train_history, h.box.train_status, train_chart.story, train_chart, need, "hsx-train-chart.png"
+    )
 
 
 def progress(h, user: str, operator: bool | None = None) -> Reply:
