@@ -26,7 +26,6 @@ from .http_bot import STRANGER, serve
 
 PROMISE_S = 5.0  # what the README promises
 SLACK_S = 2.5  # 2 slow cores
-CLI_START_S = 3.0  # a fresh `hsx` process importing paramiko and the bot on 2 slow cores
 LAST = "25,581 / 37,312 — 68.6% done"  # the fixture record's counts
 
 
@@ -86,13 +85,19 @@ class World:
         return text
 
     def cli_status(self) -> tuple[subprocess.CompletedProcess, float]:
+        """`hsx status` in a new process: (its result, seconds past the process's own start-up).
+        The start-up (an interpreter importing the bot and paramiko) is measured here, just
+        before, as this machine and its load make it; the promise is what comes after."""
         env = {**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
+        run = lambda argv: subprocess.run(  # noqa: E731
+            [sys.executable, *argv], capture_output=True, text=True, timeout=120, env=env, cwd=ROOT
+        )
         start = time.monotonic()
-        p = subprocess.run(
-            [sys.executable, "-m", "bot.cli", "status", "--config", self.conf],
-            capture_output=True, text=True, timeout=120, env=env, cwd=ROOT,
-        )  # fmt: skip
-        return p, time.monotonic() - start
+        assert run(["-c", "import bot.cli, remote.connect, remote.ssh"]).returncode == 0
+        started = time.monotonic() - start
+        start = time.monotonic()
+        p = run(["-m", "bot.cli", "status", "--config", self.conf])
+        return p, time.monotonic() - start - started
 
 
 @pytest.fixture
@@ -122,7 +127,7 @@ def test_box_refusing_answers_with_the_last_counts_within_seconds(world):
         assert time.monotonic() - start < PROMISE_S + SLACK_S
         assert_last_seen(resp["text"])
     p, took = world.cli_status()  # a new process: the last record seen comes from the bot's file
-    assert took < PROMISE_S + CLI_START_S, (took, p.stdout, p.stderr)
+    assert took < PROMISE_S + SLACK_S, (took, p.stdout, p.stderr)
     assert p.returncode == 1
     assert_last_seen(p.stdout)
 
@@ -137,7 +142,7 @@ def test_box_hanging_answers_with_the_last_counts_within_seconds(world):
             assert took < PROMISE_S + SLACK_S, took
             assert_last_seen(text)
             p, took = world.cli_status()
-            assert took < PROMISE_S + CLI_START_S, (took, p.stdout, p.stderr)
+            assert took < PROMISE_S + SLACK_S, (took, p.stdout, p.stderr)
             assert_last_seen(p.stdout)
         finally:
             world.pair.pause(world.pair.target, False)
