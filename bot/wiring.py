@@ -28,14 +28,6 @@ def open_box(cfg: Config):
     return GpuBox(LocalTransport(), cfg.remote.runner, cfg.remote.runner_config, cfg.remote.command_timeout_s)
 
 
-def state_path(cfg: Config, suffix: str) -> str:
-    """A file beside the watcher's state: the base name with suffix."""
-    base = cfg.watcher.state_file or os.path.join(
-        os.path.dirname(os.path.abspath(cfg.path or ".")), "hsx-watch.json"
-    )
-    return os.path.splitext(base)[0] + suffix
-
-
 def audit_path(cfg: Config) -> str:
     if cfg.slack.audit_log:
         return cfg.slack.audit_log
@@ -46,7 +38,7 @@ def make_handlers(cfg: Config, box=None, in_group=None) -> Handlers:
     box = box if box is not None else open_box(cfg)
     return Handlers(
         box, cfg, AuditLog(audit_path(cfg)), history=lambda: history.events(cfg, box), in_group=in_group,
-        live=LiveStatus(box, state_path(cfg, ".last.json")),
-        train_live=LiveStatus(box, state_path(cfg, ".train-last.json"), read=lambda: box.train_status(),
+        live=LiveStatus(box, history.state_path(cfg, ".last.json")),
+        train_live=LiveStatus(box, history.state_path(cfg, ".train-last.json"), read=lambda: box.train_status(),
                               parse=TrainRecord.from_dict),
     )  # fmt: skip

@@ -14,7 +14,8 @@ from bot.slack import listeners
 from bot.slack.runtime import Runtime
 from bot.slack.seen import SeenIds
 from bot.verbs.access import served
-from bot.wiring import make_handlers, open_box, state_path
+from bot.watch.history import state_path
+from bot.wiring import make_handlers, open_box
 from runner.contract.config import Config
 from runner.contract.errors import ConfigError
 

@@ -18,11 +18,17 @@ from runner.contract.status import StatusRecord, now_iso
 MAX_LINES = 20000
 
 
-def history_path(cfg: Config) -> str:
+def state_path(cfg: Config, suffix: str = "") -> str:
+    """The watcher's state file (``[watcher] state_file``, or hsx-watch.json beside the config);
+    with ``suffix``, a file of its own beside it: the history, the last records seen."""
     base = cfg.watcher.state_file or os.path.join(
         os.path.dirname(os.path.abspath(cfg.path or ".")), "hsx-watch.json"
     )
-    return os.path.splitext(base)[0] + ".history.jsonl"
+    return os.path.splitext(base)[0] + suffix if suffix else base
+
+
+def history_path(cfg: Config) -> str:
+    return state_path(cfg, ".history.jsonl")
 
 
 def append(cfg: Config, rec: StatusRecord) -> None:

@@ -309,9 +309,7 @@ class Watcher:
     def __init__(self, box, cfg: Config, client, clock=None, live: LiveStatus | None = None):
         self.box, self.cfg, self.client = box, cfg, client
         self.lim, self.train_lim = Limits.from_config(cfg), TrainLimits.from_config(cfg)
-        self.path = cfg.watcher.state_file or os.path.join(
-            os.path.dirname(os.path.abspath(cfg.path or ".")), "hsx-watch.json"
-        )
+        self.path = history.state_path(cfg)
         self.clock = clock or (lambda: dt.datetime.now(dt.timezone.utc))
         self.live = live if live is not None else LiveStatus(box, clock=self.clock)
         self.channel = cfg.slack.alert_channel or (cfg.slack.channels[0] if cfg.slack.channels else "")
