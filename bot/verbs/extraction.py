@@ -171,19 +171,20 @@ def background_text(verb: str, answer: Answer) -> str:
     )
 
 
-def report_text(render_report, parse):
-    """The text of a long verb's answer: started in the background, its report, or refused."""
+def report_text(render_report, parse, failed_is_report: bool = False):
+    """The text of a long verb's answer: started in the background, its report, or refused
+    (``failed_is_report``: a verify that finds bad samples answers not ok, and that is its report)."""
 
     def text(cmd: Command, answer: Answer) -> str:
         if answer.background:
             return background_text(cmd.verb, answer)
-        if answer.ok or cmd.verb == "verify":  # a failed verify is still its report
+        if answer.ok or failed_is_report:
             return render_report(parse(answer.raw))
         return answer_text(cmd, answer)
 
     return text
 
 
-verified_text = report_text(render_verify, VerifyReport.from_dict)
+verified_text = report_text(render_verify, VerifyReport.from_dict, failed_is_report=True)
 adopted_text = report_text(render_adopt, AdoptReport.from_dict)
 compacted_text = report_text(render_compact, CompactReport.from_dict)

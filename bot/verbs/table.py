@@ -10,6 +10,7 @@ judge; nothing else routes by kind.
 
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import dataclass
 
@@ -222,7 +223,7 @@ class Kind:
     word: str = ""  # before its verbs in `hsx WORD VERB`, audit lines, confirmations ("train stop")
     key: str = ""  # the start of its alerts' keys: a Resume button's value says which kind it resumes
 
-    @property
+    @functools.cached_property  # a frozen row: its verbs by name, built once
     def table(self) -> dict[str, Verb]:
         return {v.name: v for v in self.verbs}
 
