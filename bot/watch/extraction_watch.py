@@ -1,17 +1,21 @@
 """The watcher's judging of the extraction's status record: what is an alert (a crash, a rank
 that failed, a stale heartbeat, a server restart, an error spike, a stall, a rate drop, the disk),
-and the limits the watcher judges the box by."""
+its milestones and done, and the limits the watcher judges the box by. What was posted lives in
+the extraction's part of the watcher's state (``Posted``)."""
 
 from __future__ import annotations
 
 import datetime as dt
 from dataclasses import dataclass
 
+from bot.slack.slack_out import Action
+from bot.verbs.table import EXTRACTION
+from bot.watch.posted import MAX_KEYS, Posted
 from runner.contract import status
 from runner.contract.config import Config
 from runner.contract.ranks import ALERTING
 from runner.contract.status import Phase, StatusRecord, age_s
-from runner.text import human
+from runner.text import extraction, human
 
 PROGRESS_UPDATE_S = 60.0  # edit the pinned message at most this often, unless the phase changes
 ERROR_SPIKE = 10  # this many new errors between two polls is an alert
@@ -103,3 +107,47 @@ def _flow(rec: StatusRecord, lim: Limits, now: dt.datetime) -> dict[str, tuple[s
             False,
         )
     return out
+
+
+def judge(
+    st, rec: StatusRecord, lim: Limits, now: dt.datetime, text: str
+) -> tuple[list[Action], list[Action]]:
+    """One record judged: the alerts (and the ends of those that ended), then the milestones and
+    done, which go in the progress message's thread. ``st``, the watcher's state, gets the
+    extraction's part updated."""
+    p = st.kinds.setdefault(EXTRACTION.name, Posted())
+    conds = conditions(rec, st, lim, now)
+    where = rec.host or "the GPU box"
+    alerts = []
+    for key in p.active:  # an episode that ended: say so, once
+        kind = key.split(":", 1)[0]
+        if key not in conds and kind in RESOLVES:
+            head = f":white_check_mark: {RESOLVES[kind]} resolved on {where}"
+            alerts.append(Action("recovered", f"{head}\n{text}", key=key))
+    keep = [k for k in p.active if k in conds]
+    for key, (head, resume) in conds.items():
+        if key not in p.active:
+            body = (
+                text
+                if not rec.last_error or rec.last_error in text
+                else f"{text}\nlast error: {rec.last_error}"
+            )
+            if rec.phase.is_failed() and extraction.log_block(rec):
+                body += "\n" + extraction.log_block(rec)
+            alerts.append(
+                Action("alert", f":rotating_light: {head} on {where}\n{body}", key=key, resume=resume)
+            )
+            keep.append(key)
+    p.active = keep[-MAX_KEYS:]
+
+    later = []
+    job = f"{rec.job}:{rec.total}"
+    p.start(job)
+    reached = p.reached(rec.done, rec.total, lim.milestone_pct) if rec.total else 0
+    if reached and not rec.phase.is_failed():  # a failed record's counts are in its alert, not a milestone
+        later.append(Action("milestone", f"{reached}% reached\n{text}", key=f"milestone:{job}:{reached}"))
+    # done, once the hand-off to training ([train]) has ended: the text says what came of it
+    if rec.phase is Phase.DONE and p.milestone < 100 and rec.handoff != status.HANDOFF_PENDING:
+        later.append(Action("done", f":white_check_mark: {text}", key=f"done:{job}"))
+        p.milestone = 100
+    return alerts, later

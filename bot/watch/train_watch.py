@@ -16,19 +16,20 @@ The channel's text leaves out paths and the trainer's own words (members read it
 done's full text goes to each operator by DM (bot/watcher.py).
 Milestones, in the progress message's thread: every ``milestone_pct``% of the total steps, each
 eval with the best acceptance length so far, and done with the final metrics and the export path.
-What was posted lives in the watcher's state (bot/watcher.py), saved each tick: a restart of the
-bot posts nothing twice.
+What was posted lives in the training's part of the watcher's state (``TrainPosted``), saved each
+tick: a restart of the bot posts nothing twice.
 """
 
 from __future__ import annotations
 
-import dataclasses
+import copy
 import datetime as dt
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from bot.slack.slack_out import Action
 from bot.verbs.table import TRAINING
+from bot.watch.posted import MAX_KEYS, Posted
 from remote.errors import RemoteError
 from runner.contract.config import Config
 from runner.contract.status import age_s, parse_iso
@@ -39,7 +40,6 @@ from runner.text.training import eval_line, render_train
 log = logging.getLogger("hsx.watcher")
 ZERO_LOGS = 3  # this many logged steps in a row with loss and acc both 0 is the empty-mask trap
 STALL_LOGS = 5  # no step line for this many log times is a stall
-MAX_KEYS = 50
 
 
 @dataclass(frozen=True)
@@ -52,6 +52,14 @@ class TrainLimits:
     def from_config(cls, cfg: Config) -> TrainLimits:
         w = cfg.watcher
         return cls(w.train_startup_s, w.stall_after_s, max(1, w.milestone_pct))
+
+
+@dataclass
+class TrainPosted(Posted):
+    """The training's part of the watcher's state: what it posted, and what its judge remembers."""
+
+    zero_steps: list[int] = field(default_factory=list)  # the recent logs with loss and acc 0
+    quiet: str = ""  # the silent stretch alerted (its end is said)
 
 
 def _reason(rec: TrainRecord) -> str:
@@ -108,11 +116,11 @@ def _post(kind: str, head: str, rec: TrainRecord, now: dt.datetime | None, key: 
     return Action(kind, text, key=key, private=private if private != text else "", **kw)
 
 
-def _moving_again(st, rec: TrainRecord) -> list[Action]:
+def _moving_again(p: TrainPosted, rec: TrainRecord) -> list[Action]:
     """A silent stretch said earlier is over: a step came (a crash or stop says itself)."""
-    if not st.train_quiet or rec.phase != "training":
+    if not p.quiet or rec.phase != "training":
         return []
-    was, st.train_quiet = st.train_quiet, ""
+    was, p.quiet = p.quiet, ""
     if was.startswith(f"{TRAINING.key}loading:"):
         took = age_s(rec.launched_at, parse_iso(rec.last_step_at))
         head = f":white_check_mark: Training's first step came after {human_duration(took)} of loading"
@@ -121,35 +129,31 @@ def _moving_again(st, rec: TrainRecord) -> list[Action]:
     return [_post("recovered", head, rec, None, was)]
 
 
-def _milestones(st, rec: TrainRecord, lim: TrainLimits, now: dt.datetime) -> list[Action]:
+def _milestones(p: Posted, rec: TrainRecord, lim: TrainLimits, now: dt.datetime) -> list[Action]:
     """N% of the total steps and each new eval, once each per run (a resume does not repeat them)."""
     run = f"{rec.run_id}:{rec.started_at}"
-    if st.train_run != run:
-        st.train_run, st.train_milestone, st.train_eval_step = run, 0, -1
+    p.start(run)
     out = []
     if rec.phase == "training" and rec.total_steps and rec.step:
-        pct = lim.milestone_pct
-        reached = int(100 * rec.step / rec.total_steps) // pct * pct
-        if st.train_milestone < reached < 100:  # the last step's is done's to say
+        reached = p.reached(rec.step, rec.total_steps, lim.milestone_pct)
+        if reached:
             key = f"{TRAINING.key}milestone:{run}:{reached}"
             out.append(_post("milestone", f"Training {reached}% reached", rec, now, key))
-            st.train_milestone = reached
-    if rec.eval_step is not None and rec.eval_step > st.train_eval_step:
+    if rec.eval_step is not None and rec.eval_step > p.eval_step:
         if rec.phase != "done":  # done says the final eval itself
             head = f":bar_chart: Training eval at step {rec.eval_step:,}: {eval_line(rec, news=True) or 'no metrics'}"
             out.append(_post("milestone", head, rec, now, f"{TRAINING.key}eval:{run}:{rec.eval_step}"))
-        st.train_eval_step = rec.eval_step
+        p.eval_step = rec.eval_step
     return out
 
 
 def judge(st, rec: TrainRecord, now: dt.datetime | None = None, lim: TrainLimits | None = None):
-    """Pure: the watcher's state (its train_* fields) and one record → what to post, next state."""
+    """Pure: the watcher's state (its training part) and one record → what to post, next state."""
     now, lim = now or dt.datetime.now(dt.timezone.utc), lim or TrainLimits()
-    st = dataclasses.replace(
-        st, train_active=list(st.train_active), train_zero_steps=list(st.train_zero_steps)
-    )
+    st = copy.deepcopy(st)
     if not rec.started:
         return [], st
+    p = st.kinds.setdefault(TRAINING.name, TrainPosted())
     episode = f"{rec.run_id}:{rec.launches}"
     found: list[Action] = []
     if rec.phase == "crashed":
@@ -159,40 +163,30 @@ def judge(st, rec: TrainRecord, now: dt.datetime | None = None, lim: TrainLimits
         head = f":rotating_light: Training loss is NaN at step {rec.step}"
         found.append(_post("alert", head, rec, now, f"{TRAINING.key}nan:{episode}"))
     if rec.loss == 0 and rec.acc == 0 and rec.step:
-        if rec.step not in st.train_zero_steps:
-            st.train_zero_steps = (st.train_zero_steps + [rec.step])[-ZERO_LOGS:]
+        if rec.step not in p.zero_steps:
+            p.zero_steps = (p.zero_steps + [rec.step])[-ZERO_LOGS:]
     elif rec.step and (rec.loss is not None or rec.acc is not None):
-        st.train_zero_steps = []
-    if len(st.train_zero_steps) >= ZERO_LOGS:
+        p.zero_steps = []
+    if len(p.zero_steps) >= ZERO_LOGS:
         head = (
             f":rotating_light: Training loss and acc both 0 over {ZERO_LOGS} logs (steps "
-            f"{', '.join(map(str, st.train_zero_steps))}): the loss mask is likely empty"
+            f"{', '.join(map(str, p.zero_steps))}): the loss mask is likely empty"
         )
         found.append(_post("alert", head, rec, now, f"{TRAINING.key}zero:{episode}"))
     quiet = _quiet(rec, lim, now)
-    moved = [] if quiet and quiet[0] == st.train_quiet else _moving_again(st, rec)
+    moved = [] if quiet and quiet[0] == p.quiet else _moving_again(p, rec)
     if quiet:
         found.append(_post("alert", quiet[1], rec, now, quiet[0], tail=f"\n{quiet[2]}"))
-        st.train_quiet = quiet[0]
+        p.quiet = quiet[0]
     elif rec.phase not in ("loading", "training"):
-        st.train_quiet = ""  # it ended: its crash, stop or done says so
-    later = _milestones(st, rec, lim, now)
+        p.quiet = ""  # it ended: its crash, stop or done says so
+    later = _milestones(p, rec, lim, now)
     if rec.phase == "done":  # its eval line; its export path, for operators
         key = f"{TRAINING.key}done:{rec.run_id}:{rec.ended_at}"
         found.append(_post("done", ":white_check_mark: Training done", rec, now, key))
-    out = [a for a in found if a.key not in st.train_active]
-    st.train_active = (st.train_active + [a.key for a in out])[-MAX_KEYS:]
+    out = [a for a in found if a.key not in p.active]
+    p.active = (p.active + [a.key for a in out])[-MAX_KEYS:]
     return moved + out + later, st
-
-
-def undelivered(st, prev, a: Action) -> None:
-    """A training post that failed: the next tick posts it again."""
-    st.train_active = [k for k in st.train_active if k != a.key]
-    same = prev.train_run == st.train_run
-    if a.key.startswith(f"{TRAINING.key}eval:"):
-        st.train_eval_step = prev.train_eval_step if same else -1
-    elif a.key.startswith(f"{TRAINING.key}milestone:"):
-        st.train_milestone = prev.train_milestone if same else 0
 
 
 def watch_training(box, st, now: dt.datetime | None = None, lim: TrainLimits | None = None):

@@ -7,7 +7,9 @@ neither repeats an alert nor misses a new one.
 
 from __future__ import annotations
 
+import copy
 import datetime as dt
+import functools
 import json
 import logging
 import os
@@ -18,42 +20,37 @@ from bot.render import summary
 from bot.render.mrkdwn import escape
 from bot.slack.slack_out import Action, resume_button
 from bot.verbs.audit import ask_operators
-from bot.verbs.table import TRAINING, kind_of_key
-from bot.watch import history
-from bot.watch.extraction_watch import RESOLVES, Limits, conditions
-from bot.watch.train_watch import TrainLimits, undelivered, watch_training
+from bot.verbs.table import EXTRACTION, TRAINING, kind_of_key
+from bot.watch import extraction_watch, history
+from bot.watch.extraction_watch import Limits
+from bot.watch.posted import Posted
+from bot.watch.train_watch import TrainLimits, TrainPosted, watch_training
 from remote.errors import BadReply, BrokenFile, RemoteError
 from remote.live import LiveStatus
 from runner.contract import status
 from runner.contract.atomic import write_atomic
 from runner.contract.config import Config
-from runner.contract.status import Phase, StatusRecord
+from runner.contract.status import StatusRecord
 from runner.text import extraction, human
 from runner.text.training import WITHHELD
 
 log = logging.getLogger("hsx.watcher")
-MAX_KEYS = 500
+BOX = ("unreachable:", "unreadable:")  # the box's own alerts' keys: no kind's
+PARTS = {TRAINING.name: TrainPosted}  # a kind whose judge remembers more than its posts
 
 
 @dataclass
 class WatchState:
-    job: str = ""  # job + total: milestones restart when this changes
-    milestone: int = 0  # highest milestone posted (percent)
-    active: list[str] = field(default_factory=list)  # alert keys currently true (posted once)
+    active: list[str] = field(default_factory=list)  # the box's alert keys (BOX) while true
     background: str = ""  # the background job whose result was posted (verb:started_at)
-    errors: int | None = None  # errors_this_run at the last poll
-    run: str = ""  # started_at of the run last seen
+    errors: int | None = None  # the extraction's errors_this_run at the last poll
+    run: str = ""  # started_at of the extraction's run last seen
     phase: str = ""
     unreachable_since: str | None = None
     progress_channel: str = ""
     progress_ts: str = ""
     progress_at: str | None = None
-    train_active: list[str] = field(default_factory=list)  # training alert keys posted (train_watch)
-    train_zero_steps: list[int] = field(default_factory=list)  # the recent logs with loss and acc 0
-    train_quiet: str = ""  # the training's silent stretch alerted (its end is said)
-    train_run: str = ""  # the training run whose milestones these are (run_id:started_at)
-    train_milestone: int = 0  # its highest percent posted
-    train_eval_step: int = -1  # its last eval posted
+    kinds: dict[str, Posted] = field(default_factory=dict)  # what each kind posted, by its KINDS name
 
     @classmethod
     def load(cls, path: str) -> WatchState:
@@ -65,12 +62,36 @@ class WatchState:
         except (OSError, json.JSONDecodeError) as e:
             log.error("watcher state %s unreadable (%s); starting fresh", path, e)
             return cls()
-        known = cls.__dataclass_fields__
-        return cls(**{k: v for k, v in d.items() if k in known}) if isinstance(d, dict) else cls()
+        if not isinstance(d, dict):
+            return cls()
+        d = d if "kinds" in d else _before_kinds(d)
+        st = cls(**{k: v for k, v in d.items() if k in cls.__dataclass_fields__ and k != "kinds"})
+        st.kinds = {name: PARTS.get(name, Posted).load(part) for name, part in d["kinds"].items()}
+        return st
+
+    def undelivered(self, prev: WatchState, a: Action) -> None:
+        """A post that failed: the next tick posts it again (the box's alert, or its kind's post)."""
+        self.active = [k for k in self.active if k != a.key]
+        name = kind_of_key(a.key).name
+        if name in self.kinds:
+            self.kinds[name].undelivered(prev.kinds.get(name, Posted()), a)
 
     def save(self, path: str) -> None:
         os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
         write_atomic(path, json.dumps(asdict(self), indent=1))
+
+
+def _before_kinds(d: dict) -> dict:
+    """A state saved before each kind had its part: the extraction's job, milestone and alert keys
+    (the box's among them) and the training's train_* fields, each in its new place."""
+    active = d.get("active") or []
+    box = [k for k in active if k.startswith(BOX)]
+    kinds = {
+        EXTRACTION.name: {"run": d.get("job", ""), "milestone": d.get("milestone", 0),
+                          "active": [k for k in active if k not in box]},
+        TRAINING.name: {k.removeprefix("train_"): v for k, v in d.items() if k.startswith("train_")},
+    }  # fmt: skip
+    return {**d, "active": box, "kinds": kinds}
 
 
 @dataclass
@@ -118,9 +139,18 @@ def _unreadable(st: WatchState, obs: Observation) -> tuple[list[Action], WatchSt
     return actions, st
 
 
+def _readable(st: WatchState, rec: StatusRecord, text: str) -> list[Action]:
+    """A record read: the box's episodes are over; an unreadable one says so."""
+    was = [k for k in st.active if k.startswith("unreadable:")]
+    st.active = []
+    head = f":white_check_mark: Status readable again on {rec.host or 'the GPU box'}"
+    return [Action("recovered", f"{head}\n{text}", key=k) for k in was]
+
+
 def decide(prev: WatchState, obs: Observation, lim: Limits) -> tuple[list[Action], WatchState]:
-    """Pure: previous state + one observation → actions to deliver and the next state."""
-    st = WatchState(**asdict(prev))
+    """Pure: previous state + one observation → actions to deliver and the next state. The box's
+    own parts, and the extraction's judge: its record is the box's status."""
+    st = copy.deepcopy(prev)
     actions: list[Action] = []
     if obs.record is None and isinstance(obs.error, BadReply):
         return _unreadable(st, obs)
@@ -139,43 +169,10 @@ def decide(prev: WatchState, obs: Observation, lim: Limits) -> tuple[list[Action
         return actions, st
 
     rec, now = obs.record, obs.now
-    actions += _answered(st, now)
     text = extraction.render_text(rec, now, lim.heartbeat_stale_s)
-
-    conds = conditions(rec, prev, lim, now)
-    keep = [k for k in st.active if k in conds]
-    for key in st.active:  # an episode that ended: say so, once
-        kind = key.split(":", 1)[0]
-        if key not in conds and kind in RESOLVES:
-            actions.append(
-                Action(
-                    "recovered",
-                    f":white_check_mark: {RESOLVES[kind]} resolved on {rec.host or 'the GPU box'}\n{text}",
-                    key=key,
-                )
-            )
-        elif key not in conds and kind in AGAIN:
-            head = f":white_check_mark: {AGAIN[kind]} on {rec.host or 'the GPU box'}"
-            actions.append(Action("recovered", f"{head}\n{text}", key=key))
-    for key, (head, resume) in conds.items():
-        if key not in st.active:
-            body = (
-                text
-                if not rec.last_error or rec.last_error in text
-                else f"{text}\nlast error: {rec.last_error}"
-            )
-            if rec.phase.is_failed() and extraction.log_block(rec):
-                body += "\n" + extraction.log_block(rec)
-            actions.append(
-                Action(
-                    "alert",
-                    f":rotating_light: {head} on {rec.host or 'the GPU box'}\n{body}",
-                    key=key,
-                    resume=resume,
-                )
-            )
-            keep.append(key)
-    st.active = keep[-MAX_KEYS:]
+    actions += _answered(st, now) + _readable(st, rec, text)
+    alerts, later = extraction_watch.judge(st, rec, lim, now, text)  # milestones go in the thread
+    actions += alerts
 
     last = status.parse_iso(st.progress_at)
     due = last is None or (now - last).total_seconds() >= lim.progress_update_s or st.phase != rec.phase.value
@@ -184,24 +181,6 @@ def decide(prev: WatchState, obs: Observation, lim: Limits) -> tuple[list[Action
             Action("progress", text, blocks=summary.render_blocks(rec, now, lim.heartbeat_stale_s))
         )
         st.progress_at = _iso(now)
-    later: list[Action] = []  # milestones go in the thread of the progress message
-    job = f"{rec.job}:{rec.total}"
-    if st.job != job:
-        st.job, st.milestone = job, 0
-    if rec.total:
-        reached = int(100 * rec.done / rec.total) // lim.milestone_pct * lim.milestone_pct
-        reached = min(reached, 100 if rec.done >= rec.total else 99)
-        if reached > st.milestone and reached > 0 and reached < 100:
-            if not rec.phase.is_failed():  # a failed record's counts are in its alert, not a milestone
-                later.append(
-                    Action("milestone", f"{reached}% reached\n{text}", key=f"milestone:{job}:{reached}")
-                )
-            st.milestone = reached
-    # done, once the hand-off to training ([train]) has ended: the text says what came of it
-    if rec.phase is Phase.DONE and st.milestone < 100 and rec.handoff != status.HANDOFF_PENDING:
-        later.append(Action("done", f":white_check_mark: {text}", key=f"done:{job}"))
-        st.milestone = 100
-
     bg = rec.background or {}
     key = f"{bg.get('verb')}:{bg.get('started_at')}"
     if extraction.background_result(rec) and st.background != key:  # its result, once
@@ -219,7 +198,10 @@ class Watcher:
 
     def __init__(self, box, cfg: Config, client, clock=None, live: LiveStatus | None = None):
         self.box, self.cfg, self.client = box, cfg, client
-        self.lim, self.train_lim = Limits.from_config(cfg), TrainLimits.from_config(cfg)
+        self.lim = Limits.from_config(cfg)
+        # the other kinds' judges, each reading its own record: the training's when [train] is set
+        train = functools.partial(watch_training, lim=TrainLimits.from_config(cfg))
+        self.judges = {TRAINING.name: train} if cfg.train.python else {}
         self.path = history.state_path(cfg)
         self.clock = clock or (lambda: dt.datetime.now(dt.timezone.utc))
         self.live = live if live is not None else LiveStatus(box, clock=self.clock)
@@ -252,12 +234,12 @@ class Watcher:
             log.exception("could not judge the status record")
             why = BadReply(f"the record could not be read ({type(e).__name__}: {str(e)[:200]})")
             actions, st = decide(prev, Observation(obs.now, error=why), self.lim)
-        if self.cfg.train.python:  # [train] set: the training record too
+        for name, judge in self.judges.items():
             try:
-                more, st = watch_training(self.box, st, obs.now, self.train_lim)
+                more, st = judge(self.box, st, obs.now)
                 actions += more
             except Exception:
-                log.exception("could not judge the training record")
+                log.exception("could not judge the %s record", name)
         done = []
         for a in actions:
             try:
@@ -265,12 +247,7 @@ class Watcher:
                 done.append(a)
             except Exception:
                 log.exception("could not post %s %s", a.kind, a.key)
-                if kind_of_key(a.key) is TRAINING:  # not delivered: let the next tick post it again
-                    undelivered(st, prev, a)
-                elif a.kind == "alert":
-                    st.active = [k for k in st.active if k != a.key]
-                elif a.kind in ("milestone", "done"):
-                    st.milestone = prev.milestone
+                st.undelivered(prev, a)
         try:
             st.save(self.path)
         except Exception:

@@ -14,8 +14,10 @@ from slack_sdk import WebClient
 
 from bot.watch.watcher import Limits, Observation, Watcher, WatchState, decide
 from remote.errors import BadReply
+from runner.contract.status import StatusRecord
 
 from . import slack_api
+from .conftest import EXTRACTING
 from .test_train_chat import TRAINING
 
 T0 = dt.datetime(2030, 1, 1, 11, 43, tzinfo=dt.timezone.utc)
@@ -96,3 +98,18 @@ def test_a_refused_post_of_each_kind_is_posted_at_the_next_tick_once(fake, cfg):
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_a_refused_milestone_of_a_new_job_counts_from_that_jobs_start():
+    """The last job ended done (its milestones at 100); the next one's first milestone, refused,
+    is posted again: the undo does not bring back the last job's 100."""
+    done = StatusRecord.from_dict(
+        {**EXTRACTING, "phase": "done", "done": 37312, "heartbeat_at": T0.isoformat()}
+    )
+    _, prev = decide(WatchState(), Observation(T0, record=done), Limits())
+    new = StatusRecord.from_dict({**EXTRACTING, "job": "next", "done": 4000, "heartbeat_at": T0.isoformat()})
+    acts, st = decide(prev, Observation(T0, record=new), Limits())
+    (refused,) = [a for a in acts if a.kind == "milestone"]
+    st.undelivered(prev, refused)
+    acts, _ = decide(st, Observation(T0, record=new), Limits())
+    assert [a.text.split("\n")[0] for a in acts if a.kind == "milestone"] == ["10% reached"]
