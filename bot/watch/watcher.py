@@ -1,8 +1,11 @@
 """The watcher: poll the GPU box, post milestones and crash alerts, keep one progress message.
 
-`decide(state, observation)` is pure: what happened → what to post and the next state.
-`Watcher.tick()` observes, decides, delivers and saves the state atomically, so a restart
-neither repeats an alert nor misses a new one.
+`decide(state, observation)` is pure: what happened → what to post and the next state; it
+keeps the box's own parts (unreachable, unreadable, the progress message, a background verb's
+result) and asks the extraction's judge (extraction_watch), whose record is the box's status.
+`Watcher.tick()` observes, decides, asks each other kind's judge (train_watch) that reads its
+own record, delivers, and saves the state atomically, so a restart neither repeats an alert
+nor misses a new one. What each kind posted is its part of the state (posted.py).
 """
 
 from __future__ import annotations
