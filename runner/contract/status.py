@@ -203,6 +203,16 @@ def age_s(s: str | None, now: dt.datetime | None = None) -> float | None:
     return (now - t).total_seconds()
 
 
+def gone(who: str, pid: int | None, phase: str, heartbeat: str | None) -> str:
+    """Why a record that says its job is going reads as crashed: the process that wrote it no
+    longer holds the job's lock (a kill -9, an OOM kill, a reboot). The rule of every kind."""
+    beat = parse_iso(heartbeat)
+    beat = beat and beat.astimezone(dt.timezone.utc)
+    when = f", {beat:%b} {beat.day} {beat:%H:%M:%S} UTC" if beat else ""  # as a person reads it
+    who = f"{who} (pid {pid})" if pid else who
+    return f"{who} is gone; it was {phase} at its last heartbeat{when}"
+
+
 def heartbeat_age(rec: StatusRecord, now: dt.datetime | None = None) -> float | None:
     """Seconds since the runner's last heartbeat (a reader may have filled it in already)."""
     if rec.heartbeat_age_s is not None:

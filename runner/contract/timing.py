@@ -50,6 +50,11 @@ class Timing:
     answer_poll_s: float = 0.05
     stop_poll_s: float = 0.1
     cluster_stop_poll_s: float = 0.5
+    # runner/job/detach.py: a started child claims its job within claim_s (the runner its lock,
+    # the supervisor or a background verb its record); the runner's set-up passes within
+    # settle_s. Bounds on an event, not cadences: the same in both profiles (a busy box is slow)
+    claim_s: float = 30.0
+    settle_s: float = 30.0
 
 
 PRODUCTION = Timing()

@@ -108,6 +108,11 @@ class TrainRecord:
         return self.step / (t1 - t0).total_seconds()
 
 
+# `train status` adds these to what it read; status.json never holds them
+SAID_BY_STATUS = ("run_bytes", "disk_free", "disk_path", "building")
+WRITTEN = tuple(f.name for f in dataclasses.fields(TrainRecord) if f.name not in SAID_BY_STATUS)
+
+
 def checked(d: Any, where: str = WHERE) -> dict[str, Any]:
     """The record's known fields, each checked (StatusError naming the first that is wrong): the
     ops side reads a reply with it, the box its own status.json."""

@@ -15,13 +15,10 @@ from ..contract import timing
 from ..contract.errors import StatusError
 from ..contract.replies import OK, REFUSED, Reply
 from ..contract.status import StatusRecord
-from ..job import view
+from ..job import detach, view
 from ..output import lock
 from ..output.ranks import RunPaths
 from .base import Engine
-
-START_S = 20.0  # how long start waits for the child to take the job's lock
-SETTLE_S = 30.0  # how long start waits for set-up (config, model, dataset, tokenizer) to pass
 
 
 class LocalEngine(Engine):
@@ -59,30 +56,21 @@ class LocalEngine(Engine):
                 {"started": False, "reason": msg, "preflight": report}, msg + "\n(--force skips it)", REFUSED
             )
         skipped = [c["name"] for c in report["checks"] if c["name"] in GATES and not c["ok"]]
-        crash_log = RunPaths(out).crash_log
-        os.makedirs(os.path.dirname(crash_log), exist_ok=True)
-        with open(crash_log, "ab") as log:
-            p = subprocess.Popen(  # what it prints as it dies lands in the crash log
-                [sys.executable, "-m", "runner.cli", "run", "--config", self.cfg.path],
-                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
-            )  # fmt: skip
+        argv = [sys.executable, "-m", "runner.cli", "run", "--config", self.cfg.path]
+        p = detach.spawn(argv, RunPaths(out).crash_log)  # what it prints as it dies lands in the crash log
         # Answer once the child has claimed its record and got through set-up (or failed in it),
         # so a start that dies at once says why instead of "started".
-        deadline = time.monotonic() + START_S
-        while time.monotonic() < deadline:
-            held, hpid = lock.is_held(out)
-            if held and hpid == p.pid:
-                return self._settled(p, verb, skipped)
-            code = p.poll()
-            if code is not None:
-                held, hpid = lock.is_held(out)
-                reason = (
-                    f"already running (pid {hpid})" if held else f"runner exited with code {code}; see logs"
-                )
-                return Reply({"started": False, "pid": hpid, "reason": reason}, reason, REFUSED)
-            time.sleep(timing.current().answer_poll_s)
-        why = f"runner did not take the lock within {START_S:g}s"
-        return Reply({"started": False, "pid": p.pid, "reason": why}, "runner slow to start", REFUSED)
+        claimed = detach.wait_claim(p, lambda: lock.is_held(out) == (True, p.pid), timing.current().claim_s)
+        if claimed:
+            return self._settled(p, verb, skipped)
+        if claimed is None:
+            why = f"runner did not take the lock within {timing.current().claim_s:g}s"
+            return Reply({"started": False, "pid": p.pid, "reason": why}, "runner slow to start", REFUSED)
+        held, hpid = lock.is_held(out)
+        reason = (
+            f"already running (pid {hpid})" if held else f"runner exited with code {p.returncode}; see logs"
+        )
+        return Reply({"started": False, "pid": hpid, "reason": reason}, reason, REFUSED)
 
     def _settled(self, p: subprocess.Popen, verb: str, forced: list[str]) -> Reply:
         """The runner holds the job: wait until its set-up passed, or report its failure."""
@@ -93,7 +81,7 @@ class LocalEngine(Engine):
         started = Reply(
             {"started": True, "pid": p.pid, "verb": verb, **extra}, f"{word}: runner pid {p.pid}{note}"
         )
-        deadline = time.monotonic() + SETTLE_S
+        deadline = time.monotonic() + timing.current().settle_s  # config, model, dataset, tokenizer
         while True:
             try:
                 rec = view.current(out)
@@ -122,11 +110,7 @@ class LocalEngine(Engine):
         held, pid = lock.is_held(self.out)
         if not held or not pid:
             return Reply({"stopped": False, "reason": "not running"}, "not running", REFUSED)
-        os.kill(pid, signal.SIGTERM)
-        deadline = time.monotonic() + wait
-        while time.monotonic() < deadline and lock.is_held(self.out)[0]:
-            time.sleep(timing.current().stop_poll_s)
-        gone = not lock.is_held(self.out)[0]
+        gone = detach.stop(pid, lambda: lock.is_held(self.out)[0], wait)
         msg = f"runner pid {pid} stopped" if gone else f"SIGTERM sent to pid {pid}; still draining"
         return Reply(
             {"stopped": gone, "pid": pid, "signalled": True, "reason": None if gone else "draining"}, msg, OK

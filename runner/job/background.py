@@ -17,6 +17,7 @@ from ..contract import timing
 from ..contract.atomic import write_atomic
 from ..contract.status import now_iso
 from ..serve.procs import alive
+from . import detach
 
 RECORD = "background.json"
 LOCK = ".background.lock"
@@ -58,27 +59,17 @@ def _start(out: str, config: str, verb: str, args: list[str]) -> dict:
             "background": True,
             "reason": f"a background {have.get('verb')} is running (pid {have.get('pid')})",
         }
-    os.makedirs(os.path.join(out, "logs"), exist_ok=True)
-    with open(os.path.join(out, "logs", f"{verb}.out"), "ab") as log:
-        p = subprocess.Popen(
-            [sys.executable, "-m", "runner.cli", verb, "--json", "--config", config, "--record", *args],
-            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
-            preexec_fn=lambda: os.nice(10),
-        )  # fmt: skip
+    argv = [sys.executable, "-m", "runner.cli", verb, "--json", "--config", config, "--record", *args]
+    p = detach.spawn(argv, os.path.join(out, "logs", f"{verb}.out"), nice=10)
     if shutil.which("ionice"):  # idle I/O class: a live extraction's writes come first
         subprocess.run(["ionice", "-c", "3", "-p", str(p.pid)], capture_output=True, check=False)
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        rec = read(out)
-        if rec and rec.get("pid") == p.pid:
-            return {"started": True, "pid": p.pid, "verb": verb, "background": True}
-        if p.poll() is not None:
-            return {
-                "started": False,
-                "background": True,
-                "reason": f"{verb} exited with code {p.returncode} at once; see logs/{verb}.out",
-            }
-        time.sleep(timing.current().answer_poll_s)
+    claimed = detach.wait_claim(p, lambda: (read(out) or {}).get("pid") == p.pid, timing.current().claim_s)
+    if claimed is False:
+        return {
+            "started": False,
+            "background": True,
+            "reason": f"{verb} exited with code {p.returncode} at once; see logs/{verb}.out",
+        }
     return {"started": True, "pid": p.pid, "verb": verb, "background": True}
 
 

@@ -5,7 +5,6 @@ An active phase with no live runner is reported as ``crashed``."""
 
 from __future__ import annotations
 
-import datetime as dt
 import os
 
 from ..contract.status import (
@@ -15,7 +14,7 @@ from ..contract.status import (
     Phase,
     StatusRecord,
     age_s,
-    parse_iso,
+    gone,
     read_record,
 )
 from ..output import lock
@@ -46,10 +45,7 @@ def current(out: str) -> StatusRecord:
     rec.alive = held and (pid is None or pid == rec.pid)
     rec.heartbeat_age_s = age_s(rec.heartbeat_at)
     if rec.phase.is_active() and not held:
-        beat = parse_iso(rec.heartbeat_at)
-        beat = beat and beat.astimezone(dt.timezone.utc)
-        when = f", {beat:%b} {beat.day} {beat:%H:%M:%S} UTC" if beat else ""  # as a person reads it
-        rec.reason = f"runner (pid {rec.pid}) is gone; it was {rec.phase.value} at its last heartbeat{when}"
+        rec.reason = gone("runner", rec.pid, rec.phase.value, rec.heartbeat_at)
         rec.phase = Phase.CRASHED
         rec.phase_since = rec.heartbeat_at
     if not held:

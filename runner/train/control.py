@@ -11,15 +11,15 @@ import fcntl
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
-import time
 
+from ..contract import timing
 from ..contract.atomic import no_follow, write_atomic
 from ..contract.config import Config
 from ..contract.errors import BrokenFileError, ConfigError
 from ..contract.replies import NOT_OK, OK, REFUSED, Reply
+from ..job import detach
 from ..lanes import BuildError, building
 from ..output.lock import is_held_at
 from . import exclusive, guard, interpreter, preflight, progress, runspec, strays
@@ -104,30 +104,27 @@ def _launch(cfg: Config, paths: runspec.RunPaths, launch: str, submit=None) -> R
     rec.write()
     if submit:
         return submit(cfg, paths, launch)
-    with open(os.path.join(paths.root, "supervisor.log"), "ab") as log:
-        p = subprocess.Popen(
-            [sys.executable, "-m", "runner.train.supervisor", paths.root], stdout=log, stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL, start_new_session=True,
-        )  # fmt: skip
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        d = read(paths.root)
-        if Record.load(paths.root).d.get("supervisor_pid") == p.pid:
-            text = f"training {DID[launch]} (trainer pid {d.get('pid')}); log {paths.log}"
-            return Reply(
-                {"started": True, "pid": d.get("pid"), "supervisor_pid": p.pid, "run_dir": paths.root}, text
-            )
-        if p.poll() is not None:
-            if reply := _going(paths):  # another start's supervisor won the lock: its record stands
-                return reply
-            if p.returncode == exclusive.REFUSED_RC:  # the output was taken since the check
-                return refused(read(paths.root)["reason"])
-            rec.update(phase="crashed", reason=f"the supervisor exited with code {p.returncode} at once; "
-                       f"see {paths.root}/supervisor.log")  # fmt: skip
-            rec.write()
-            return Reply({"started": False, "reason": rec.d["reason"]}, rec.d["reason"], REFUSED)
-        time.sleep(0.1)
-    return Reply({"started": True, "supervisor_pid": p.pid, "run_dir": paths.root}, f"training {DID[launch]}")
+    argv = [sys.executable, "-m", "runner.train.supervisor", paths.root]
+    p = detach.spawn(argv, os.path.join(paths.root, "supervisor.log"))
+    claimed = detach.wait_claim(
+        p, lambda: Record.load(paths.root).d.get("supervisor_pid") == p.pid, timing.current().claim_s
+    )
+    if claimed is None:
+        return Reply(
+            {"started": True, "supervisor_pid": p.pid, "run_dir": paths.root}, f"training {DID[launch]}"
+        )
+    if claimed:
+        pid = read(paths.root).get("pid")
+        text = f"training {DID[launch]} (trainer pid {pid}); log {paths.log}"
+        return Reply({"started": True, "pid": pid, "supervisor_pid": p.pid, "run_dir": paths.root}, text)
+    if reply := _going(paths):  # another start's supervisor won the lock: its record stands
+        return reply
+    if p.returncode == exclusive.REFUSED_RC:  # the output was taken since the check
+        return refused(read(paths.root)["reason"])
+    rec.update(phase="crashed", reason=f"the supervisor exited with code {p.returncode} at once; "
+               f"see {paths.root}/supervisor.log")  # fmt: skip
+    rec.write()
+    return Reply({"started": False, "reason": rec.d["reason"]}, rec.d["reason"], REFUSED)
 
 
 def _ensure(python: str) -> str | None:
@@ -362,12 +359,8 @@ def stop(cfg: Config, wait: float) -> Reply:
         return Reply(
             {"stopped": False, "reason": "no training run is going"}, "no training run is going", REFUSED
         )
-    os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + wait
-    while time.monotonic() < deadline and running(paths) is not None:
-        time.sleep(0.2)
+    gone = detach.stop(pid, lambda: running(paths) is not None, wait)
     d = read(paths.root)
-    gone = running(paths) is None
     text = (
         d.get("reason") or "stopped" if gone else f"asked the supervisor (pid {pid}) to stop; still stopping"
     )

@@ -17,20 +17,13 @@ import os
 from ..contract.atomic import write_atomic
 from ..contract.errors import BrokenFileError, StatusError
 from ..contract.fields import check
-from ..contract.status import NOT_STARTED
-from ..contract.train import ACTIVE, checked
+from ..contract.status import NOT_STARTED, gone
+from ..contract.train import ACTIVE, WRITTEN, checked
 from ..output.lock import is_held_at
 from .progress import number
 
-FIELDS = (
-    "phase", "step", "total_steps", "epoch", "epochs", "loss", "acc", "acceptance_rate",
-    "checkpoint_step", "pid", "supervisor_pid", "run_dir", "export_dir", "python", "heartbeat",
-    "reason", "exit_code", "launch", "launches", "started_at", "launched_at", "ended_at",
-    "last_step_at", "nan_loss", "output_dir", "run_id", "world", "steps_per_epoch", "checkpoint_at",
-    "log_s", "log_interval", "eval_samples", "val_acc", "acc_len", "eval_step", "best_acc_len", "best_step",
-    "export", "export_ok", "bad_lines", "bad_line",
-)  # fmt: skip
 BOX = {"output_dir": "str | None", "steps_per_epoch": "int | None"}  # read here only, never sent
+FIELDS = WRITTEN + tuple(BOX)  # status.json's known keys: the contract's record, and the box's own
 FIX = ("hsx wrote it for this run, whose state it holds: restore it, or move the run dir aside and start "
        "a fresh run (hsx-runner train start)")  # fmt: skip
 
@@ -112,6 +105,6 @@ def read(root: str) -> dict:
     if out["phase"] in ACTIVE:
         held, _ = is_held_at(os.path.join(root, ".lock"))
         if not held:
-            out["reason"] = "the supervisor is gone (it no longer holds the run's lock)"
+            out["reason"] = gone("supervisor", out["supervisor_pid"], out["phase"], out["heartbeat"])
             out["phase"] = "crashed"
     return out

@@ -94,7 +94,10 @@ def test_train_chart_uploads_the_historys_png(fake, train_cfg):
 
     fake.reply("train-history", a_history())
     fake.reply("train-status", DONE)
-    with serve(train_cfg, box=fake.box(), fake=fake) as (bot, _, _):
+    with serve(train_cfg, box=fake.box(), fake=fake) as (bot, _, rt):
+        # the allowance's clock stands still: a render slower than the 30 s window on a busy
+        # machine must not let the second ask through
+        rt.handlers.allowance.clock = lambda: 1000.0
         assert bot.command("chart", user=STRANGER, command="/train") == 200
         (upload,) = bot.rec.wait_for("upload")
         (done,) = bot.rec.wait_for("files.completeUploadExternal")
@@ -224,7 +227,11 @@ def test_train_status_reaches_the_real_runner_on_a_real_run_dir(tmp_path, cfg):
         bot.command("status", command="/train")
         resp = bot.rec.wait_for("response", 2, timeout=30)[1]
     assert resp["text"].startswith("training crashed — step 30 / 120 (25.0%)")
-    assert "the supervisor is gone" in resp["text"] and "last durable checkpoint: step 50" in resp["text"]
+    assert (
+        "supervisor (pid 4241) is gone; it was training at its last heartbeat, Dec 1 12:09:59 UTC"
+        in resp["text"]
+        and "last durable checkpoint: step 50" in resp["text"]
+    )
 
 
 def test_the_console_answers_train_verbs_and_progress_with_the_training(fake, train_cfg):
