@@ -14,6 +14,7 @@ import threading
 import uuid
 
 from bot.render.mrkdwn import escape
+from runner.contract.atomic import read_jsonl, torn
 from runner.text.training import WITHHELD
 
 _lock = threading.Lock()
@@ -70,14 +71,13 @@ class AuditLog:
             # O_APPEND keeps concurrent writers from interleaving inside a line.
             fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o640)
             try:
+                if torn(self.path):  # a crash mid-write: end that line, or this entry joins it
+                    line = "\n" + line
                 os.write(fd, line.encode())
                 os.fsync(fd)
             finally:
                 os.close(fd)
 
     def read(self) -> list[dict]:
-        try:
-            with open(self.path, encoding="utf-8") as f:
-                return [json.loads(x) for x in f if x.strip()]
-        except FileNotFoundError:
-            return []
+        """Its entries; a line torn by a crash mid-write is passed over, never raised."""
+        return read_jsonl(self.path)

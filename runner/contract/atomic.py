@@ -53,16 +53,34 @@ def read_object(path: str) -> dict | None:
 
 
 def read_jsonl(path: str, last: int | None = None, max_line: int = 1 << 20) -> list[dict]:
-    """The JSON objects of a line file (events, a history), as its writer may have left it: a
-    torn last line, a line that is not JSON, not an object, longer than ``max_line`` bytes,
-    nested too deep or of 5,000 digits is passed over, never raised. ``last``: its last lines only."""
+    """The JSON objects of a line file (events, a history, the audit log), as its writer may have
+    left it (see ``json_objects``). ``last``: its last lines only."""
     try:
         with open(path, "rb") as f:
             lines = f.read().splitlines()
     except OSError:
         return []
+    return json_objects(lines[-last:] if last else lines, max_line)
+
+
+def torn(path: str) -> bool:
+    """The line file's last line has no newline: its writer died mid-write. An appender ends it
+    first, so it stays one bad line instead of spoiling the next."""
+    try:
+        with open(path, "rb") as f:
+            if f.seek(0, os.SEEK_END) == 0:
+                return False
+            f.seek(-1, os.SEEK_END)
+            return f.read(1) != b"\n"
+    except OSError:
+        return False
+
+
+def json_objects(lines: list, max_line: int = 1 << 20) -> list[dict]:
+    """The lines that are JSON objects: a torn last line, a line that is not JSON, not an object,
+    longer than ``max_line``, nested too deep or of 5,000 digits is passed over, never raised."""
     out = []
-    for line in lines[-last:] if last else lines:
+    for line in lines:
         if len(line) > max_line:
             continue
         try:

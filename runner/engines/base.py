@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import os
 
-import orjson
-
+from ..contract.atomic import json_objects
 from ..contract.config import Config
 from ..contract.replies import Reply
 from ..contract.status import StatusRecord
@@ -56,13 +55,7 @@ class Engine:
     def events(self, n: int) -> Reply:
         """The last ``n`` events, parsed; a torn line is left out."""
         lines = self.event_lines(n)
-        events = []
-        for line in lines:
-            try:
-                events.append(orjson.loads(line))
-            except orjson.JSONDecodeError:
-                continue
-        return Reply({"events": events}, "\n".join(lines))
+        return Reply({"events": json_objects(lines)}, "\n".join(lines))
 
     def event_lines(self, n: int) -> list[str]:
         return view.tail(RunPaths(self.out).events, n)

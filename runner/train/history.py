@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import os
 
-from ..contract.atomic import read_jsonl, write_atomic
+from ..contract.atomic import read_jsonl, torn, write_atomic
 from ..contract.train import MAX_STEP
 from . import progress
 
@@ -37,12 +37,8 @@ class Writer:
     def __init__(self, root: str, launch: int):
         self.launch = launch
         self.fd = os.open(os.path.join(root, NAME), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        size = os.fstat(self.fd).st_size
-        if size:
-            with open(os.path.join(root, NAME), "rb") as f:
-                f.seek(size - 1)
-                if f.read(1) != b"\n":
-                    os.write(self.fd, b"\n")
+        if torn(os.path.join(root, NAME)):
+            os.write(self.fd, b"\n")
 
     def add(self, kind: str, step: int | None, **kw) -> None:
         line = json.dumps({"kind": kind, "step": step, "launch": self.launch, **kw}) + "\n"
