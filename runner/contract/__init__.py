@@ -7,7 +7,8 @@ plain text is ``runner.text``'s):
 - ``status``: the status record, its phases, the one staleness rule; ``fields``: each field
   checked as it is read
 - ``train``: the training's record; ``train_history``: its curve
-- ``errors``: the one error root, ``HsxError``
+- ``errors``: the one error root, ``HsxError``; ``checks``: a preflight check and a refusal
+  made of the failed ones, for every kind
 - ``config``: the config file's sections, parsed and checked
 - ``atomic``: writes that readers never see torn, and the tolerant readers of JSON files
 - ``dump``: server ↔ extractor (request body, temp dump, sidecar); ``launch``: the patched

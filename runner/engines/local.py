@@ -12,6 +12,7 @@ import sys
 import time
 
 from ..contract import timing
+from ..contract.checks import refusal
 from ..contract.errors import StatusError
 from ..contract.replies import OK, REFUSED, Reply
 from ..contract.status import StatusRecord
@@ -49,9 +50,7 @@ class LocalEngine(Engine):
         report = preflight(self.cfg)
         blocked = gate(report, force)
         if blocked:
-            msg = "preflight refused the start: " + "; ".join(
-                f"{c['name']}: {c['detail']}" + (f" (fix: {c['fix']})" if c["fix"] else "") for c in blocked
-            )
+            msg = refusal("preflight refused the start", blocked)
             return Reply(
                 {"started": False, "reason": msg, "preflight": report}, msg + "\n(--force skips it)", REFUSED
             )

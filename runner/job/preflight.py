@@ -8,6 +8,7 @@ import shutil
 import sys
 import time
 
+from ..contract.checks import check as _check
 from ..contract.config import Config
 from ..contract.errors import ConfigError
 from ..data import layers
@@ -15,11 +16,6 @@ from ..output import lock
 from ..serve import gpus
 from ..text.extraction import gpus_text
 from .disk import TYPICAL_RATIO, fmt, worst_case_bytes
-
-
-def _check(name: str, ok: bool, detail: str, fix: str = "") -> dict:
-    return {"name": name, "ok": bool(ok), "detail": detail, "fix": fix}
-
 
 HELD_MIB = 2048  # a GPU with this much memory in use is held, whether or not NVML shows who
 

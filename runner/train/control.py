@@ -16,6 +16,7 @@ import sys
 
 from ..contract import timing
 from ..contract.atomic import no_follow, write_atomic
+from ..contract.checks import refusal
 from ..contract.config import Config
 from ..contract.errors import BrokenFileError, ConfigError
 from ..contract.replies import NOT_OK, OK, REFUSED, Reply
@@ -220,7 +221,7 @@ def _fit(cfg: Config, paths: runspec.RunPaths, spec: dict, draft=None, broken: s
         if not broken:
             raise
         raise BrokenFileError(broken, f"{type(e).__name__}: {str(e)[:200]}", YAML_FIX) from None
-    if why := preflight.refusal(found):
+    if why := refusal("training preflight", found):
         return refused(why, checks=found)
     return None
 
@@ -244,7 +245,7 @@ def start(cfg: Config, submit=None, extraction=None) -> Reply:
     except ConfigError as e:
         return refused(str(e))
     if not (fit := preflight.features(cfg.job.out))["ok"]:
-        return refused(preflight.refusal([fit]), checks=[fit])
+        return refused(refusal("training preflight", [fit]), checks=[fit])
     if reply := _fit(cfg, paths, spec, draft):
         return reply
     os.makedirs(paths.root, exist_ok=True)

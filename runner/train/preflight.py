@@ -18,6 +18,7 @@ import shutil
 
 from .. import specforge_cpu
 from ..contract.atomic import read_object
+from ..contract.checks import check as _check
 from ..contract.errors import ConfigError
 from ..job.disk import fmt
 from ..job.preflight import gpus_check
@@ -30,10 +31,6 @@ from .target import weight_map
 # copy and AdamW's two fp32 moments (specforge/optimizer.py BF16Optimizer). The embedding is
 # frozen, so neither saved nor optimised.
 BYTES_PER_PARAM = 2 + 4 + 4 + 4
-
-
-def _check(name: str, ok: bool, detail: str, fix: str = "") -> dict:
-    return {"name": name, "ok": bool(ok), "detail": detail, "fix": "" if ok else fix}
 
 
 def features(out: str) -> dict:
@@ -197,11 +194,3 @@ def checks(cfg, spec: dict, draft: dict | None = None) -> list[dict]:
         disk(spec, draft, runspec.total_steps(spec, files)),
         gpus(cfg.train.python, cfg.job.out, cfg.train.gpus, cfg.cluster.engine != "slurm"),
     ]
-
-
-def refusal(found: list[dict]) -> str | None:
-    """The failed checks in one line (None: every check passes)."""
-    bad = [c for c in found if not c["ok"]]
-    if not bad:
-        return None
-    return "training preflight: " + "; ".join(f"{c['name']}: {c['detail']} — fix: {c['fix']}" for c in bad)

@@ -12,6 +12,7 @@ import sys
 import pytest
 
 from runner import specforge_cpu
+from runner.contract.checks import refusal
 from runner.contract.config import from_dict
 from runner.contract.errors import ConfigError
 from runner.contract.status import Phase, StatusRecord, write_record
@@ -86,7 +87,7 @@ def test_every_check_passes_for_a_verified_output_and_the_cpu_lane(tmp_path):
     _out(tmp_path)
     found = _checks(_cfg(tmp_path, _lane(tmp_path)))
     assert all(c["ok"] for c in found.values()), found
-    assert preflight.refusal(list(found.values())) is None
+    assert refusal("training preflight", list(found.values())) is None
     assert found["features"]["detail"].startswith("2 / 2 sound at ")
     assert found["layers"]["detail"] == "draft and extraction both use aux layers [1, 3, 4]"
     # no GPU here, and the CPU lane needs none: said as it is, not pretended
