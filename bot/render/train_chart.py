@@ -1,4 +1,4 @@
-"""`/train chart`: the training's story as one PNG, drawn like `/extract chart`'s (bot/chart.py).
+"""`/train chart`: the training's story as one PNG, drawn like `/extract chart`'s (bot/render/chart.py).
 
 ``story()`` reads the box's history (``hsx-runner train history``, remote.client.GpuBox.train_history)
 and the record now into one line per launch of loss and of acc over the steps, the evals (val acc,

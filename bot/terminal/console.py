@@ -29,7 +29,7 @@ def run_console(
     watch: bool = False,
 ) -> None:
     """Answer lines from inp until end of input. The console user is an operator. ``watch``:
-    the watcher's alerts and milestones are said between the answers (bot/console_watch.py)."""
+    the watcher's alerts and milestones are said between the answers (bot/terminal/console_watch.py)."""
     handlers = make_handlers(cfg, box)
     out.write(GREETING + "\n")
     lock, watcher = threading.Lock(), None

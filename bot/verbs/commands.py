@@ -194,7 +194,7 @@ def help_reply(problem: str = "", kind: Kind = EXTRACTION) -> Reply:
 def confirmed_command(value: object) -> Command | None:
     """The command a confirmation runs (a button's value, the console's yes): a confirmed verb of
     a kind as ``Command.name`` says it (`stop`, `train stop`); free-gpus bound to its question
-    (bot/confirm.py). None: not one hsx asked for."""
+    (bot/verbs/confirm.py). None: not one hsx asked for."""
     if (b := confirm.bound(value)) is not None:
         return Command("free-gpus", confirmed=True, units=b[0], until=b[1])
     for kind in KINDS.values():

@@ -167,7 +167,7 @@ VERBS = (
     ),
     Verb("help", "this text", terminal=False, json=False),
 )
-# `/train VERB` and `hsx train VERB`: each runs `hsx-runner train VERB` (bot/train.py); chart draws
+# `/train VERB` and `hsx train VERB`: each runs `hsx-runner train VERB` (bot/verbs/train.py); chart draws
 # `train history`.
 TRAIN_SLASH = "/train"
 TRAIN_DESCRIPTION = "Train, resume, stop, query, chart or export the EAGLE-3 draft"

@@ -13,7 +13,7 @@ Alerts, each posted once per episode (a launch of the run, or one quiet stretch)
   the steps since the last durable checkpoint and may kill a slow save or eval, so a person
   decides it, with the checkpoint step before them.
 The channel's text leaves out paths and the trainer's own words (members read it); an alert's and
-done's full text goes to each operator by DM (bot/watcher.py).
+done's full text goes to each operator by DM (bot/watch/watcher.py).
 Milestones, in the progress message's thread: every ``milestone_pct``% of the total steps, each
 eval with the best acceptance length so far, and done with the final metrics and the export path.
 What was posted lives in the training's part of the watcher's state (``TrainPosted``), saved each
