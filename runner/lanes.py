@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from importlib import resources
 
 from .contract.atomic import read_object, write_atomic
+from .procs import alive
 
 
 def to_stderr(msg: str) -> None:
@@ -140,11 +141,8 @@ def _progress(venv: str, d: dict) -> None:
 def building(venv: str) -> str | None:
     """What the build of ``venv`` is doing now (None: no build is under way)."""
     d = read_object(venv + BUILDING) or {}
-    try:
-        os.kill(int(d["pid"]), 0)
-        return str(d["text"])[:300]
-    except (OSError, ValueError, TypeError, KeyError, OverflowError):
-        return None
+    text = d.get("text")
+    return str(text)[:300] if text is not None and alive(d.get("pid")) else None
 
 
 _SOURCES = ("no-index", "index-url", "extra-index-url", "find-links")

@@ -16,7 +16,7 @@ import time
 from ..contract import timing
 from ..contract.atomic import write_atomic
 from ..contract.status import now_iso
-from ..serve.procs import alive
+from ..procs import alive
 from . import detach
 
 RECORD = "background.json"

@@ -19,7 +19,7 @@ from ..contract.status import (
 )
 from ..output import lock
 from ..output.store import Store
-from ..serve.procs import alive
+from ..procs import alive
 from . import background
 
 

@@ -8,7 +8,7 @@ import re
 import subprocess
 
 from ..contract.replies import UNIT_NAME_RE
-from .procs import parent_and_group
+from ..procs import parent_and_group
 
 # A system service: the first .service under /system.slice (through its sub-slices). Never a
 # name inside a service's own sub-groups (a delegated tree names what it likes), nor anything

@@ -15,7 +15,7 @@ import signal
 import socket
 
 from ..contract.atomic import write_atomic
-from .procs import group, start_time
+from ..procs import group, start_time
 
 log = logging.getLogger("hsx.server")
 BOOT_ID = "/proc/sys/kernel/random/boot_id"

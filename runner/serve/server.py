@@ -24,9 +24,9 @@ from ..contract.config import Config, without_secrets
 from ..contract.errors import ServerError, ServerExited
 from ..contract.launch import ArgsError, server_argv
 from ..contract.status import now_iso
+from ..procs import die_with_parent, proc_stat
 from ..sglang_cpu import checkout_root
 from . import pidfile
-from .procs import die_with_parent, proc_stat
 from .shm import ShmTracker
 
 if TYPE_CHECKING:

@@ -21,7 +21,7 @@ import re
 import time
 
 from ..contract.atomic import write_atomic
-from .procs import group, pids
+from ..procs import group, pids
 
 SHM_DIR = "/dev/shm"
 _STAMPED = re.compile(r"sgl_shm_.+_([0-9]+)_[0-9a-f]+")  # fullmatch: ASCII digits, no newline

@@ -7,7 +7,7 @@ view from the job's facts, command.json), ``split`` (the held-out eval samples),
 (its curve, history.jsonl), ``supervisor`` (the detached process that runs and watches one
 trainer launch), ``control`` (the ``hsx-runner train`` verbs).
 
-Imports the contract, ``output`` (the lock, dataset.json's name), ``serve.procs`` (the trainer
+Imports the contract, ``output`` (the lock, dataset.json's name), ``runner.procs`` (the trainer
 dies with its supervisor) and ``runner.specforge_cpu`` (the CPU lane's venv and shims);
 SpecForge itself runs only in its own interpreter, ``[train] python``, never imported here.
 """

@@ -17,7 +17,7 @@ import os
 
 from ..job import background
 from ..output.lock import blocks, held_any, try_ofd
-from ..serve.procs import alive
+from ..procs import alive
 
 NAME = ".lock.use"
 USERS = ".use"

@@ -21,7 +21,7 @@ from ..contract.status import HANDOFF_PENDING, STATUS, Phase, read_record, write
 from ..job import background
 from ..output import verified
 from ..output.lock import NAME, JobLock
-from ..serve.procs import proc_stat
+from ..procs import proc_stat
 from . import control
 
 LAUNCH = "after_extraction"

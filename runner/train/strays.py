@@ -8,7 +8,7 @@ import os
 import signal
 import time
 
-from ..serve.procs import cmdline, pids
+from ..procs import cmdline, pids
 
 
 def end(root: str) -> list[int]:

@@ -22,7 +22,7 @@ import time
 from ..contract.errors import StatusError
 from ..contract.train import EXPORT_PENDING
 from ..output.lock import JobLock
-from ..serve.procs import become_subreaper, die_with_parent, end_descendants
+from ..procs import become_subreaper, die_with_parent, end_descendants
 from . import exclusive, history, progress, strays
 from .record import Record, now
 

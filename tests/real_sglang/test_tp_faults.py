@@ -8,7 +8,8 @@ from __future__ import annotations
 import os
 import signal
 
-from runner.serve import procs, shm
+from runner import procs
+from runner.serve import shm
 from tests.conftest import runner
 from tests.real_sglang.compare import compare
 from tests.real_sglang.test_equal_to_reference import jobs, writers

@@ -116,3 +116,23 @@ def test_the_build_names_each_place_pip_takes_packages_from(monkeypatch):
     assert "extra-index-url https://extra.example/simple" in said and "find-links /srv/wheels" in said
     monkeypatch.setenv("PIP_NO_INDEX", "1")
     assert lanes.pip_index().startswith("no index (no-index)")
+
+
+def test_a_build_is_said_only_while_its_builder_runs(tmp_path):
+    """A status read names the build's step while the builder lives; a builder that died (a
+    zombie too: it ended, nobody reaped it) or a broken marker says no build is under way."""
+    venv = str(tmp_path / "venv")
+    lanes._progress(venv, {"pid": os.getpid(), "text": "SpecForge's venv, installing (from an index)"})
+    assert lanes.building(venv) == "SpecForge's venv, installing (from an index)"
+
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    os.waitid(os.P_PID, child.pid, os.WEXITED | os.WNOWAIT)  # it has ended, and is not reaped: a zombie
+    lanes._progress(venv, {"pid": child.pid, "text": "half-built"})
+    assert lanes.building(venv) is None
+    child.wait()
+
+    for broken in ({"pid": "12"}, {"pid": True, "text": "x"}, {"text": "no pid"}, {"pid": os.getpid()}):
+        lanes._progress(venv, broken)
+        assert lanes.building(venv) is None, broken
+    os.unlink(venv + lanes.BUILDING)
+    assert lanes.building(venv) is None

@@ -12,8 +12,8 @@ import pytest
 
 from runner.contract.config import load
 from runner.output.ranks import RunPaths
+from runner.procs import group, proc_stat
 from runner.serve import pidfile
-from runner.serve.procs import group, proc_stat
 from runner.serve.server import Server
 from tests.conftest import runner
 from tests.runner.helpers import out_dir, wait_for

@@ -10,8 +10,9 @@ import sys
 import textwrap
 import time
 
-from runner.serve import procs, shm
+from runner import procs
 from runner.serve import server as srv
+from runner.serve import shm
 
 # A child in its own process group: maps one file, holds another open, makes a semaphore-like
 # file (mapped under a temporary name, then linked under its real one and the temporary name

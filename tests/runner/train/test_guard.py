@@ -13,7 +13,7 @@ import time
 import pytest
 
 from runner.contract.status import Phase, StatusRecord, write_record
-from runner.serve.procs import cmdline, pids
+from runner.procs import cmdline, pids
 from runner.train import control, exporter, guard, preflight, record, runspec, split, strays
 from tests.runner.train.units import _cfg, _ckpt, _fake_python, _model
 

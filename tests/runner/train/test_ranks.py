@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-from runner.serve import procs
+from runner import procs
 from runner.train import progress, record
 from tests.runner.helpers import wait_for
 

@@ -15,9 +15,8 @@ import time
 
 import pytest
 
-from runner import specforge_cpu
+from runner import procs, specforge_cpu
 from runner.contract.train import PACE_ENV
-from runner.serve import procs
 from runner.train import progress
 from tests.conftest import ROOT, read_config, runner, write_config, write_job
 from tests.sshd import skip_or_fail

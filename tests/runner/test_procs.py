@@ -7,7 +7,7 @@ import os
 import subprocess
 import sys
 
-from runner.serve import procs
+from runner import procs
 from tests.runner.helpers import wait_for
 
 
