@@ -34,10 +34,15 @@ BACKGROUND = {
 
 
 class Phase(str, enum.Enum):
+    """Every kind's phases, in one set of words: each kind uses its own of them (the extraction's
+    EXTRACTION_PHASES, the training's ``contract.train.PHASES``); what is terminal is said once."""
+
     PREFLIGHT = "preflight"  # checking paths, disk, GPUs, lock
     STARTING_SERVER = "starting_server"  # server launched, waiting for readiness
     SELF_TEST = "self_test"  # one request through the dump path
     EXTRACTING = "extracting"  # samples flowing
+    LOADING = "loading"  # a training's trainer up, no step yet
+    TRAINING = "training"  # a training's steps flowing
     PAUSED = "paused"  # waiting on a condition (disk) with a reason
     DONE = "done"  # every sample committed or failed with a reason
     FAILED = "failed"  # the job stopped itself with a reason
@@ -52,6 +57,9 @@ class Phase(str, enum.Enum):
 
     def is_active(self) -> bool:
         return not self.is_terminal()
+
+
+EXTRACTION_PHASES = tuple(p for p in Phase if p not in (Phase.LOADING, Phase.TRAINING))
 
 
 @dataclass
@@ -132,10 +140,9 @@ class StatusRecord:
         a newer runner's record still reads."""
         if not isinstance(d, dict):
             raise StatusError("status record is not a JSON object")
-        try:
-            phase = Phase(d.get("phase"))
-        except ValueError:
-            raise StatusError(f"status record has unknown phase {short(d.get('phase'))}") from None
+        phase = next((p for p in EXTRACTION_PHASES if p.value == d.get("phase")), None)
+        if phase is None:
+            raise StatusError(f"status record has unknown phase {short(d.get('phase'))}")
         where = "status record"
         kw = plain(cls, d, where, skip=("phase", "disk", "server", "log_tail", "ranks"))
         kw["phase"] = phase

@@ -14,7 +14,7 @@ from typing import Any
 
 from .errors import StatusError
 from .fields import plain, short
-from .status import NOT_STARTED, parse_iso
+from .status import NOT_STARTED, Phase, parse_iso
 
 ACTIONS = (
     "setup",
@@ -29,8 +29,11 @@ ACTIONS = (
 PACE_ENV = (
     "HSX_DEMO_TRAIN_PACE_S"  # the demo's trainer: at least this long per optimizer step (the CPU lane's shim)
 )
-PHASES = ("preflight", "loading", "training", "done", "stopped", "crashed")
-ACTIVE = ("preflight", "loading", "training")
+PHASES = tuple(
+    p.value
+    for p in (Phase.PREFLIGHT, Phase.LOADING, Phase.TRAINING, Phase.DONE, Phase.STOPPED, Phase.CRASHED)
+)
+ACTIVE = tuple(p for p in PHASES if Phase(p).is_active())
 WHERE = "training record"
 EXPORT_PENDING = "pending"  # the record's export while the supervisor exports at the end
 METRICS = ("loss", "acc", "acceptance_rate", "val_acc", "acc_len", "best_acc_len", "log_s")

@@ -9,6 +9,7 @@ active phase whose supervisor no longer holds the lock says crashed, as the extr
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import json
 import math
@@ -18,12 +19,16 @@ from ..contract.atomic import write_atomic
 from ..contract.errors import BrokenFileError, StatusError
 from ..contract.fields import check
 from ..contract.status import NOT_STARTED, gone
-from ..contract.train import ACTIVE, WRITTEN, checked
+from ..contract.train import ACTIVE, PHASES, WRITTEN, TrainRecord, checked
 from ..output.lock import is_held_at
 from .progress import number
 
 BOX = {"output_dir": "str | None", "steps_per_epoch": "int | None"}  # read here only, never sent
 FIELDS = WRITTEN + tuple(BOX)  # status.json's known keys: the contract's record, and the box's own
+# the launch's inputs, for its supervisor: the features it trains on, the config it exports with
+KEPT = {"features": "str", "config": "str | None"}
+# what the writer may set, each of its kind: the reader's record (TrainRecord), the box's own keys
+KINDS = {**{f.name: str(f.type) for f in dataclasses.fields(TrainRecord) if f.name in WRITTEN}, **BOX, **KEPT}
 FIX = ("hsx wrote it for this run, whose state it holds: restore it, or move the run dir aside and start "
        "a fresh run (hsx-runner train start)")  # fmt: skip
 
@@ -42,6 +47,14 @@ class Record:
         return cls(root, _raw(root) or {})
 
     def update(self, **kw) -> None:
+        """Typed as the reader's record: a field it does not have, a value of the wrong kind or
+        another kind's phase fails here, before anything of ``kw`` is kept."""
+        for k, v in kw.items():
+            if k not in KINDS:
+                raise KeyError(f"the training record has no field {k!r}")
+            if k == "phase" and v not in PHASES:
+                raise StatusError(f"the training record has unknown phase {v!r}")
+            check("the training record", k, v, KINDS[k])
         self.d.update(kw)
 
     def step_line(self, step: int, m: dict) -> None:

@@ -11,7 +11,7 @@ import pytest
 from bot.render import summary
 from bot.watch.watcher import Limits, Observation, WatchState, decide
 from runner.contract.errors import StatusError
-from runner.contract.status import Phase, StatusRecord
+from runner.contract.status import EXTRACTION_PHASES, Phase, StatusRecord
 from runner.text import extraction
 
 NOW = dt.datetime(2030, 1, 1, 12, 0, tzinfo=dt.timezone.utc)
@@ -108,7 +108,7 @@ EXTREMES = [
 ]  # fmt: skip
 
 
-@pytest.mark.parametrize("phase", [p.value for p in Phase])
+@pytest.mark.parametrize("phase", [p.value for p in EXTRACTION_PHASES])
 @pytest.mark.parametrize("extreme", EXTREMES)
 def test_every_record_it_accepts_renders_and_is_judged(phase, extreme):
     rec = StatusRecord.from_dict(with_(phase=phase, **extreme))
@@ -118,3 +118,18 @@ def test_every_record_it_accepts_renders_and_is_judged(phase, extreme):
     state = WatchState(run=rec.started_at or "", errors=0, progress_at="2029-01-01T00:00:00Z")
     actions, _ = decide(state, Observation(NOW, record=rec), Limits())
     assert any(a.kind == "progress" for a in actions)
+
+
+def test_one_phase_enum_each_kind_its_own_words_of_it():
+    """Every kind's phases are words of the one enum, terminal or active as the enum says; a
+    record of one kind holding another kind's phase is refused by name."""
+    from runner.contract import train
+
+    assert {p.value for p in EXTRACTION_PHASES} | set(train.PHASES) == {p.value for p in Phase}
+    assert set(train.PHASES) <= {p.value for p in Phase}
+    assert train.ACTIVE == tuple(p for p in train.PHASES if Phase(p).is_active())
+    assert {"done", "stopped", "crashed", "preflight"} <= set(train.PHASES)
+    with pytest.raises(StatusError, match="unknown phase 'training'"):
+        StatusRecord.from_dict(with_(phase="training"))
+    with pytest.raises(StatusError, match="unknown phase 'extracting'"):
+        train.TrainRecord.from_dict({"phase": "extracting"})
