@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from bot.render.chart import new_figure, png
-from runner.contract.train import TrainRecord
+from runner.contract.train import TrainRecord, in_sglang_units
 
 ENDS = ("crashed", "stopped", "done")  # a record's phase that ends a launch: its mark's kind
 WORDS = {"crashed": ("crash", "crashes"), "stopped": ("stop", "stops"), "resumed": ("resume", "resumes")}
@@ -28,7 +28,7 @@ class Step(NamedTuple):
 class Eval(NamedTuple):
     step: int
     val_acc: float | None
-    acc_len: float | None
+    accept_length: float | None  # simulated, in SGLang's units
 
 
 class Mark(NamedTuple):
@@ -68,10 +68,10 @@ def story(history: dict, rec: TrainRecord | None = None) -> TrainStory:
             s.launches.append([])
         launch = p["launch"] if p["launch"] is not None else launch
         s.launches[-1].append(Step(p["step"], p["loss"], p["acc"]))
-    s.evals = [Eval(e["step"], e["val_acc"], e["acc_len"]) for e in history.get("evals", [])]
+    s.evals = [Eval(e["step"], e["val_acc"], in_sglang_units(e["acc_len"])) for e in history.get("evals", [])]
     s.marks = [Mark(m["kind"], m["step"], m["launch"]) for m in history.get("marks", [])]
-    with_len = [e for e in s.evals if e.acc_len is not None]
-    s.best = max(with_len, key=lambda e: e.acc_len) if with_len else None  # the first of equals
+    with_len = [e for e in s.evals if e.accept_length is not None]
+    s.best = max(with_len, key=lambda e: e.accept_length) if with_len else None  # the first of equals
     s.step = s.points[-1].step if s.points else None
     if rec is not None and rec.started:
         _apply_record(s, rec)
@@ -84,7 +84,9 @@ def _apply_record(s: TrainStory, rec: TrainRecord) -> None:
     s.step = rec.step if rec.step is not None else s.step
     if rec.best_acc_len is not None and rec.best_step is not None:
         s.best = Eval(
-            rec.best_step, rec.val_acc if rec.eval_step == rec.best_step else None, rec.best_acc_len
+            rec.best_step,
+            rec.val_acc if rec.eval_step == rec.best_step else None,
+            in_sglang_units(rec.best_acc_len),
         )
     kind = rec.phase if rec.phase in ENDS else None
     said = any(m.kind == kind and (m.launch == rec.launches or rec.launches is None) for m in s.marks)
@@ -124,10 +126,10 @@ def caption(s: TrainStory) -> str:
         last = s.evals[-1]
         acc = "?" if last.val_acc is None else f"{100 * last.val_acc:.1f}%"  # as the job said its 74.7%
         said = f"eval at step {last.step:,}: val acc {acc}"
-        if last.acc_len is not None:
-            said += f", acceptance length ~{last.acc_len:.2f}"
+        if last.accept_length is not None:
+            said += f", simulated accept length ~{last.accept_length:.2f}"
         if s.best is not None:
-            said += f" (best ~{s.best.acc_len:.2f} at step {s.best.step:,})"
+            said += f" (best ~{s.best.accept_length:.2f} at step {s.best.step:,})"
         parts.append(said)
     told = [f"{n} {WORDS[kind][n > 1]}" for kind in WORDS if (n := s.count(kind))]
     if told:
@@ -161,16 +163,16 @@ def figure(s: TrainStory):
     if any(e.val_acc is not None for e in s.evals):
         ax_acc.plot([e.step for e in s.evals], [_nan(e.val_acc) for e in s.evals], color="tab:green",
                     marker="o", ms=5, lw=1, label="val acc", gid="val_acc")  # fmt: skip
-    if any(e.acc_len is not None for e in s.evals) or s.best is not None:
+    if any(e.accept_length is not None for e in s.evals) or s.best is not None:
         ax_len = ax_acc.twinx()
-        ax_len.plot([e.step for e in s.evals], [_nan(e.acc_len) for e in s.evals], color="tab:purple",
-                    marker="s", ms=4, lw=1, ls="--", label="acceptance length (simulated)", gid="acc_len")  # fmt: skip
+        ax_len.plot([e.step for e in s.evals], [_nan(e.accept_length) for e in s.evals], color="tab:purple",
+                    marker="s", ms=4, lw=1, ls="--", label="accept length (simulated)", gid="acc_len")  # fmt: skip
         if s.best is not None:
-            ax_len.plot([s.best.step], [s.best.acc_len], ls="none", marker="*", ms=14, color="tab:purple",
-                        mec="black", mew=0.6, label=f"best ~{s.best.acc_len:.2f} at step {s.best.step:,}",
+            ax_len.plot([s.best.step], [s.best.accept_length], ls="none", marker="*", ms=14, color="tab:purple",
+                        mec="black", mew=0.6, label=f"best ~{s.best.accept_length:.2f} at step {s.best.step:,}",
                         gid="best")  # fmt: skip
-        ax_len.set_ylabel("acceptance length", color="tab:purple")
-        ax_len.set_ylim(bottom=1.0, top=max([e.acc_len or 1.0 for e in s.evals] + [s.best.acc_len if s.best else 1.0]) * 1.15)  # fmt: skip
+        ax_len.set_ylabel("accept length (SGLang's units)", color="tab:purple")
+        ax_len.set_ylim(bottom=1.0, top=max([e.accept_length or 1.0 for e in s.evals] + [s.best.accept_length if s.best else 1.0]) * 1.15)  # fmt: skip
         ax_len.tick_params(axis="y", colors="tab:purple")
         handles = list(zip(*ax_len.get_legend_handles_labels(), strict=True))
     labelled = set()

@@ -139,6 +139,13 @@ def checked(d: Any, where: str = WHERE) -> dict[str, Any]:
     return kw
 
 
+def in_sglang_units(simulated: float | None) -> float | None:
+    """SpecForge's ``eval/simulated_acc_len`` (Σ_k Π_{i≤k} acc_i) counts accepted draft tokens
+    only; SGLang's accept length (completion tokens per verify step) counts the bonus token too,
+    as vLLM's and ModelOpt's do: every accept length hsx shows is in SGLang's units."""
+    return None if simulated is None else simulated + 1.0
+
+
 def done_fraction(rec: TrainRecord) -> float:
     """The steps done over the total, 0..1 whatever the record says."""
     if not rec.total_steps or rec.step is None:

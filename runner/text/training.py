@@ -6,7 +6,7 @@ from __future__ import annotations
 import datetime as dt
 
 from ..contract.status import parse_iso
-from ..contract.train import EXPORT_PENDING, TrainRecord, done_fraction
+from ..contract.train import EXPORT_PENDING, TrainRecord, done_fraction, in_sglang_units
 from .human import human_bytes, human_duration, now_utc
 
 # A member's text says this where an operator's has a path or the trainer's own words (the chat
@@ -26,12 +26,11 @@ def eval_line(rec: TrainRecord, news: bool = False, explain: bool = False) -> st
     if rec.val_acc is not None:
         bits.append(f"val acc {100 * rec.val_acc:.1f}%" + (" (first draft token)" if explain else ""))
     if rec.acc_len is not None:
-        bits.append(
-            f"simulated acceptance length ~{rec.acc_len:.2f}" + (f" ({ACC_LEN_IS})" if explain else "")
-        )
+        bits.append(f"{simulated(rec.acc_len)}" + (f" ({ACC_LEN_IS})" if explain else ""))
     if rec.best_acc_len is not None and rec.best_step is not None:
         new = news and rec.best_step == rec.eval_step
-        bits.append("new best" if new else f"best ~{rec.best_acc_len:.2f} at step {rec.best_step:,}")
+        best = in_sglang_units(rec.best_acc_len)
+        bits.append("new best" if new else f"best ~{best:.2f} at step {rec.best_step:,}")
     return " · ".join(bits)
 
 
@@ -40,7 +39,16 @@ def eval_line(rec: TrainRecord, news: bool = False, explain: bool = False) -> st
 # pooled; acceptance_rate is sum(min(p_target, p_draft)), the chance a sampled draft token is
 # accepted, so it can be high while top-1 acc is low.
 RATE_IS = "acceptance rate: SpecForge's Σmin(p_target, p_draft), the chance a sampled draft token is accepted"
-ACC_LEN_IS = "SpecForge's estimate: accepted draft tokens per step, without SGLang's bonus token"
+ACC_LEN_IS = (
+    "SpecForge's estimate on the held-out answers, in SGLang's units: tokens per verify step with "
+    "the bonus token, SpecForge's own figure + 1"
+)
+
+
+def simulated(acc_len: float) -> str:
+    """SpecForge's simulated figure as every message says it: in SGLang's units, so that it reads
+    beside a measured accept length."""
+    return f"simulated accept length ~{in_sglang_units(acc_len):.2f}"
 
 
 def metrics_line(rec: TrainRecord) -> str:

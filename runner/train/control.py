@@ -23,6 +23,7 @@ from ..contract.replies import NOT_OK, OK, REFUSED, Reply
 from ..job import detach
 from ..lanes import BuildError, building
 from ..output.lock import is_held_at
+from ..text.training import simulated
 from . import exclusive, guard, interpreter, preflight, progress, runspec, strays
 from .history import read as history_of
 from .history import reset as reset_history
@@ -409,7 +410,7 @@ def status(cfg: Config) -> Reply:
     bits = [d["phase"], step, f"loss {d['loss']:.4g}" if d.get("loss") is not None else "",
             f"acc {d['acc']:.3f}" if d.get("acc") is not None else "",
             f"val acc {d['val_acc']:.3g}" if d.get("val_acc") is not None else "",
-            f"acceptance length {d['acc_len']:.3g}" if d.get("acc_len") is not None else "",
+            simulated(d["acc_len"]) if d.get("acc_len") is not None else "",
             f"checkpoint step {d['checkpoint_step']}" if d.get("checkpoint_step") is not None else "",
             d.get("reason") or ""]  # fmt: skip
     return Reply(d, " · ".join(b for b in bits if b), OK)

@@ -194,14 +194,15 @@ def test_every_training_metric_says_what_it_is(fake, train_cfg):
     assert "train loss 2.31 · draft top-1 acc 3.6% · acceptance rate 0.941" in text, text
     assert "(last logged batch; acceptance rate: SpecForge's Σmin(p_target, p_draft)" in text
     assert (
-        "held-out eval at step 50: val acc 74.7% (first draft token) · simulated acceptance length ~2.95 "
-        "(SpecForge's estimate: accepted draft tokens per step, without SGLang's bonus token)"
+        "held-out eval at step 50: val acc 74.7% (first draft token) · simulated accept length ~3.95 "
+        "(SpecForge's estimate on the held-out answers, in SGLang's units: tokens per verify step with the "
+        "bonus token, SpecForge's own figure + 1)"
     ) in text, text
     assert "acc 0.036" not in text and "· acceptance 0.941" not in text
     fake.reply("train-status", rec)
     with serve(train_cfg, box=fake.box(), fake=fake) as (bot, _, _):
         post, _ = _progress(bot, 1)
-    assert "draft top-1 acc 3.6%" in post["text"] and "simulated acceptance length ~2.95" in post["text"]
+    assert "draft top-1 acc 3.6%" in post["text"] and "simulated accept length ~3.95" in post["text"]
 
 
 OFFERED = {

@@ -78,11 +78,11 @@ def test_a_realistic_history_tells_its_story():
     s = train_chart.story(parse_history(a_history()), TrainRecord.from_dict(DONE))
     assert [len(run) for run in s.launches] == [13, 12]  # a line per launch: no line back from 65 to 65
     assert [m.kind for m in s.marks] == ["crashed", "resumed", "done"]  # the record's end is already marked
-    assert s.best == train_chart.Eval(100, None, 1.99)
+    assert s.best == train_chart.Eval(100, None, 2.99)  # SpecForge's 1.99 in SGLang's units
     assert train_chart.title(s) == "hsx: step 120 / 120 (100.0%) — done"
     assert train_chart.caption(s) == (
         "hsx: step 120 / 120 (100.0%) — done · loss 4.95 → 1.97, acc 0.060 → 0.435 over steps 5 → 120"
-        " · eval at step 120: val acc 42.0%, acceptance length ~1.97 (best ~1.99 at step 100)"
+        " · eval at step 120: val acc 42.0%, simulated accept length ~2.97 (best ~2.99 at step 100)"
         " · 1 crash, 1 resume"
     )
 
@@ -98,15 +98,15 @@ def test_the_figure_draws_loss_acc_evals_and_marks():
     assert lines["acc:1"].get_ydata()[-1] == acc_at(120)
     assert list(lines["val_acc"].get_ydata()) == [0.21, 0.33, 0.38, 0.41, 0.43, 0.42]
     assert list(lines["acc_len"].get_xdata()) == [20, 40, 60, 80, 100, 120]
-    assert (list(lines["best"].get_xdata()), list(lines["best"].get_ydata())) == ([100], [1.99])
+    assert (list(lines["best"].get_xdata()), list(lines["best"].get_ydata())) == ([100], [2.99])
     marks = [(g, list(ln.get_xdata())[0]) for g, ln in lines.items() if g.startswith("mark:")]
     assert marks == [("mark:crashed", 65), ("mark:resumed", 65), ("mark:done", 120)]
     assert [t.get_text() for t in ax.texts] == ["crash", "resume", "done"]
     labels = [ln.get_label() for ln in ax.get_lines()]
     assert labels[:2] == ["loss", "_loss"] and "total 120 steps" in labels
     assert [ln.get_label() for ln in ax_len.get_lines()] == [
-        "acceptance length (simulated)",
-        "best ~1.99 at step 100",
+        "accept length (simulated)",
+        "best ~2.99 at step 100",
     ]
     assert ax.get_title(loc="left") == "hsx: step 120 / 120 (100.0%) — done"
     assert ax_acc.get_xlabel() == "step" and ax_acc.get_ylabel() == "acc" and ax.get_ylabel() == "loss"

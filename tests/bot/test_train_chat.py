@@ -106,7 +106,10 @@ def test_train_chart_uploads_the_historys_png(fake, train_cfg):
     assert upload["_head"].startswith(b"\x89PNG") and upload["_bytes"] > 10000
     assert done["channel_id"] == "C0PROGRESS" and "hsx-train-chart" in json.dumps(done["files"])
     assert done["initial_comment"].startswith("hsx: step 120 / 120 (100.0%) — done · loss 4.95 → 1.97")
-    assert "acceptance length ~1.97 (best ~1.99 at step 100) · 1 crash, 1 resume" in done["initial_comment"]
+    assert (
+        "simulated accept length ~2.97 (best ~2.99 at step 100) · 1 crash, 1 resume"
+        in done["initial_comment"]
+    )
     assert "`chart` is limited to once every 30s per person" in again["text"]
     assert [c[-1] for c in fake.calls()] == ["history", "status"]
 

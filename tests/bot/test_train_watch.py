@@ -249,17 +249,17 @@ def test_each_eval_once_with_the_best_acceptance_length_and_done_with_the_final_
             "best_acc_len": 1.99, "best_step": 100, "ended_at": "2026-12-01T12:05:00Z"}  # fmt: skip
     posted = [p for p in milestones([*ev, done]) if "% reached" not in p]
     assert posted == [
-        ":bar_chart: Training eval at step 20: val acc 21.0% · simulated acceptance length ~1.41 · new best",
-        ":bar_chart: Training eval at step 40: val acc 19.0% · simulated acceptance length ~1.38 · best ~1.41 at step 20",
+        ":bar_chart: Training eval at step 20: val acc 21.0% · simulated accept length ~2.41 · new best",
+        ":bar_chart: Training eval at step 40: val acc 19.0% · simulated accept length ~2.38 · best ~2.41 at step 20",
         ":white_check_mark: Training done",
     ]
     _, st = judge(WatchState(), TrainRecord.from_dict(ev[-1]), NOW)
     (a,) = [a for a in judge(st, TrainRecord.from_dict(done), NOW)[0] if a.kind == "done"]
     assert (
-        "\nheld-out eval at step 120: val acc 42.0% (first draft token) · simulated acceptance length ~1.97 ("
+        "\nheld-out eval at step 120: val acc 42.0% (first draft token) · simulated accept length ~2.97 ("
         in a.text
     )
-    assert "· best ~1.99 at step 100\n" in a.text
+    assert "· best ~2.99 at step 100\n" in a.text
     assert a.private.count("/data/out-train/export") == 1  # the record's text says where the export goes
     assert "eval at step" not in judge(WatchState(), TrainRecord.from_dict({**done, "val_acc": None,
         "acc_len": None, "best_acc_len": None}), NOW)[0][-1].text  # fmt: skip
@@ -300,7 +300,7 @@ def test_the_watcher_job_posts_a_stall_and_milestones_once_across_bot_restarts(f
         blocks = json.loads(stall["blocks"]) if isinstance(stall["blocks"], str) else stall["blocks"]
         assert [b["type"] for b in blocks] == ["section"]  # no Resume button
         (eval_,) = _posts(api_rec, "Training eval at step 60")
-        assert "val acc 38.0% · simulated acceptance length ~1.86 · new best" in eval_["text"]
+        assert "val acc 38.0% · simulated accept length ~2.86 · new best" in eval_["text"]
         assert eval_["thread_ts"] == api_rec.named("pins.add")[0]["timestamp"]
         before = len(api_rec.named("chat.postMessage"))
         for _ in range(2):  # the bot restarted twice: a new watcher on the same state each time

@@ -62,7 +62,7 @@ def test_a_state_saved_before_the_kinds_posts_nothing_again(fake, cfg):
         fake.reply("train-status", {**NAN_AT_EVAL, "eval_step": 80})
         Watcher(fake.box(), cfg, client, clock=lambda: T0 + dt.timedelta(minutes=2)).tick()
         assert _heads(rec) == ["70% reached", ":bar_chart: Training eval at step 80: val acc 38.0% · "
-                               "simulated acceptance length ~1.86"]  # fmt: skip
+                               "simulated accept length ~2.86"]  # fmt: skip
     finally:
         server.shutdown()
         server.server_close()

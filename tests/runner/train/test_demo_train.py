@@ -74,7 +74,7 @@ def test_the_demo_trains_its_draft_to_the_end_and_exports_it(tmp_path):
     assert st["log_interval"] == cfg.train.log_interval and st["log_s"] > 0
     said = render_train(TrainRecord.from_dict(st))
     assert (
-        f"val acc {100 * st['val_acc']:.1f}% (first draft token) · simulated acceptance length ~{st['acc_len']:.2f} ("
+        f"val acc {100 * st['val_acc']:.1f}% (first draft token) · simulated accept length ~{st['acc_len'] + 1:.2f} ("
         in said
     ), said
     h = _train(conf, "history")
