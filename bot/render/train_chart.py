@@ -2,7 +2,7 @@
 
 ``story()`` reads the box's history (``hsx-runner train history``, remote.client.GpuBox.train_history)
 and the record now into one line per launch of loss and of acc over the steps, the evals (val acc,
-the simulated acceptance length, the best so far) and the launch marks: each crash, stop, resume
+the simulated accept length in SGLang's units, the best so far) and the launch marks: each crash, stop, resume
 and the end. ``figure()`` draws it, loss above and acc below; ``caption()`` says it in a line.
 """
 
@@ -46,7 +46,7 @@ class TrainStory:
     launches: list[list[Step]] = field(default_factory=list)  # one line per launch
     evals: list[Eval] = field(default_factory=list)
     marks: list[Mark] = field(default_factory=list)
-    best: Eval | None = None  # the eval with the best acceptance length
+    best: Eval | None = None  # the eval with the best simulated accept length
 
     @property
     def points(self) -> list[Step]:

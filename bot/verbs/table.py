@@ -203,7 +203,7 @@ TRAIN_VERBS = (
     _train("export", "export the draft for SGLang, with the flags to serve it", True),
     _train(
         "chart",
-        "loss and acc over the steps, the evals and their acceptance length, each crash, stop and resume",
+        "loss and acc over the steps, the evals and their simulated accept length, each crash, stop and resume",
         terminal=False,
         json=False,
         every_s=30.0,  # the whole history from the box, and a drawing

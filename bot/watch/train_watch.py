@@ -15,7 +15,7 @@ Alerts, each posted once per episode (a launch of the run, or one quiet stretch)
 The channel's text leaves out paths and the trainer's own words (members read it); an alert's and
 done's full text goes to each operator by DM (bot/watch/watcher.py).
 Milestones, in the progress message's thread: every ``milestone_pct``% of the total steps, each
-eval with the best acceptance length so far, and done with the final metrics and the export path.
+eval with the best simulated accept length so far, and done with the final metrics and the export path.
 What was posted lives in the training's part of the watcher's state (``TrainPosted``), saved each
 tick: a restart of the bot posts nothing twice.
 """
