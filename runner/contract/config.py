@@ -161,7 +161,9 @@ class TrainConfig:
     max_checkpoints: int = 2  # >= 2: a save cut short leaves the previous one
     log_interval: int = 10
     seed: int = 0  # SpecForge's, and the held-out split's
-    eval_samples: int = 0  # held out of training for SpecForge's eval (val acc, simulated accept length); 0: none
+    eval_samples: int = (
+        0  # held out of training for SpecForge's eval (val acc, simulated accept length); 0: none
+    )
     after_extraction: bool = False  # the extraction's end, done and verified, starts the training
     export_at_end: bool = True  # the end exports the draft for SGLang (false: only `train export` does)
     gpus: int = 1  # trainer processes per node: SpecForge's deployment.trainer.nproc_per_node

@@ -76,7 +76,9 @@ class TrainRecord:
     val_acc: float | None = None  # the last eval's eval/avg_acc
     acc_len: float | None = None  # ... and its eval/simulated_acc_len
     eval_step: int | None = None
-    best_acc_len: float | None = None  # the best of SpecForge's simulated_acc_len so far (as SpecForge says it)
+    best_acc_len: float | None = (
+        None  # the best of SpecForge's simulated_acc_len so far (as SpecForge says it)
+    )
     best_step: int | None = None
     export: str | None = None  # "pending" while the end's export runs, then what it said
     export_ok: bool | None = None
