@@ -17,6 +17,7 @@ from remote.client import check_adopt_dir
 from runner.contract import timing
 from runner.contract.config import Config, load
 from runner.contract.errors import HsxError
+from runner.contract.replies import Answer
 from runner.contract.stdout import quiet_when_stdout_closes
 
 
@@ -100,9 +101,10 @@ def cmd_train(args) -> int:
     cfg = load(args.config)
 
     def run(box) -> int:
-        if args.json:
-            print(json.dumps(box.train(args.action)))
-            return 0
+        if args.json:  # exits as the extraction's verbs do: 1 for a refusal or a failed export
+            reply = box.train(args.action)
+            print(json.dumps(reply))
+            return 0 if Answer.from_dict(reply).ok else 1
         from bot.wiring import make_handlers
 
         cmd = Command(args.action, kind=TRAINING.name, confirmed=True)  # a terminal does not ask
