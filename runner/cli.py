@@ -16,6 +16,7 @@ import sys
 
 from .contract.config import AUTO_PYTHON, Config, load, require_job, without_secrets
 from .contract.errors import BrokenFileError, HsxError, LockedError, StatusError
+from .contract.measure import ACTIONS as MEASURE_ACTIONS
 from .contract.replies import BROKEN, LOGS, MAX_N, NOT_OK, OK, REFUSED, USAGE, Reply
 from .contract.stdout import quiet_when_stdout_closes
 from .contract.train import ACTIONS as TRAIN_ACTIONS
@@ -247,6 +248,14 @@ def cmd_train(args, cfg: Config) -> int:
     return _answer(args, getattr(via, args.action.replace("-", "_"))(cfg))
 
 
+def cmd_measure(args, cfg: Config) -> int:
+    from .measure import control
+
+    if args.action == "stop":
+        return _answer(args, control.stop(cfg, args.wait))
+    return _answer(args, getattr(control, args.action)(cfg))
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="hsx-runner", description="hsx on the GPU box")
     sub = p.add_subparsers(dest="verb", required=True)
@@ -300,6 +309,11 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--wait", type=float, default=30.0, help="stop: how long to wait for the trainer to end")
     s.add_argument("--root", default=None,
                    help="setup without [train] python: where this box's lane's venv is built")  # fmt: skip
+    s = verb(
+        "measure", cmd_measure, "measure the exported draft in SGLang, against the target alone ([measure])"
+    )
+    s.add_argument("action", choices=MEASURE_ACTIONS)
+    s.add_argument("--wait", type=float, default=30.0, help="stop: how long to wait for its request to end")
     return p
 
 

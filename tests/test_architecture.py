@@ -36,7 +36,9 @@ OPS_SIDE = ("bot", "remote", "deploy")  # never torch: never the codec
 # bot reaches runner's machinery for `hsx demo` only (it runs a runner here), always lazily.
 BOT_DEMO = {"runner.data.demo_assets", "runner.sglang_cpu"}
 # runner's stages, lowest first: each may import the contract, the ones before it and itself.
-STAGES = ("runner.data", "runner.output", "runner.serve", "runner.job", "runner.train", "runner.engines")
+STAGES = (
+    "runner.data", "runner.output", "runner.serve", "runner.job", "runner.train", "runner.measure", "runner.engines",
+)  # fmt: skip
 # runner's top-level modules a stage may import: leaves that import nothing of ours but the contract.
 TOP_LEAVES = {
     "runner.lanes",

@@ -6,7 +6,8 @@ plain text is ``runner.text``'s):
 
 - ``status``: the status record, its phases, the one staleness rule; ``fields``: each field
   checked as it is read
-- ``train``: the training's record; ``train_history``: its curve
+- ``train``: the training's record; ``train_history``: its curve; ``measure``: the draft's
+  measurement, its record and its settings
 - ``errors``: the one error root, ``HsxError``; ``checks``: a preflight check and a refusal
   made of the failed ones, for every kind
 - ``config``: the config file's sections, parsed and checked

@@ -172,6 +172,20 @@ class TrainConfig:
 
 
 @dataclass
+class MeasureConfig:
+    """The draft measured where it serves (runner/measure): the target alone, then with the
+    draft at each setting, each a fresh SGLang server, on the same prompts."""
+
+    draft: str = ""  # the exported draft; default: [train]'s export dir
+    run_dir: str = ""  # default: <out>-measure
+    prompts: str = ""  # a JSONL of conversations; default: the job's dataset
+    samples: int = 16  # prompts: the first user turns of the first N rows that have one
+    max_new_tokens: int = 64
+    temperature: float = 0.0  # 0: greedy, and the outputs with the draft must equal the target's
+    settings: list = field(default_factory=lambda: ["5/4/8", "3/1/4"])  # STEPS/TOPK/DRAFT_TOKENS
+
+
+@dataclass
 class Config:
     job: JobConfig = field(default_factory=JobConfig)
     server: ServerConfig = field(default_factory=ServerConfig)
@@ -181,6 +195,7 @@ class Config:
     cluster: ClusterConfig = field(default_factory=ClusterConfig)
     deploy: DeployConfig = field(default_factory=DeployConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
+    measure: MeasureConfig = field(default_factory=MeasureConfig)
     path: str = ""  # where it was loaded from
 
     @property
@@ -196,6 +211,7 @@ _PATH_KEYS = {
     "cluster": ("python",),
     "deploy": (),  # paths on the GPU box: never resolved here
     "train": ("python", "envs_dir", "run_dir", "export_dir"),
+    "measure": ("draft", "run_dir", "prompts"),
 }
 _PATH_LIST_KEYS = {"job": ("adopt_roots",)}
 
@@ -291,7 +307,7 @@ def from_dict(data: dict[str, Any], base_dir: str = ".", source: str = "<config>
                 value = os.path.expanduser(value)
                 if section == "train" and key == "python" and os.sep not in value:
                     pass  # a name on PATH
-                elif section in ("job", "slack", "watcher", "train"):
+                elif section in ("job", "slack", "watcher", "train", "measure"):
                     value = os.path.normpath(os.path.join(base_dir, value))
             if key in _PATH_LIST_KEYS.get(section, ()):
                 value = _path_list(f"{source}: [{section}] {key}", value, base_dir)
@@ -315,7 +331,24 @@ def load(path: str | None = None) -> Config:
     return cfg
 
 
+def validate_measure(m: MeasureConfig) -> None:
+    from .measure import parse_setting
+
+    if m.samples < 1 or m.max_new_tokens < 1 or m.temperature < 0:
+        raise ConfigError("[measure] samples and max_new_tokens must be at least 1, temperature at least 0")
+    if not m.settings or not all(isinstance(x, str) for x in m.settings):
+        raise ConfigError('[measure] settings must be a non-empty list of "STEPS/TOPK/DRAFT_TOKENS" strings')
+    for x in m.settings:
+        try:
+            parse_setting(x)
+        except ValueError as e:
+            raise ConfigError(f"[measure] settings: {e}") from None
+    if len(set(m.settings)) != len(m.settings):
+        raise ConfigError("[measure] settings: each setting once")
+
+
 def validate(cfg: Config) -> None:
+    validate_measure(cfg.measure)
     j, s, r = cfg.job, cfg.server, cfg.remote
     if j.max_length < 2:
         raise ConfigError("[job] max_length must be at least 2")

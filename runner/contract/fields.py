@@ -28,6 +28,7 @@ CHECKS = {
     "str": (lambda v: isinstance(v, str), "a string"),
     "bool": (lambda v: isinstance(v, bool), "true or false"),
     "dict": (lambda v: isinstance(v, dict), "an object"),
+    "list": (lambda v: isinstance(v, list), "a list"),
     "None": (lambda v: v is None, "null"),
 }
 

@@ -43,6 +43,7 @@ class Phase(str, enum.Enum):
     EXTRACTING = "extracting"  # samples flowing
     LOADING = "loading"  # a training's trainer up, no step yet
     TRAINING = "training"  # a training's steps flowing
+    MEASURING = "measuring"  # a measurement's prompts flowing through one setting's server
     PAUSED = "paused"  # waiting on a condition (disk) with a reason
     DONE = "done"  # every sample committed or failed with a reason
     FAILED = "failed"  # the job stopped itself with a reason
@@ -59,7 +60,7 @@ class Phase(str, enum.Enum):
         return not self.is_terminal()
 
 
-EXTRACTION_PHASES = tuple(p for p in Phase if p not in (Phase.LOADING, Phase.TRAINING))
+EXTRACTION_PHASES = tuple(p for p in Phase if p not in (Phase.LOADING, Phase.TRAINING, Phase.MEASURING))
 
 
 @dataclass

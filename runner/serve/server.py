@@ -182,11 +182,13 @@ def server_env(cfg: Config, dump_dir: str, aux_ids: list[int]) -> dict[str, str]
 
 
 class Server:
-    def __init__(self, cfg: Config, aux_ids: list[int], dump_dir: str, paths: RunPaths):
+    def __init__(self, cfg: Config, aux_ids: list[int], dump_dir: str, paths: RunPaths, argv=None, env=None):
+        """The patched server that dumps; ``argv`` and ``env`` given: that server instead (the
+        plain SGLang a measurement serves the draft with), with the same lifecycle."""
         self.cfg = cfg
-        self.argv = build_argv(cfg, aux_ids)
+        self.argv = argv or build_argv(cfg, aux_ids)
         self.url = f"http://{cfg.server.host}:{cfg.server.port}"
-        self.env = server_env(cfg, dump_dir, aux_ids)
+        self.env = env if env is not None else server_env(cfg, dump_dir, aux_ids)
         self.log_path, self.pid_file = paths.server_log, paths.server_pid
         j = cfg.job
         self.shm = ShmTracker(paths.server_shm, keep=(j.model, j.tokenizer, j.dataset, j.draft_config, j.out))

@@ -1,0 +1,183 @@
+"""The detached process that measures: it holds the run's lock, and for the target alone and
+then each setting brings up a fresh server (the extraction's lifecycle: readiness, restarts up to
+[server] max_restarts, its shared memory cleaned), sends the prompts not yet in results.jsonl one
+at a time, and writes each answer whole before the next. SIGTERM stops it between requests.
+
+``python -m runner.measure.supervisor RUN_DIR CONFIG``
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sys
+import time
+from dataclasses import asdict, dataclass
+
+import aiohttp
+
+from ..contract.config import Config, load
+from ..contract.errors import ServerError, ServerExited
+from ..contract.measure import NONE, RESULTS
+from ..contract.status import now_iso
+from ..output.lock import JobLock
+from ..serve.server import Server
+from . import plan, results, serving
+from .record import Record
+
+
+@dataclass
+class Paths:
+    """What the server's lifecycle keeps in the run dir, one set for every setting's server."""
+
+    root: str
+
+    @property
+    def server_log(self) -> str:
+        return os.path.join(self.root, "server.log")
+
+    @property
+    def server_pid(self) -> str:
+        return os.path.join(self.root, "server.pid")
+
+    @property
+    def server_shm(self) -> str:
+        return os.path.join(self.root, "server.shm")
+
+
+class Measure:
+    def __init__(self, root: str, cfg: Config, draft: str):
+        self.root, self.cfg, self.draft = root, cfg, draft
+        self.rec = Record.load(root)
+        self.results = os.path.join(root, RESULTS)
+        self.stop_asked = False
+        self.settings = [NONE, *cfg.measure.settings]
+
+    def _on_term(self, *_):
+        self.stop_asked = True
+
+    def _figures(self, done: dict) -> None:
+        figs = results.figures(done, self.cfg.measure.settings)
+        spec = [f for f in figs[1:] if f.accept_length is not None]
+        best = max(spec, key=lambda f: (f.speedup or 0.0, f.accept_length)) if spec else None
+        self.rec.update(
+            done=len(done), settings=[asdict(f) for f in figs],
+            accept_length=best.accept_length if best else None, best=best.setting if best else None,
+            serve_command=serving.command(self.cfg, self.draft, best.setting) if best else None,
+        )  # fmt: skip
+
+    async def _up(self, server: Server) -> None:
+        while True:
+            await server.start()
+            self.rec.update(phase="starting_server", server_since=now_iso(), server_activity="launching")
+            self.rec.write()
+            try:
+                await server.wait_ready(lambda: self._said(server))
+                return
+            except ServerExited as e:
+                if not await self._again(server, f"server died during start-up: {str(e)[:300]}"):
+                    raise ServerError(
+                        f"restart cap {self.cfg.server.max_restarts} spent; last: {e}"
+                    ) from None
+
+    def _said(self, server: Server) -> None:
+        if server.activity != self.rec.d.get("server_activity"):
+            self.rec.update(server_activity=server.activity)
+            self.rec.write()
+
+    async def _again(self, server: Server, why: str) -> bool:
+        restarts = self.rec.d.get("restarts") or 0
+        if restarts >= self.cfg.server.max_restarts:
+            return False
+        self.rec.update(restarts=restarts + 1, reason=why)
+        self.rec.write()
+        await asyncio.to_thread(server.stop)
+        return True
+
+    async def _ask(self, http, server: Server, setting: str, idx: int, ids: list[int]) -> dict:
+        m = self.cfg.measure
+        body = {
+            "input_ids": ids,
+            "sampling_params": {"temperature": m.temperature, "max_new_tokens": m.max_new_tokens},
+        }
+        t0 = time.monotonic()
+        async with http.post(server.url + "/generate", json=body) as r:
+            r.raise_for_status()
+            got = await r.json()
+        meta = got.get("meta_info") or {}
+        return {"setting": setting, "prompt": idx, "output_ids": got.get("output_ids") or [],
+                "meta_info": meta, "latency_s": time.monotonic() - t0, "at": now_iso()}  # fmt: skip
+
+    async def _setting(self, setting: str, prompts: list[dict], done: dict) -> None:
+        todo = [i for i in range(len(prompts)) if (setting, i) not in done]
+        if not todo:
+            return
+        server = Server(self.cfg, [], "", Paths(self.root), argv=serving.argv(self.cfg, self.draft, setting),
+                        env=serving.env(self.cfg))  # fmt: skip
+        self.rec.update(setting=setting)
+        try:
+            await self._up(server)
+            self.rec.update(phase="measuring", server_activity="ready")
+            self.rec.write()
+            timeout = aiohttp.ClientTimeout(total=self.cfg.job.request_timeout_s)
+            async with aiohttp.ClientSession(timeout=timeout) as http:
+                for i in todo:
+                    if self.stop_asked:
+                        return
+                    try:
+                        row = await self._ask(http, server, setting, i, prompts[i]["input_ids"])
+                    except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as e:
+                        if server.alive() or not await self._again(
+                            server, f"server died: {server.death_reason() or e}"
+                        ):
+                            raise ServerError(
+                                f"request {i} at {setting} failed: {type(e).__name__}: {e}"
+                            ) from None
+                        await self._up(server)
+                        row = await self._ask(http, server, setting, i, prompts[i]["input_ids"])
+                    results.append(self.results, row)
+                    done[(setting, i)] = row
+                    self._figures(done)
+                    self.rec.write()
+        finally:
+            await asyncio.to_thread(server.stop)
+
+    async def run(self) -> str:
+        prompts = plan.load_or_make(self.root, self.cfg)["prompts"]
+        done = results.read(self.results)
+        self.rec.update(total=len(prompts) * len(self.settings), results=self.results, export_dir=self.draft)
+        self._figures(done)
+        for setting in self.settings:
+            await self._setting(setting, prompts, done)
+            if self.stop_asked:
+                return "stopped"
+        return "done"
+
+
+def main(argv: list[str]) -> int:
+    root, config = os.path.abspath(argv[0]), argv[1]
+    lock = JobLock(os.path.join(root, ".lock"))
+    lock.acquire()  # LockedError: another supervisor measures this run
+    cfg = load(config)
+    m = Measure(root, cfg, Record.load(root).d.get("export_dir") or "")
+    signal.signal(signal.SIGTERM, m._on_term)
+    signal.signal(signal.SIGINT, m._on_term)
+    m.rec.update(
+        phase="preflight", pid=os.getpid(), reason="", started_at=m.rec.d.get("started_at") or now_iso()
+    )
+    m.rec.write()
+    try:
+        end, why = asyncio.run(m.run()), ""
+    except Exception as e:  # noqa: BLE001 - said in the record: the reason a failed measurement ends
+        end, why = "failed", f"{type(e).__name__}: {str(e)[:500]}"
+    m.rec.update(
+        phase=end, reason=why or ("stopped on request" if end == "stopped" else ""), ended_at=now_iso()
+    )
+    m.rec.write()
+    lock.release()
+    return 0 if end != "failed" else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

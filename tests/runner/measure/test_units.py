@@ -1,0 +1,129 @@
+"""The measurement's pure parts: the results file (whole lines, exactly once, a torn line passed
+over), the figures computed from it in SGLang's units, the settings, the record's writer, each
+setting's server command line and the prompts' turns."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from runner.contract.config import ConfigError, from_dict
+from runner.contract.errors import BrokenFileError, StatusError
+from runner.contract.measure import NONE, MeasureRecord, parse_setting
+from runner.measure import plan, record, results, serving
+
+
+def _row(setting, prompt, out, completion, verify=None, correct=None, proposed=None, hist=None, s=1.0):
+    meta = {"completion_tokens": completion}
+    if verify is not None:
+        meta |= {
+            "spec_verify_ct": verify,
+            "spec_num_correct_drafts": correct,
+            "spec_num_proposed_drafts": proposed,
+        }
+    if hist is not None:
+        meta["spec_correct_drafts_histogram"] = hist
+    return {"setting": setting, "prompt": prompt, "output_ids": out, "meta_info": meta, "latency_s": s}
+
+
+def test_a_torn_line_is_passed_over_and_its_request_measured_again(tmp_path):
+    path = str(tmp_path / "results.jsonl")
+    results.append(path, _row(NONE, 0, [1, 2], 2))
+    with open(path, "ab") as f:
+        f.write(b'{"setting": "none", "prompt": 1, "output_ids": [3')  # killed mid-write
+    results.append(path, _row(NONE, 2, [5], 1))
+    results.append(path, _row(NONE, 0, [9, 9], 2))  # a second line for a done request: the first wins
+    done = results.read(path)
+    assert sorted(done) == [(NONE, 0), (NONE, 2)] and done[(NONE, 0)]["output_ids"] == [1, 2]
+    assert open(path, "rb").read().count(b"\n") == 4  # the torn line was ended, not glued to the next
+
+
+def test_the_figures_are_sglangs_from_the_kept_meta_info():
+    done = {
+        (NONE, 0): _row(NONE, 0, [1, 2, 3, 4], 4, s=2.0),
+        (NONE, 1): _row(NONE, 1, [5, 6, 7, 8], 4, s=2.0),
+        ("3/1/4", 0): _row(
+            "3/1/4", 0, [1, 2, 3, 4], 4, verify=2, correct=2, proposed=6, hist=[1, 0, 1], s=0.5
+        ),
+        ("3/1/4", 1): _row("3/1/4", 1, [5, 6, 0, 8], 4, verify=4, correct=0, proposed=12, hist=[4], s=1.5),
+    }
+    base, spec, empty = results.figures(done, ["3/1/4", "5/4/8"])
+    assert (base.setting, base.requests, base.tokens_per_s, base.accept_length) == (NONE, 2, 2.0, None)
+    assert spec.accept_length == 8 / 6  # completion tokens over verify steps, summed: the bonus token counted
+    assert spec.accept_rate == 2 / 18 and spec.histogram == [5, 0, 1]
+    assert spec.tokens_per_s == 4.0 and spec.speedup == 2.0
+    assert spec.same == 1 and spec.differ == [[1, 2]]  # prompt 1 differs at its third token
+    assert empty.setting == "5/4/8" and empty.requests == 0
+
+
+@pytest.mark.parametrize("bad", ["5/4", "a/b/c", "0/1/1", "3/1/5", "", "3/2/-1"])
+def test_a_setting_is_steps_topk_draft_tokens(bad):
+    assert parse_setting("5/4/8") == (5, 4, 8) and parse_setting("3/1/4") == (3, 1, 4)
+    with pytest.raises(ValueError):
+        parse_setting(bad)
+    with pytest.raises(ConfigError, match=r"\[measure\] settings"):
+        from_dict({"measure": {"settings": [bad]}})
+
+
+def test_the_config_refuses_what_cannot_be_measured():
+    for body, said in (({"samples": 0}, "samples"), ({"temperature": -1.0}, "temperature"),
+                       ({"settings": []}, "non-empty"), ({"settings": ["3/1/4", "3/1/4"]}, "once")):  # fmt: skip
+        with pytest.raises(ConfigError, match=said):
+            from_dict({"measure": body})
+    assert from_dict({"measure": {"prompts": "p.jsonl"}}, base_dir="/data").measure.prompts == "/data/p.jsonl"
+
+
+def test_the_writer_is_typed_and_a_dead_supervisor_reads_as_crashed(tmp_path):
+    rec = record.Record(str(tmp_path))
+    with pytest.raises(KeyError):
+        rec.update(accept_len=1.5)
+    with pytest.raises(StatusError):
+        rec.update(phase="training")
+    with pytest.raises(StatusError):
+        rec.update(done="3")
+    rec.update(
+        phase="measuring", pid=999999, done=3, total=8, setting="3/1/4", started_at="2026-12-04T10:00:00Z"
+    )
+    rec.write()
+    got = record.read(str(tmp_path))  # nobody holds the run's lock
+    assert got.phase == "crashed" and "measuring supervisor (pid 999999) is gone" in got.reason
+    assert (got.done, got.total) == (3, 8)
+    (tmp_path / "status.json").write_text("[1]")
+    with pytest.raises(BrokenFileError):
+        record.read(str(tmp_path))
+    assert record.read(str(tmp_path / "none")).reason == "not started yet"
+
+
+def test_the_record_as_json_reads_back_and_refuses_a_bad_setting():
+    d = MeasureRecord(phase="done", done=4, total=4, settings=[{"setting": "none", "requests": 2}]).to_dict()
+    assert MeasureRecord.from_dict(json.loads(json.dumps(d))).settings[0]["requests"] == 2
+    with pytest.raises(StatusError, match="accept_length"):
+        MeasureRecord.from_dict({**d, "settings": [{"setting": "3/1/4", "accept_length": -1.0}]})
+
+
+def test_each_settings_server_is_plain_sglang_and_the_cpu_lane_serves_with_its_speculative_attention():
+    cfg = from_dict({"job": {"model": "/m"}, "server": {"backend": "sglang", "python": "/py", "extra_args": [
+        "--device", "cpu", "--attention-backend", "torch_native", "--max-running-requests", "4"]}})  # fmt: skip
+    alone = serving.argv(cfg, "/draft", NONE)
+    assert alone[:3] == ["/py", "-m", "sglang.launch_server"] and "EAGLE3" not in alone
+    assert "torch_native" not in alone and alone[-4:] == serving.SPECULATIVE
+    drafted = serving.argv(cfg, "/draft", "3/1/4")
+    assert drafted[drafted.index("--speculative-draft-model-path") + 1] == "/draft"
+    assert drafted[drafted.index("--speculative-eagle-topk") + 1] == "1"
+    gpu = from_dict({"job": {"model": "/m"}, "server": {"extra_args": ["--attention-backend", "fa3"]}})
+    assert "fa3" in serving.argv(gpu, "/draft", "5/4/8")  # a GPU box keeps its own attention
+
+
+def test_the_prompt_is_the_turns_before_the_first_answer():
+    row = {"conversations": [{"from": "system", "value": "be brief"}, {"from": "human", "value": "hi"},
+                             {"from": "gpt", "value": "hello"}, {"from": "human", "value": "more"}]}  # fmt: skip
+    assert plan.user_turns(row) == [
+        {"role": "system", "content": "be brief"},
+        {"role": "user", "content": "hi"},
+    ]
+    for bad in ({"conversations": [{"role": "assistant", "content": "x"}]}, {"conversations": "x"},
+                {"conversations": [{"role": ["user"], "content": "x"}]}, {"input_ids": [1]}):  # fmt: skip
+        assert plan.user_turns(bad) is None
+    assert os.path.basename(plan.NAME) == "prompts.json"
