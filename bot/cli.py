@@ -12,7 +12,7 @@ import sys
 import time
 
 from bot.verbs.commands import Command, command_of
-from bot.verbs.table import EXTRACTION, TRAINING
+from bot.verbs.table import EXTRACTION, KINDS, MEASURING, TRAINING, Kind
 from remote.client import check_adopt_dir
 from runner.contract import timing
 from runner.contract.config import Config, load
@@ -96,18 +96,33 @@ def _json_reply(box, cmd: Command) -> dict:
     return JSON_CALLS[cmd.verb](box, cmd)
 
 
-def cmd_train(args) -> int:
-    """`hsx train VERB`: the runner's reply as it is with --json; otherwise the chat's text."""
+# `hsx WORD VERB` for each kind past the extraction: its terminal help and its box call
+KIND_VERBS = {
+    TRAINING.name: (
+        "train the EAGLE-3 draft on the output with SpecForge ([train])",
+        lambda box, a: box.train(a),
+    ),
+    MEASURING.name: (
+        "measure the exported draft in SGLang against the target alone ([measure])",
+        lambda box, a: box.measure(a),
+    ),
+}
+
+
+def cmd_kind(args) -> int:
+    """`hsx train VERB`, `hsx measure VERB`: the runner's reply as it is with --json; otherwise
+    the chat's text."""
     cfg = load(args.config)
+    kind: Kind = args.kind
 
     def run(box) -> int:
         if args.json:  # exits as the extraction's verbs do: 1 for a refusal or a failed export
-            reply = box.train(args.action)
+            reply = KIND_VERBS[kind.name][1](box, args.action)
             print(json.dumps(reply))
             return 0 if Answer.from_dict(reply).ok else 1
         from bot.wiring import make_handlers
 
-        cmd = Command(args.action, kind=TRAINING.name, confirmed=True)  # a terminal does not ask
+        cmd = Command(args.action, kind=kind.name, confirmed=True)  # a terminal does not ask
         reply = make_handlers(cfg, box).handle(cmd, "terminal", operator=True)
         print(reply.text)
         return 1 if reply.error else 0
@@ -297,11 +312,12 @@ def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="hsx", description="run and watch hidden-state extraction")
     sub = p.add_subparsers(dest="verb", required=True)
     _add_verbs(sub)
-    s = sub.add_parser(TRAINING.word, help="train the EAGLE-3 draft on the output with SpecForge ([train])")
-    s.add_argument("action", choices=[v.name for v in TRAINING.verbs if v.terminal])
-    s.add_argument("--config", default=None)
-    s.add_argument("--json", action="store_true")
-    s.set_defaults(fn=cmd_train)
+    for kind in (k for k in KINDS.values() if k.word):  # each kind past the extraction: `hsx WORD VERB`
+        s = sub.add_parser(kind.word, help=KIND_VERBS[kind.name][0])
+        s.add_argument("action", choices=[v.name for v in kind.verbs if v.terminal])
+        s.add_argument("--config", default=None)
+        s.add_argument("--json", action="store_true")
+        s.set_defaults(fn=cmd_kind, kind=kind)
     s = sub.add_parser("bot", help="run the Slack bot (Socket Mode, or HTTP with --http PORT)")
     s.add_argument("--config", default=None)
     s.add_argument("--http", type=int, default=None, metavar="PORT")

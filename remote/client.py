@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from runner.contract.measure import ACTIONS as MEASURE_ACTIONS
+from runner.contract.measure import MeasureRecord
 from runner.contract.replies import ANSWER_CODES, BROKEN, LOGS, MAX_LOG_LINES, MAX_N, UNIT_NAME_RE
 from runner.contract.status import StatusRecord
 from runner.contract.train import ACTIONS as TRAIN_ACTIONS
@@ -168,6 +170,24 @@ class GpuBox:
 
         try:
             return parse_history(self.train("history"))
+        except StatusError as e:
+            raise BadReply(str(e)) from None
+
+    def measure(self, action: str) -> dict[str, Any]:
+        """``hsx-runner measure ACTION``: one of a fixed set; start and resume wait for the
+        measuring supervisor to claim its run."""
+        if action not in MEASURE_ACTIONS:
+            raise ValueError(
+                f"measure: the action must be one of {', '.join(MEASURE_ACTIONS)}, got {action!r}"
+            )
+        long = action in ("start", "resume")
+        return self._call("measure", action, timeout_s=max(self.timeout_s, 600.0 if long else 0.0))
+
+    def measure_status(self) -> MeasureRecord:
+        from runner.contract.errors import StatusError
+
+        try:
+            return MeasureRecord.from_dict(self.measure("status"))
         except StatusError as e:
             raise BadReply(str(e)) from None
 

@@ -10,11 +10,11 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from bot.render import summary
-from bot.verbs import extraction, train
+from bot.verbs import extraction, measure, train
 from bot.verbs.access import Allowance
 from bot.verbs.audit import AuditLog, mention
 from bot.verbs.commands import Command, Reply, answer_text, failed, help_reply, parse
-from bot.verbs.table import EXTRACTION, KINDS, TRAINING, Kind, Verb
+from bot.verbs.table import EXTRACTION, KINDS, MEASURING, TRAINING, Kind, Verb
 from remote.errors import RemoteError
 from remote.live import LiveStatus
 from runner.contract.config import Config
@@ -24,8 +24,8 @@ from runner.text.human import human_duration
 
 # Each kind's handlers: verb -> run(handlers, command, user, operator) -> Reply; and the verbs
 # that build their own confirmation question (free-gpus names the units it would stop).
-RUN = {EXTRACTION.name: extraction.RUN, TRAINING.name: train.RUN}
-ASK = {EXTRACTION.name: extraction.ASK, TRAINING.name: {}}
+RUN = {EXTRACTION.name: extraction.RUN, TRAINING.name: train.RUN, MEASURING.name: measure.RUN}
+ASK = {EXTRACTION.name: extraction.ASK, TRAINING.name: {}, MEASURING.name: {}}
 
 
 class Handlers:

@@ -1,4 +1,4 @@
-"""The kinds table: each job kind (the extraction, the training) as data: its slash command, its
+"""The kinds table: each job kind (the extraction, the training, the draft's measurement) as data: its slash command, its
 word, and its verbs with who may run them, their flags and the question a confirmed one asks.
 
 It drives the chat parser and its help (commands.py), the dispatch (handlers.py), the `hsx`
@@ -212,6 +212,35 @@ TRAIN_VERBS = (
 )
 
 
+# `/measure VERB` and `hsx measure VERB`: each runs `hsx-runner measure VERB` (bot/verbs/measure.py).
+MEASURE_SLASH = "/measure"
+MEASURE_DESCRIPTION = "Start, resume, stop or query the measurement of the draft in SGLang"
+
+
+def _measure(name: str, help_: str, operator: bool = False, **kw) -> Verb:
+    return Verb(name, help_, operator=operator, slash=MEASURE_SLASH, **kw)
+
+
+MEASURE_VERBS = (
+    _measure(
+        "status",
+        "where the measurement is: the server loading, requests done, the measured accept length beside "
+        "the simulated one, tokens/s with and without the draft, whether the outputs are equal",
+        every_s=30.0,  # the box reads the results file
+    ),
+    _measure("start", "serve the exported draft in SGLang and measure it against the target alone", True),
+    _measure("resume", "continue after a crash or stop; finished requests are kept", True),
+    _measure(
+        "stop",
+        "stop the measurement (finished requests are kept)",
+        True,
+        confirm="Stop the measurement",
+        question="Stop the measurement? Finished requests are kept; `/measure resume` continues.",
+    ),
+    _measure("help", "this text", terminal=False, json=False),
+)
+
+
 @dataclass(frozen=True)
 class Kind:
     """A job kind: what chat, the terminal, the buttons and the manifest know of it."""
@@ -248,7 +277,10 @@ class Kind:
 
 EXTRACTION = Kind("extraction", SLASH, SLASH_DESCRIPTION, VERBS)
 TRAINING = Kind("training", TRAIN_SLASH, TRAIN_DESCRIPTION, TRAIN_VERBS, word="train", key="train:")
-KINDS = {k.name: k for k in (EXTRACTION, TRAINING)}
+MEASURING = Kind(
+    "measurement", MEASURE_SLASH, MEASURE_DESCRIPTION, MEASURE_VERBS, word="measure", key="measure:"
+)
+KINDS = {k.name: k for k in (EXTRACTION, TRAINING, MEASURING)}
 
 
 def kind_of_key(key: str) -> Kind:

@@ -39,6 +39,7 @@ ANSWER_CODES = {
     "events": (OK,),
     "preflight": (OK, NOT_OK),  # some check failed, reply lists them
     "train": (OK, NOT_OK, REFUSED),  # export/setup failed; start/resume/stop refused, reply says why
+    "measure": (OK, REFUSED),  # start/resume/stop refused (running, no draft, not running), reply says why
 }
 
 

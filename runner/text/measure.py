@@ -1,0 +1,118 @@
+"""The draft's measurement in plain text: what ``/measure status`` and ``hsx measure status`` say
+of its record (``runner.contract.measure``), an operator's in full, a member's with ``WITHHELD``
+where an operator's has a path, the box's own words or the serve command.
+
+Every accept length is in SGLang's units (completion tokens per verify step, the bonus token
+counted): the measured one reads beside the training's simulated one."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from ..contract.measure import NONE, MeasureRecord
+from ..contract.status import parse_iso
+from .human import human_duration, now_utc
+from .training import WITHHELD
+
+
+def _name(setting: str | None) -> str:
+    return "the target alone" if setting == NONE else f"the draft at {setting or '?'}"
+
+
+def _figures(rec: MeasureRecord, setting: str | None) -> dict | None:
+    return next((s for s in rec.settings if s.get("setting") == setting), None)
+
+
+def accept_line(rec: MeasureRecord) -> str:
+    """``measured accept length 1.68 (3/1/4) · simulated 1.59``, both in SGLang's units ('' before
+    either is known)."""
+    bits = []
+    if rec.accept_length is not None:
+        bits.append(f"measured accept length {rec.accept_length:.2f} ({rec.best or '?'})")
+    if rec.simulated is not None:
+        bits.append(
+            f"simulated {rec.simulated:.2f}" if bits else f"simulated accept length {rec.simulated:.2f}"
+        )
+    return (
+        " · ".join(bits) + " (SGLang's units: tokens per verify step, the bonus token counted)"
+        if bits
+        else ""
+    )
+
+
+def speed_line(rec: MeasureRecord) -> str:
+    """Tokens/s with the draft at the best setting and without it, and their ratio."""
+    alone, best = _figures(rec, NONE), _figures(rec, rec.best)
+    with_ = best and best.get("tokens_per_s")
+    without = alone and alone.get("tokens_per_s")
+    if not with_ and not without:
+        return ""
+    bits = [
+        f"{with_:,.0f} tokens/s with the draft" if with_ else "",
+        f"{without:,.0f} without" if without else "",
+    ]
+    ratio = best.get("speedup") if best else None
+    if ratio is None and with_ and without:
+        ratio = with_ / without
+    bits.append(f"{ratio:.2f}×" if ratio is not None else "")
+    return " · ".join(b for b in bits if b)
+
+
+def setting_line(s: dict) -> str:
+    """One setting's figures, and whether its outputs equal the target alone's."""
+    bits = [f"{s.get('setting')}: {s.get('requests', 0):,} requests"]
+    if s.get("accept_length") is not None:
+        bits.append(f"accept length {s['accept_length']:.2f}")
+    if s.get("accept_rate") is not None:
+        bits.append(f"accept rate {s['accept_rate']:.2f}")
+    if s.get("tokens_per_s") is not None:
+        bits.append(f"{s['tokens_per_s']:,.0f} tokens/s")
+    if s.get("speedup") is not None:
+        bits.append(f"{s['speedup']:.2f}×")
+    differ = s.get("differ") or []
+    if s.get("same") is not None:
+        if not differ:
+            bits.append(f"outputs equal ({s['same']:,})")
+        else:
+            where = ", ".join(f"prompt {p} at token {at}" for p, at in differ[:5])
+            more = f" and {len(differ) - 5:,} more" if len(differ) > 5 else ""
+            bits.append(f"{len(differ):,} outputs differ: {where}{more}")
+    return " · ".join(bits)
+
+
+def render_measure(rec: MeasureRecord, now: dt.datetime | None = None, full: bool = True) -> str:
+    """The measurement in plain text: its phase, the server loading and for how long, requests
+    done / total, the measured accept length beside the simulated one, tokens/s with and without
+    the draft, each setting's figures and outputs, why it ended, the serve command. ``full``: an
+    operator's, with the paths and the box's words; else the same with ``WITHHELD`` there."""
+    now = now_utc(now)
+    if not rec.started_at and rec.phase == "stopped":
+        said = [accept_line(rec)] if rec.simulated is not None else []
+        return "\n".join(["measurement: not started (`/measure start`)", *said])
+    head = "measuring" if rec.phase == "measuring" else f"measurement {rec.phase.replace('_', ' ')}"
+    if rec.total:
+        head += f" — {rec.done:,} / {rec.total:,} requests ({100.0 * rec.done / rec.total:.1f}%)"
+    lines = [head]
+    if rec.active and rec.setting:
+        since = parse_iso(rec.server_since)
+        age = f" for {human_duration(max(0.0, (now - since).total_seconds()))}" if since else ""
+        if rec.phase == "starting_server":
+            doing = f" ({rec.server_activity})" if rec.server_activity else ""
+            lines.append(f"starting the server for {_name(rec.setting)}{doing}{age}")
+        elif rec.phase == "measuring":
+            lines.append(f"measuring {_name(rec.setting)} (its server up{age})")
+    if rec.restarts:
+        lines.append(f"server restarts: {rec.restarts}")
+    lines += [a] if (a := accept_line(rec)) else []
+    lines += [s] if (s := speed_line(rec)) else []
+    lines += [setting_line(s) for s in rec.settings]
+    if rec.phase in ("failed", "crashed", "stopped") and rec.reason:
+        lines.append(f"{rec.phase}: {rec.reason}" if full else f"the measurement {rec.phase}; {WITHHELD}")
+    if rec.phase in ("crashed", "stopped"):
+        lines.append("`/measure resume` continues; finished requests are kept")
+    if full:
+        lines += [f"draft {rec.export_dir}"] if rec.export_dir else []
+        lines += [f"results {rec.results or rec.run_dir}"] if rec.results or rec.run_dir else []
+    if rec.serve_command:
+        lines.append(f"serve it: {rec.serve_command}" if full else f"the serve command: {WITHHELD}")
+    return "\n".join(lines)
