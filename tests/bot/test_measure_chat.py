@@ -1,0 +1,199 @@
+"""`/measure VERB` and `hsx measure VERB`, through the bot's signed HTTP endpoint and a fake runner
+that answers `hsx-runner measure ACTION --json` with canned records; and the record's plain text
+(runner/text/measure.py) in each phase."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import re
+
+import pytest
+
+from bot import cli
+from bot.verbs.commands import Command, parse
+from bot.verbs.table import MEASURING
+from runner.contract.measure import PHASES, MeasureRecord
+from runner.contract.replies import REFUSED
+from runner.measure import control
+from runner.text.measure import render_measure
+from runner.text.training import WITHHELD
+
+from .http_bot import OPERATOR, STRANGER, serve
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+NOW = dt.datetime(2026, 12, 1, 12, 10, tzinfo=dt.timezone.utc)
+ALONE = {"setting": "none", "requests": 10, "tokens_per_s": 300.0}
+BEST = {
+    "setting": "3/1/4", "requests": 6, "accept_length": 1.68, "accept_rate": 0.23,
+    "histogram": [4, 1, 1, 0], "tokens_per_s": 510.0, "speedup": 1.7, "same": 5, "differ": [[7, 12]],
+}  # fmt: skip
+MEASURING_REC = {
+    "phase": "measuring", "pid": 4343, "done": 16, "total": 20, "setting": "3/1/4",
+    "server_activity": "ready", "server_since": "2026-12-01T12:07:30Z", "restarts": 0,
+    "started_at": "2026-12-01T12:00:00Z", "run_dir": "/data/out-measure",
+    "results": "/data/out-measure/results.jsonl", "export_dir": "/data/out-train/export",
+    "accept_length": 1.68, "best": "3/1/4", "simulated": 1.59,
+    "serve_command": "python -m sglang.launch_server --model /models/t --speculative-draft /data/out-train/export",
+    "settings": [ALONE, BEST],
+}  # fmt: skip
+LOADING = {
+    **MEASURING_REC, "phase": "starting_server", "done": 10, "server_activity": "loading weights",
+    "server_since": "2026-12-01T12:08:00Z", "accept_length": None, "best": None, "serve_command": None,
+    "settings": [ALONE],
+}  # fmt: skip
+
+
+def _argv(fake, action):
+    return ["measure", "--json", "--config", fake.config, action]
+
+
+def test_the_manifest_has_the_measure_slash_command():
+    with open(os.path.join(ROOT, "deploy", "slack-manifest.yaml")) as f:
+        assert MEASURING.manifest_entry() in f.read()
+
+
+def test_chat_words_become_fixed_measure_verbs_or_help():
+    kind = MEASURING.name
+    assert parse("/measure resume", MEASURING) == Command("resume", kind=kind)
+    assert parse("stop", MEASURING) == Command("stop", kind=kind)
+    assert Command("stop", kind=kind).action == "measure stop"
+    for bad in ("start; rm -rf /", "start --force", "export", "chart", "x" * 300):
+        cmd = parse(bad, MEASURING)
+        assert (cmd.verb, cmd.kind) == ("help", kind) and cmd.problem, bad
+
+
+def test_each_phase_renders_for_operators_and_members():
+    loading = render_measure(MeasureRecord.from_dict(LOADING), now=NOW)
+    assert loading.splitlines()[:3] == [
+        "measurement starting server — 10 / 20 requests (50.0%)",
+        "starting the server for the draft at 3/1/4 (loading weights) for 2m00s",
+        "simulated accept length 1.59 (SGLang's units: tokens per verify step, the bonus token counted)",
+    ]
+    measuring = render_measure(MeasureRecord.from_dict(MEASURING_REC), now=NOW)
+    assert measuring.splitlines()[:4] == [
+        "measuring — 16 / 20 requests (80.0%)",
+        "measuring the draft at 3/1/4 (its server up for 2m30s)",
+        "measured accept length 1.68 (3/1/4) · simulated 1.59 "
+        "(SGLang's units: tokens per verify step, the bonus token counted)",
+        "510 tokens/s with the draft · 300 without · 1.70×",
+    ]
+    assert "none: 10 requests · 300 tokens/s" in measuring
+    assert "3/1/4: 6 requests · accept length 1.68 · accept rate 0.23 · 510 tokens/s · 1.70× · " \
+           "1 outputs differ: prompt 7 at token 12" in measuring  # fmt: skip
+    assert (
+        "serve it: python -m sglang.launch_server" in measuring
+        and "draft /data/out-train/export" in measuring
+    )
+    member = render_measure(MeasureRecord.from_dict(MEASURING_REC), now=NOW, full=False)
+    assert "/data" not in member and f"the serve command: {WITHHELD}" in member
+    done = {
+        **MEASURING_REC,
+        "phase": "done",
+        "done": 20,
+        "settings": [ALONE, {**BEST, "same": 6, "differ": []}],
+    }
+    text = render_measure(MeasureRecord.from_dict(done), now=NOW)
+    assert text.startswith("measurement done — 20 / 20 requests (100.0%)\nmeasured accept length 1.68")
+    assert "outputs equal (6)" in text and "server up" not in text
+    for phase in ("failed", "crashed", "stopped"):
+        rec = MeasureRecord.from_dict({**LOADING, "phase": phase, "reason": "the server /data/x died"})
+        said, told = render_measure(rec, now=NOW), render_measure(rec, now=NOW, full=False)
+        assert (
+            said.startswith(f"measurement {phase} — 10 / 20") and f"{phase}: the server /data/x died" in said
+        )
+        assert "/data" not in told and f"the measurement {phase}; {WITHHELD}" in told
+        assert ("`/measure resume` continues" in said) == (phase != "failed")
+    preflight = render_measure(
+        MeasureRecord.from_dict({**LOADING, "phase": "preflight", "total": 0}), now=NOW
+    )
+    assert preflight.splitlines()[0] == "measurement preflight"
+    never = render_measure(MeasureRecord.from_dict({"phase": "stopped", "simulated": 1.59}), now=NOW)
+    assert never.splitlines()[0] == "measurement: not started (`/measure start`)" and "1.59" in never
+    assert set(PHASES) == {
+        "preflight",
+        "starting_server",
+        "measuring",
+        "done",
+        "failed",
+        "stopped",
+        "crashed",
+    }
+
+
+def test_measure_status_answers_measured_beside_simulated_and_the_loading_servers_time(fake, cfg):
+    since = dt.datetime.now(dt.timezone.utc) - dt.timedelta(seconds=125)
+    fake.reply("measure-status", {**LOADING, "server_since": since.strftime("%Y-%m-%dT%H:%M:%SZ")})
+    with serve(cfg, box=fake.box(), fake=fake) as (bot, _, _):
+        assert bot.command("status", command="/measure") == 200
+        (resp,) = bot.rec.wait_for("response")
+        fake.reply("measure-status", MEASURING_REC)
+        assert bot.command("status", user=STRANGER, command="/measure") == 200
+        _, member = bot.rec.wait_for("response", 2)
+    assert resp["response_type"] == "in_channel"
+    lines = resp["text"].splitlines()
+    assert lines[0] == "measurement starting server — 10 / 20 requests (50.0%)"
+    assert re.fullmatch(
+        r"starting the server for the draft at 3/1/4 \(loading weights\) for 2m\d\ds", lines[1]
+    )
+    assert lines[2].startswith("simulated accept length 1.59 (SGLang's units")
+    assert "measured accept length 1.68 (3/1/4) · simulated 1.59" in member["text"]
+    assert "/data" not in member["text"] and f"<@{OPERATOR}>" in member["text"]  # whom to ask
+    assert fake.calls() == [_argv(fake, "status")] * 2
+
+
+def test_operator_measure_start_runs_the_fixed_verb_and_audits(fake, cfg):
+    fake.reply("measure-start", {"started": True, "pid": 77, "message": "measurement started (pid 77)"})
+    with serve(cfg, box=fake.box(), fake=fake) as (bot, _, _):
+        bot.command("start", command="/measure")
+        (resp,) = bot.rec.wait_for("response")
+        assert resp["response_type"] == "in_channel"
+        assert "measurement started (pid 77)" in resp["text"]
+        assert f"<@{OPERATOR}> `measure start` → ok" in resp["text"]
+        assert fake.calls() == [_argv(fake, "start")]
+        audit = bot.audit()
+    assert [(e["action"], e["result"]) for e in audit] == [
+        ("measure start", "attempt"),
+        ("measure start", "ok"),
+    ]
+
+
+def test_stranger_measure_start_is_refused_and_audited(fake, cfg):
+    with serve(cfg, box=fake.box(), fake=fake) as (bot, _, _):
+        bot.command("start", user=STRANGER, command="/measure")
+        (resp,) = bot.rec.wait_for("response")
+        assert resp["response_type"] == "ephemeral" and "refused" in resp["text"]
+        assert fake.calls() == []
+        (entry,) = bot.audit()
+    assert entry["action"] == "measure start" and entry["result"].startswith("refused")
+
+
+def test_measure_stop_asks_first(fake, cfg):
+    with serve(cfg, box=fake.box(), fake=fake) as (bot, _, _):
+        bot.command("stop", command="/measure")
+        (resp,) = bot.rec.wait_for("response")
+    assert "Stop the measurement?" in json.dumps(resp) and fake.calls() == []
+
+
+@pytest.fixture
+def conf(fake, tmp_path) -> str:
+    path = tmp_path / "ops.toml"
+    path.write_text(
+        f'[remote]\ntransport = "local"\nrunner = "{fake.runner}"\nrunner_config = "{fake.config}"\n'
+    )
+    return str(path)
+
+
+def test_hsx_measure_status_json_and_a_refused_start_exits_1(fake, conf, capsys):
+    fake.reply("measure-status", MEASURING_REC)
+    assert cli.main(["measure", "status", "--json", "--config", conf]) == 0
+    assert json.loads(capsys.readouterr().out)["accept_length"] == 1.68
+    why = "no exported draft in /data/out-train/export: train and export it first"
+    fake.reply("measure-start", control.refused(why).payload(), code=REFUSED)  # as the box's runner says it
+    assert cli.main(["measure", "start", "--json", "--config", conf]) == 1
+    assert json.loads(capsys.readouterr().out)["reason"] == why
+    assert cli.main(["measure", "start", "--config", conf]) == 1
+    assert capsys.readouterr().out == f"`measure start` refused: {why}\n"
+    assert cli.main(["measure", "stop", "--config", conf]) == 0  # a terminal does not ask
+    assert [c[-1] for c in fake.calls()] == ["status", "start", "start", "stop"]
