@@ -60,7 +60,8 @@ def speed_line(rec: MeasureRecord) -> str:
 
 def setting_line(s: dict) -> str:
     """One setting's figures, and whether its outputs equal the target alone's."""
-    bits = [f"{s.get('setting')}: {s.get('requests', 0):,} requests"]
+    name = "the target alone" if s.get("setting") == NONE else s.get("setting")
+    bits = [f"{name}: {s.get('requests', 0):,} requests"]
     if s.get("accept_length") is not None:
         bits.append(f"accept length {s['accept_length']:.2f}")
     if s.get("accept_rate") is not None:
@@ -76,7 +77,8 @@ def setting_line(s: dict) -> str:
         else:
             where = ", ".join(f"prompt {p} at token {at}" for p, at in differ[:5])
             more = f" and {len(differ) - 5:,} more" if len(differ) > 5 else ""
-            bits.append(f"{len(differ):,} outputs differ: {where}{more}")
+            word = "output differs" if len(differ) == 1 else "outputs differ"
+            bits.append(f"{len(differ):,} {word} from the target alone's: {where}{more}")
     return " · ".join(bits)
 
 

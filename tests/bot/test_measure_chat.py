@@ -79,9 +79,9 @@ def test_each_phase_renders_for_operators_and_members():
         "(SGLang's units: tokens per verify step, the bonus token counted)",
         "510 tokens/s with the draft · 300 without · 1.70×",
     ]
-    assert "none: 10 requests · 300 tokens/s" in measuring
+    assert "the target alone: 10 requests · 300 tokens/s" in measuring
     assert "3/1/4: 6 requests · accept length 1.68 · accept rate 0.23 · 510 tokens/s · 1.70× · " \
-           "1 outputs differ: prompt 7 at token 12" in measuring  # fmt: skip
+           "1 output differs from the target alone's: prompt 7 at token 12" in measuring  # fmt: skip
     assert (
         "serve it: python -m sglang.launch_server" in measuring
         and "draft /data/out-train/export" in measuring
