@@ -197,3 +197,27 @@ def test_hsx_measure_status_json_and_a_refused_start_exits_1(fake, conf, capsys)
     assert capsys.readouterr().out == f"`measure start` refused: {why}\n"
     assert cli.main(["measure", "stop", "--config", conf]) == 0  # a terminal does not ask
     assert [c[-1] for c in fake.calls()] == ["status", "start", "start", "stop"]
+
+
+def test_the_real_runner_answers_measure_status_and_refuses_a_start(tmp_path):
+    """The real `hsx-runner measure status|start --json` through the client: an empty run dir reads
+    as not started; a start is refused (REFUSED, an answer, not a failed command) and reads as not ok."""
+    from remote.client import GpuBox
+    from remote.transport import LocalTransport
+    from runner.contract.replies import Answer
+    from tests.conftest import RUNNER, write_config
+
+    job = tmp_path / "job.toml"
+    write_config(
+        job,
+        job={"model": f"{tmp_path}/model", "dataset": f"{tmp_path}/data.jsonl", "out": f"{tmp_path}/out"},
+        measure={"run_dir": str(tmp_path / "out-measure")},
+    )
+    box = GpuBox(LocalTransport(), RUNNER, str(job), timeout_s=60)
+    rec = box.measure_status()
+    assert not rec.started_at and not rec.active
+    assert render_measure(rec).startswith("measurement: not started (`/measure start`)")
+    answer = Answer.from_dict(box.measure("start"))
+    assert not answer.ok and "sglang" in answer.message
+    with pytest.raises(ValueError, match="the action must be one of"):
+        box.measure("export")
