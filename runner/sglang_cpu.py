@@ -25,6 +25,22 @@ ARGS = [
 # (its decode is never used: every request is one prefill). Kimi-K2.5 is a DeepSeek-V3 inside.
 _MLA = ["--prefill-attention-backend", "intel_amx", "--decode-attention-backend", "torch_native"]
 ATTENTION = {"llama": ["--attention-backend", "torch_native"], "deepseek_v3": _MLA, "kimi_k25": _MLA}
+# Serving an EAGLE-3 draft (shared/notes/sglang-0.5.23-eagle3-cpu.md): intel_amx for prefill and
+# decode, whatever the target. torch_native has no EAGLE support (speculative/draft_utils.py
+# refuses it), and ``--attention-backend intel_amx`` is quietly turned back into torch_native
+# on a CPU without AMX; the split flags are not.
+SPECULATIVE = ["--prefill-attention-backend", "intel_amx", "--decode-attention-backend", "intel_amx"]
+
+
+def draft_args(draft: str, steps: int, topk: int, draft_tokens: int) -> list[str]:
+    """extra_args that serve the EAGLE-3 draft in ``draft`` beside the target on this CPU: the
+    lane's flags, the speculative attention and SGLang's speculation flags (steps/topk/draft
+    tokens as SGLang names them; topk 1 is a chain, whose draft tokens are steps + 1)."""
+    return [
+        *ARGS, *SPECULATIVE, "--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", draft,
+        "--speculative-num-steps", str(steps), "--speculative-eagle-topk", str(topk),
+        "--speculative-num-draft-tokens", str(draft_tokens),
+    ]  # fmt: skip
 
 
 def tp_env(tp: int, cpus: int | None = None) -> dict[str, str]:
