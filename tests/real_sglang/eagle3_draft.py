@@ -29,11 +29,20 @@ def build(
     aux_layer_ids: tuple[int, ...] = (1, 3, 5),
     draft_vocab_size: int | None = None,
     dtype: str = "float32",
+    echo: bool = False,
 ) -> str:
     """Write a random draft for the Llama in ``target`` to ``out_dir`` (config.json,
     model.safetensors); return ``out_dir``. Same seed, same bytes. ``aux_layer_ids``: the
     target layers whose outputs the draft reads (SGLang's convention, id i = output of layer
-    i). ``draft_vocab_size``: the first that many target ids (default all of them)."""
+    i). ``draft_vocab_size``: the first that many target ids (default all of them).
+
+    ``echo``: instead of random weights, the target's own last layer, final norm and head,
+    fed (through ``fc``) the output of the layer before it, the last of ``aux_layer_ids``,
+    which must be the second-to-last layer. Its first draft token is then the target's own
+    choice at the previous position, i.e. the token just emitted: a draft that guesses
+    "repeat", right wherever a tiny random target loops on one token. A random draft is
+    almost never accepted, and a verify pass that accepts nothing never reads past the tree's
+    root; this one makes serving tests walk the accept path."""
     import torch
     from safetensors.torch import save_file
 
@@ -73,6 +82,8 @@ def build(
         "norm.weight": ones.clone(),
         "lm_head.weight": normal(n_vocab, hidden),
     }
+    if echo:
+        weights.update(_echo(target, t, hidden, len(aux_layer_ids), aux_layer_ids[-1]))
     weights = {k: v.to(getattr(torch, dtype)).contiguous() for k, v in weights.items()}
     # Draft id i is target id i + d2t[i] (SpecForge's maps): here the first n_vocab target ids.
     weights["d2t"] = torch.zeros(n_vocab, dtype=torch.int64)
@@ -82,3 +93,32 @@ def build(
     with open(os.path.join(out_dir, "config.json"), "w") as f:
         json.dump(config, f, indent=2, sort_keys=True)
     return out_dir
+
+
+def _echo(target: str, t: dict, hidden: int, n_aux: int, last_aux: int) -> dict:
+    """The echo draft's weights, from the target's safetensors (see ``build``)."""
+    import torch
+    from safetensors.torch import load_file
+
+    last = int(t["num_hidden_layers"]) - 1
+    if last_aux != last - 1:
+        raise ValueError(f"echo: the last aux layer must be {last - 1} (the input of the last layer)")
+    w = {k: v.float() for k, v in load_file(os.path.join(target, "model.safetensors")).items()}
+    layer = f"model.layers.{last}."
+    fc = torch.zeros(hidden, hidden * n_aux)
+    fc[:, -hidden:] = torch.eye(hidden)  # pass the last captured layer's output through
+    out = {"fc.weight": fc, "norm.weight": w["model.norm.weight"], "lm_head.weight": w["lm_head.weight"]}
+    # The layer's input is [embedding, features]: the embedding half gets zero weights.
+    for proj in ("q_proj", "k_proj", "v_proj"):
+        m = w[f"{layer}self_attn.{proj}.weight"]
+        out[f"midlayer.self_attn.{proj}.weight"] = torch.cat([torch.zeros_like(m), m], dim=1)
+    out["midlayer.hidden_norm.weight"] = w[f"{layer}input_layernorm.weight"]
+    for name in (
+        "self_attn.o_proj",
+        "post_attention_layernorm",
+        "mlp.gate_proj",
+        "mlp.up_proj",
+        "mlp.down_proj",
+    ):
+        out[f"midlayer.{name}.weight"] = w[f"{layer}{name}.weight"]
+    return out
