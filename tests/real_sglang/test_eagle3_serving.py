@@ -17,6 +17,7 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -120,10 +121,15 @@ def servers(sglang_python, demo_assets, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def answers(servers, demo_assets):
-    """{server name: [/generate's answer per prompt]}, the same prompts, one at a time."""
+    """{server name: [/generate's answer per prompt]}: the same prompts, one at a time to each
+    server, the servers side by side (one waits on its Python while another computes)."""
     with open(demo_assets / "data.jsonl") as f:
         prompts = [json.loads(line)["conversations"][0]["content"] for line in f][:PROMPTS]
-    out = {name: [s.generate(p) for p in prompts] for name, s in servers.items()}
+    with ThreadPoolExecutor(len(servers)) as pool:
+        jobs = {
+            name: pool.submit(lambda s: [s.generate(p) for p in prompts], s) for name, s in servers.items()
+        }
+        out = {name: job.result() for name, job in jobs.items()}
     for name, s in servers.items():
         rows = out[name]
         if name != "plain":
