@@ -60,6 +60,15 @@ def test_build_tree_links_depths_and_mask():
     assert rnt.tolist() == [[1, 3, -1, -1]] and rns.tolist() == [[-1, 2, -1, -1]]
     assert positions.tolist() == [7, 8, 8, 9]
     assert mask.view(D, D).int().tolist() == [[1, 0, 0, 0], [1, 1, 0, 0], [1, 0, 1, 0], [1, 1, 0, 1]]
+    # FULL_MASK: each row is the 7 prefix columns (the caller's True) and then the same block
+    full = torch.ones(7 * D + D * D, dtype=torch.bool)
+    ri, rnt, rns = torch.full((3, 1, D), -1, dtype=torch.int64)
+    k.build_tree_kernel_efficient_cpu(
+        torch.tensor([[-1, 0, 1]]), torch.tensor([[0, 1, 3]]), torch.tensor([7]), full, positions,
+        ri, rnt, rns, 2, 2, D, 0,
+    )  # fmt: skip
+    rows = full.view(D, 7 + D)
+    assert rows[:, :7].all() and torch.equal(rows[:, 7:], mask.view(D, D))
 
 
 @pytest.mark.parametrize("tree", [False, True])
