@@ -1,0 +1,83 @@
+"""The draft measured where it serves (`hsx-runner measure`): the real SGLang on this CPU, the
+demo's Llama in fp32 alone and with an EAGLE-3 draft at two settings (a chain and a tree), each
+a fresh server. The supervisor is killed with -9 mid-way and resumed: no request is lost or
+measured twice, the accept length is the one recomputed from the kept meta_info, and with the
+draft the greedy outputs equal the target alone's."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+
+import pytest
+
+from runner import sglang_cpu
+from tests.conftest import free_port, runner, write_config
+from tests.real_sglang import eagle3_draft
+from tests.real_sglang.conftest import KERNELS
+
+pytestmark = pytest.mark.slow
+SETTINGS = ["3/1/4", "2/2/4"]
+SAMPLES = 3
+
+
+def _status(conf) -> dict:
+    p = runner("measure", "status", "--json", "--config", conf)
+    assert p.returncode == 0, p.stderr
+    return json.loads(p.stdout)
+
+
+def _until(conf, ok, timeout_s=900.0) -> dict:
+    """Polls the status, as an operator's `measure status` does, until ``ok(status)``."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        st = _status(conf)
+        if ok(st):
+            return st
+        assert st["phase"] not in ("failed", "crashed") and time.monotonic() < deadline, st
+        time.sleep(1.0)
+
+
+def test_a_measurement_killed_mid_way_resumes_to_the_same_requests_once(tmp_path, demo_assets, sglang_python):
+    draft = eagle3_draft.build(
+        str(demo_assets / "model"), str(tmp_path / "draft"), aux_layer_ids=(1, 3, 6), echo=True
+    )
+    server = sglang_cpu.server_section("llama", sglang_python, KERNELS)
+    server |= {"port": free_port(), "start_timeout_s": 600.0, "max_restarts": 2}
+    server["extra_args"] = [*server["extra_args"], "--dtype", "float32"]  # fp32: equal greedy outputs
+    job = {
+        "model": str(demo_assets / "model"),
+        "dataset": str(demo_assets / "data.jsonl"),
+        "out": str(tmp_path / "out"),
+    }
+    measure = {"draft": draft, "samples": SAMPLES, "max_new_tokens": 12, "settings": SETTINGS}
+    conf = write_config(tmp_path / "hsx.toml", job=job, server=server, measure=measure)
+
+    p = runner("measure", "start", "--json", "--config", conf)
+    assert p.returncode == 0 and json.loads(p.stdout)["started"], p.stdout + p.stderr
+    st = _until(conf, lambda s: s["done"] >= SAMPLES + 1)  # into the first speculative setting
+    os.kill(st["pid"], signal.SIGKILL)
+    crashed = _until(conf, lambda s: s["phase"] == "crashed", 60.0)
+    assert "measuring supervisor" in crashed["reason"] and crashed["done"] >= SAMPLES + 1
+    assert runner("measure", "resume", "--json", "--config", conf).returncode == 0
+    st = _until(conf, lambda s: s["phase"] in ("done", "failed"))
+    assert st["phase"] == "done", st
+
+    total = SAMPLES * (1 + len(SETTINGS))
+    lines = [json.loads(x) for x in open(st["results"]) if x.strip()]
+    keys = [(r["setting"], r["prompt"]) for r in lines]
+    assert len(keys) == len(set(keys)) == total and st["done"] == st["total"] == total
+    base = {r["prompt"]: r["output_ids"] for r in lines if r["setting"] == "none"}
+    by = {f["setting"]: f for f in st["settings"]}
+    for s in SETTINGS:
+        mine = [r for r in lines if r["setting"] == s]
+        tokens = sum(r["meta_info"]["completion_tokens"] for r in mine)
+        verify = sum(r["meta_info"]["spec_verify_ct"] for r in mine)
+        assert by[s]["accept_length"] == pytest.approx(tokens / verify) and by[s]["accept_length"] >= 1.0
+        assert [r["output_ids"] for r in mine] == [base[r["prompt"]] for r in mine]  # fp32: no near-ties
+        assert by[s]["same"] == SAMPLES and by[s]["differ"] == []
+    assert st["best"] in SETTINGS and st["accept_length"] == by[st["best"]]["accept_length"]
+    assert "--speculative-draft-model-path" in st["serve_command"] and "intel_amx" in st["serve_command"]
+    assert _status(conf)["phase"] == "done" and runner("measure", "resume", "--config", conf).returncode == 3
