@@ -41,6 +41,19 @@ def check(where: str, name: str, value: Any, kinds: str) -> None:
         raise StatusError(f"{where} field {name!r} is not {words} (got {type(value).__name__})")
 
 
+def update(where: str, kinds: dict[str, str], phases: tuple[str, ...], d: dict, kw: dict) -> None:
+    """A writer's update of its record ``d``, typed as the reader's (``kinds``: each field's
+    annotation): an unknown field, a wrong kind or another kind's phase fails here, before
+    anything of ``kw`` is kept."""
+    for k, v in kw.items():
+        if k not in kinds:
+            raise KeyError(f"{where} has no field {k!r}")
+        if k == "phase" and v not in phases:
+            raise StatusError(f"{where} has unknown phase {v!r}")
+        check(where, k, v, kinds[k])
+    d.update(kw)
+
+
 def plain(cls: type, d: dict, where: str, skip: tuple[str, ...] = ()) -> dict[str, Any]:
     """The keys of ``d`` that ``cls`` knows, each checked; ``skip`` names the ones the caller
     checks itself (enums, nested records)."""

@@ -9,9 +9,9 @@ import dataclasses
 import json
 import os
 
+from ..contract import fields
 from ..contract.atomic import read_object, write_atomic
 from ..contract.errors import BrokenFileError, StatusError
-from ..contract.fields import check
 from ..contract.measure import PHASES, MeasureRecord
 from ..contract.status import NOT_STARTED, gone, now_iso
 from ..output.lock import is_held_at
@@ -31,13 +31,7 @@ class Record:
     def update(self, **kw) -> None:
         """Typed as the reader's record: an unknown field, a wrong kind or another kind's phase
         fails here, before anything of ``kw`` is kept."""
-        for k, v in kw.items():
-            if k not in KINDS:
-                raise KeyError(f"the measurement record has no field {k!r}")
-            if k == "phase" and v not in PHASES:
-                raise StatusError(f"the measurement record has unknown phase {v!r}")
-            check("the measurement record", k, v, KINDS[k])
-        self.d.update(kw)
+        fields.update("the measurement record", KINDS, PHASES, self.d, kw)
 
     def write(self) -> None:
         self.d["heartbeat"] = now_iso()

@@ -15,6 +15,7 @@ import json
 import math
 import os
 
+from ..contract import fields
 from ..contract.atomic import write_atomic
 from ..contract.errors import BrokenFileError, StatusError
 from ..contract.fields import check
@@ -49,13 +50,7 @@ class Record:
     def update(self, **kw) -> None:
         """Typed as the reader's record: a field it does not have, a value of the wrong kind or
         another kind's phase fails here, before anything of ``kw`` is kept."""
-        for k, v in kw.items():
-            if k not in KINDS:
-                raise KeyError(f"the training record has no field {k!r}")
-            if k == "phase" and v not in PHASES:
-                raise StatusError(f"the training record has unknown phase {v!r}")
-            check("the training record", k, v, KINDS[k])
-        self.d.update(kw)
+        fields.update("the training record", KINDS, PHASES, self.d, kw)
 
     def step_line(self, step: int, m: dict) -> None:
         loss = m.get("loss")
