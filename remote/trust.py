@@ -153,13 +153,22 @@ def load_keys(identity_file: str) -> list[paramiko.PKey]:
     return keys
 
 
+AUTH_TIMEOUT = "Authentication timeout."  # paramiko's words (auth_handler.wait_for_response)
+
+
 def authenticate(hop: str, ep: Endpoint, t: paramiko.Transport, keys: list[paramiko.PKey]) -> None:
     for key in keys:
         try:
             t.auth_publickey(ep.user, key)
         except paramiko.BadAuthenticationType as e:
             raise AuthFailed(hop, f"{ep.user}@{ep.host}: server allows only {e.allowed_types}") from None
-        except paramiko.AuthenticationException:
+        except paramiko.AuthenticationException as e:
+            # paramiko says "no answer within auth_timeout" and "the connection ended" with the
+            # same exception as a refused key: a busy box is unreachable for now, not a bad key
+            if not t.is_active() or str(e) == AUTH_TIMEOUT:
+                raise Unreachable(
+                    hop, f"{ep.host}:{ep.port}: no answer to the key within {t.auth_timeout:g}s ({e})"
+                ) from None
             continue
         except (paramiko.SSHException, EOFError, OSError) as e:
             raise Unreachable(

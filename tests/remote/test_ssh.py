@@ -322,6 +322,22 @@ def test_wrong_key_is_an_auth_error_not_retried(pair, closing, tmp_path):
     assert log_count(pair.jump, "Connection from") == before + 1
 
 
+def test_a_target_slow_to_answer_the_key_is_unreachable_not_a_refused_key(pair, closing):
+    """A busy box that answers the key past the connect bound is a transient unreachable hop,
+    retried, never "refused every key" (found beside the busy suite: an operator told their key
+    was refused, and no retry, when the target was only slow)."""
+    with open(pair.peer_log + ".slow", "w") as f:
+        f.write("4")  # the target's key check answers after 4 s; the bound is 1 s
+    records = []
+    t = make(pair, records, connect_timeout_s=1.0, attempts=1)
+    closing.append(t)
+    with pytest.raises(Unreachable) as e:
+        t.run(["/bin/true"], 10)
+    assert e.value.hop == "target" and e.value.transient and "refused" not in str(e.value)
+    os.unlink(pair.peer_log + ".slow")
+    assert make(pair).run(["/bin/echo", "ok"], 10).stdout == "ok\n"
+
+
 def test_hanging_command_times_out_and_is_killed(shared_pair, closing):
     records = []
     t = make(shared_pair, records)
