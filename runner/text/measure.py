@@ -15,6 +15,11 @@ from .human import human_duration, now_utc
 from .training import WITHHELD
 
 
+def _rate(x: float) -> str:
+    """Tokens/s as a person reads them: 1,234 on a GPU, 1.46 on this CPU's lane (not "1")."""
+    return f"{x:,.0f}" if x >= 100 else f"{x:.3g}"
+
+
 def _name(setting: str | None) -> str:
     return "the target alone" if setting == NONE else f"the draft at {setting or '?'}"
 
@@ -48,8 +53,8 @@ def speed_line(rec: MeasureRecord) -> str:
     if not with_ and not without:
         return ""
     bits = [
-        f"{with_:,.0f} tokens/s with the draft" if with_ else "",
-        f"{without:,.0f} without" if without else "",
+        f"{_rate(with_)} tokens/s with the draft" if with_ else "",
+        f"{_rate(without)} without" if without else "",
     ]
     ratio = best.get("speedup") if best else None
     if ratio is None and with_ and without:
@@ -67,7 +72,7 @@ def setting_line(s: dict) -> str:
     if s.get("accept_rate") is not None:
         bits.append(f"accept rate {s['accept_rate']:.2f}")
     if s.get("tokens_per_s") is not None:
-        bits.append(f"{s['tokens_per_s']:,.0f} tokens/s")
+        bits.append(f"{_rate(s['tokens_per_s'])} tokens/s")
     if s.get("speedup") is not None:
         bits.append(f"{s['speedup']:.2f}×")
     differ = s.get("differ") or []

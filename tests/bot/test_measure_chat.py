@@ -122,6 +122,16 @@ def test_each_phase_renders_for_operators_and_members():
     }
 
 
+def test_a_cpu_lanes_few_tokens_per_second_keep_their_digits():
+    figs = [{"setting": "none", "requests": 3, "tokens_per_s": 6.822},
+            {"setting": "3/1/4", "requests": 3, "accept_length": 1.566, "tokens_per_s": 1.4555, "speedup": 0.2134}]  # fmt: skip
+    rec = MeasureRecord(phase="done", done=6, total=6, started_at="2026-12-04T10:00:00Z", best="3/1/4",
+                        accept_length=1.566, settings=figs)  # fmt: skip
+    text = render_measure(rec)
+    assert "1.46 tokens/s with the draft · 6.82 without · 0.21×" in text, text
+    assert "3/1/4: 3 requests · accept length 1.57 · 1.46 tokens/s · 0.21×" in text, text
+
+
 def test_measure_status_answers_measured_beside_simulated_and_the_loading_servers_time(fake, cfg):
     since = dt.datetime.now(dt.timezone.utc) - dt.timedelta(seconds=125)
     fake.reply("measure-status", {**LOADING, "server_since": since.strftime("%Y-%m-%dT%H:%M:%SZ")})
