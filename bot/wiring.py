@@ -9,6 +9,7 @@ from bot.verbs.handlers import Handlers
 from bot.watch import history
 from remote.live import LiveStatus
 from runner.contract.config import Config
+from runner.contract.measure import MeasureRecord
 from runner.contract.train import TrainRecord
 
 
@@ -41,4 +42,6 @@ def make_handlers(cfg: Config, box=None, in_group=None) -> Handlers:
         live=LiveStatus(box, history.state_path(cfg, ".last.json")),
         train_live=LiveStatus(box, history.state_path(cfg, ".train-last.json"), read=lambda: box.train_status(),
                               parse=TrainRecord.from_dict),
+        measure_live=LiveStatus(box, history.state_path(cfg, ".measure-last.json"),
+                                read=lambda: box.measure_status(), parse=MeasureRecord.from_dict),
     )  # fmt: skip

@@ -181,21 +181,28 @@ def asking(section: dict, ask: str) -> dict:
     return section
 
 
-def render_train_reading(r: Reading, now: dt.datetime | None = None, full: bool = True) -> str:
-    """ "progress?" and `/train status` without a fresh training record: that the box did not
-    answer (an operator also reads why), then the last training record seen, marked stale, as
-    of when it was read."""
+def render_kind_reading(r: Reading, word: str, verb: str, render, now: dt.datetime | None = None,
+                        full: bool = True) -> str:  # fmt: skip
+    """ "progress?" and a kind's status without a fresh record of it (``word``: "training",
+    read by ``hsx-runner VERB``): that the box did not answer (an operator also reads why), then
+    the last record seen, drawn by ``render(rec, as_of, full)`` and marked stale, as of when it
+    was read."""
     now = now_utc(now)
-    head = "training: the GPU box has not answered `train status`"
+    head = f"{word}: the GPU box has not answered `{verb}`"
     if r.failing_since is not None:
         head += f" since {clock(r.failing_since, now)} ({human_duration((now - r.failing_since).total_seconds())})"
     lines = [head + (" — retrying" if r.error is None or r.error.transient else "")]
     if full and r.error is not None and not isinstance(r.error, NoAnswer):
         lines.append(render_error(r.error))
     if r.record is None or r.seen_at is None:
-        lines.append("no training record seen from this box yet")
+        lines.append(f"no {word} record seen from this box yet")
     else:
         age = human_duration((now - r.seen_at).total_seconds())
-        lines.append(f"last training record seen {clock(r.seen_at, now)} ({age} ago), stale:")
-        lines.append(render_train(r.record, r.seen_at, full))
+        lines.append(f"last {word} record seen {clock(r.seen_at, now)} ({age} ago), stale:")
+        lines.append(render(r.record, r.seen_at, full))
     return "\n".join(lines)
+
+
+def render_train_reading(r: Reading, now: dt.datetime | None = None, full: bool = True) -> str:
+    """`/train status` without a fresh training record (render_reading)."""
+    return render_kind_reading(r, "training", "train status", render_train, now, full)

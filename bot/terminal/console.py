@@ -8,15 +8,15 @@ import threading
 from typing import TextIO
 
 from bot.render.mrkdwn import for_terminal
-from bot.verbs import train
 from bot.verbs.commands import Command, confirmed_command, parse
+from bot.verbs.progress import progress
 from bot.verbs.table import TRAINING, kind_of_text
 from bot.wiring import make_handlers
 from runner.contract import timing
 from runner.contract.config import Config
 
 PROMPT = "hsx> "
-GREETING = 'Ask "progress?" or type /extract help (/train help: the draft). End with Ctrl-D.'
+GREETING = 'Ask "progress?" or type /extract help (/train help: the draft; /measure help: it in SGLang). End with Ctrl-D.'
 
 
 def run_console(
@@ -60,7 +60,7 @@ def _answer(handlers, cfg: Config, inp: TextIO, out: TextIO, user: str, chart_di
             continue
         cmd = parse(line.rstrip("\n"), kind_of_text(line))
         if cmd == Command("status"):  # "progress?": the extraction's answer and the training's
-            reply = train.progress(handlers, user, operator=True)
+            reply = progress(handlers, user, operator=True)
         else:
             with _building(handlers.box, out, lock, cmd.kind == TRAINING.name and cmd.verb in BUILDS):
                 reply = handlers.handle(cmd, user, operator=True)

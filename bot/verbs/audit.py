@@ -31,6 +31,14 @@ def ask_operators(operators) -> str:
     return WITHHELD.replace("an operator", f"an operator ({who})") if who else WITHHELD
 
 
+def for_member(text: str, full: bool, operators) -> tuple[str, bool]:
+    """(text, markup): a member's text that withholds something names whom to ask, escaped here
+    since it carries mentions; an operator's, or one withholding nothing, as it is."""
+    if full or WITHHELD not in text:
+        return text, False
+    return escape(text).replace(WITHHELD, ask_operators(operators)), True
+
+
 class AuditLog:
     def __init__(self, path: str):
         if not path:

@@ -18,6 +18,7 @@ from bot.verbs.table import EXTRACTION, KINDS, MEASURING, TRAINING, Kind, Verb
 from remote.errors import RemoteError
 from remote.live import LiveStatus
 from runner.contract.config import Config
+from runner.contract.measure import MeasureRecord
 from runner.contract.replies import Answer
 from runner.contract.train import TrainRecord
 from runner.text.human import human_duration
@@ -40,11 +41,15 @@ class Handlers:
         in_group: Callable[[str], bool] | None = None,
         live: LiveStatus | None = None,
         train_live: LiveStatus | None = None,
+        measure_live: LiveStatus | None = None,
     ):
         self.box = box
         self.live = live if live is not None else LiveStatus(box)  # status within a bound
         self.train_live = train_live or LiveStatus(
             box, read=lambda: box.train_status(), parse=TrainRecord.from_dict
+        )
+        self.measure_live = measure_live or LiveStatus(
+            box, read=lambda: box.measure_status(), parse=MeasureRecord.from_dict
         )
         self.cfg = cfg
         self.audit = audit

@@ -237,6 +237,13 @@ MEASURE_VERBS = (
         confirm="Stop the measurement",
         question="Stop the measurement? Finished requests are kept; `/measure resume` continues.",
     ),
+    _measure(
+        "chart",
+        "accept length per setting beside the simulated one, the accept histograms, tokens/s with and without the draft",
+        terminal=False,
+        json=False,
+        every_s=30.0,  # a drawing
+    ),
     _measure("help", "this text", terminal=False, json=False),
 )
 

@@ -1,6 +1,6 @@
 """The training's verbs (`/train VERB`, `hsx train VERB`): each mutating one is the fixed
 ``hsx-runner train VERB`` (remote.client.GpuBox.train), `status` the record, `chart` draws
-``train history``; and the training's lines in "progress?". handlers.py gates, confirms,
+``train history``. handlers.py gates, confirms,
 audits and dispatches them (``RUN``), as it does the extraction's.
 
 The record is read through ``Handlers.train_live`` (remote/live.py), so an answer comes within the
@@ -9,15 +9,11 @@ member's text says whom to ask instead (``WITHHELD``), the reason ``logs`` is op
 
 from __future__ import annotations
 
-import time
-
 from bot.render import summary
-from bot.render.mrkdwn import escape
-from bot.verbs.audit import ask_operators
+from bot.verbs.audit import ask_operators, for_member
 from bot.verbs.commands import Command, Reply
 from bot.verbs.table import TRAINING
-from runner.contract import timing
-from runner.text.training import WITHHELD, render_train
+from runner.text.training import render_train
 
 OFFER = "after-extraction"  # what the box offers a start refused while the extraction runs
 
@@ -33,22 +29,15 @@ def act(h, cmd: Command, user: str, operator: bool | None) -> Reply:
     return reply
 
 
-def _said(h, text: str, full: bool) -> tuple[str, bool]:
-    """(text, markup): a member's text naming whom to ask is escaped here, as it carries mentions."""
-    if full or WITHHELD not in text:
-        return text, False
-    return escape(text).replace(WITHHELD, ask_operators(h.cfg.slack.operators)), True
-
-
 def status(h, cmd: Command, user: str, operator: bool | None) -> Reply:
     """`/train status`: the record, or the last one seen marked stale when the box is slow."""
     full = h.allowed(user, operator)
     r = h.train_live.read()
     if not r.fresh:
-        text, markup = _said(h, summary.render_train_reading(r, full=full), full)
+        text, markup = for_member(summary.render_train_reading(r, full=full), full, h.cfg.slack.operators)
         return Reply(text=text, markup=markup, ephemeral=True, error=True)
     ask = "" if full else ask_operators(h.cfg.slack.operators)
-    text, markup = _said(h, render_train(r.record, full=full), full)
+    text, markup = for_member(render_train(r.record, full=full), full, h.cfg.slack.operators)
     blocks = summary.train_blocks(r.record, full=full, ask=ask)
     return Reply(text=text, markup=markup, blocks=blocks, extra={"train": r.record})
 
@@ -61,31 +50,6 @@ def chart(h, cmd: Command, user: str, operator: bool | None) -> Reply:
     return h.chart(
         h.box.train_history, h.box.train_status, train_chart.story, train_chart, need, "hsx-train-chart.png"
     )
-
-
-def progress(h, user: str, operator: bool | None = None) -> Reply:
-    """ "progress?": the extraction's answer and, with a `[train]` section, the training's once a
-    run has started (the last record seen, marked stale, when the box is slow). The training's
-    read starts first and shares the extraction's wait: one answer bound for both."""
-    if not h.cfg.train.python:
-        return h.handle(Command("status"), user, operator)
-    t0 = time.monotonic()
-    kicked = h.train_live.kick()
-    reply = h.handle(Command("status"), user, operator)
-    r = h.train_live.read(max(0.0, timing.current().status_answer_s - (time.monotonic() - t0)), kicked)
-    if r.record is not None and not r.record.started and not r.record.building:
-        return reply
-    full = h.allowed(user, operator)
-    ask = "" if full else ask_operators(h.cfg.slack.operators)
-    if r.fresh:
-        said, blocks = render_train(r.record, full=full), summary.train_blocks(r.record, full=full, ask=ask)
-    else:
-        said, blocks = summary.render_train_reading(r, full=full), None
-    text, markup = _said(h, f"{reply.text}\n\n{said}", full)
-    if reply.blocks:
-        blocks = reply.blocks + (blocks or [summary.asking(b, ask) for b in summary.text_blocks(said)])
-    return Reply(text=text, blocks=blocks if reply.blocks else None, markup=markup, ephemeral=reply.ephemeral,
-                 error=reply.error, extra={**reply.extra, "train": r.record})  # fmt: skip
 
 
 RUN = {"status": status, "chart": chart} | {

@@ -166,6 +166,7 @@ class TrainConfig:
     )
     after_extraction: bool = False  # the extraction's end, done and verified, starts the training
     export_at_end: bool = True  # the end exports the draft for SGLang (false: only `train export` does)
+    measure_at_end: bool = False  # the end, exported, measures the draft in SGLang ([measure]; one box)
     gpus: int = 1  # trainer processes per node: SpecForge's deployment.trainer.nproc_per_node
     nodes: int = 1  # > 1: one Slurm job of nodes x gpus ([cluster] engine = "slurm")
     specforge: dict = field(default_factory=dict)  # [train.specforge]: run.yaml keys, merged last

@@ -82,6 +82,8 @@ class TrainRecord:
     best_step: int | None = None
     export: str | None = None  # "pending" while the end's export runs, then what it said
     export_ok: bool | None = None
+    measure: str | None = None  # [train] measure_at_end: what came of starting the measurement
+    measure_ok: bool | None = None  # ... whether it started
     run_bytes: int | None = None  # what the run dir holds on disk (checkpoints, logs), said by status
     disk_free: int | None = None  # free on the run dir's filesystem
     disk_path: str | None = None  # that filesystem's mount point

@@ -153,4 +153,10 @@ def _ending(rec: TrainRecord, full: bool) -> list[str]:
             )
         else:
             lines.append(f"done; `/train export` writes the draft{where}")
+    if rec.phase == "done" and rec.measure:
+        if full:
+            lines.append(rec.measure)
+        else:
+            lines.append("measuring the draft in SGLang: `/measure status`" if rec.measure_ok
+                         else f"the draft's measurement did not start; {WITHHELD}")  # fmt: skip
     return lines

@@ -19,6 +19,7 @@ import subprocess
 import sys
 import time
 
+from ..contract import timing
 from ..contract.errors import StatusError
 from ..contract.train import EXPORT_PENDING
 from ..output.lock import JobLock
@@ -189,6 +190,8 @@ class Supervisor:
             phase, reason = "done", ""
             self.rec.update(step=self.rec.d.get("total_steps") or self.rec.d.get("step"))
             self.rec.update(**self._export())
+            if self.rec.d.get("export_ok"):
+                self.rec.update(**self._measure())
         elif self.stop_asked:
             phase, reason = "stopped", f"stopped on request (SpecForge saves nothing on a stop){at}"
         elif rc < 0:
@@ -223,6 +226,34 @@ class Supervisor:
                     or self.rec.d.get("export_dir")}  # fmt: skip
         except Exception as e:  # noqa: BLE001 - said in the record; the run stays done
             return {"export": f"export failed: {type(e).__name__}: {e}", "export_ok": False}
+
+    def _measure(self) -> dict:
+        """[train] measure_at_end: the exported draft measured where it serves, started as
+        ``hsx-runner measure start`` run by name (the measurement sits above the training, which
+        never imports it): what came of it, said, never raised."""
+        from ..contract.config import load
+
+        path = self.rec.d.get("config")
+        try:
+            cfg = load(path) if path else None
+            if cfg is None or not cfg.train.measure_at_end:
+                return {}
+            if cfg.cluster.engine == "slurm":
+                return {"measure": "the measurement is one box's: `/measure start` on a box that serves SGLang",
+                        "measure_ok": False}  # fmt: skip
+            argv = [sys.executable, "-m", "runner.cli", "measure", "start", "--json", "--config", path]
+            p = subprocess.run(argv, capture_output=True, text=True, timeout=timing.current().claim_s + 120)
+            try:
+                said = json.loads(p.stdout)
+            except ValueError:
+                said = {"message": (p.stderr or p.stdout).strip()[-500:] or f"exit code {p.returncode}"}
+            ok = p.returncode == 0 and bool(said.get("started"))
+            why = said.get("message") or said.get("reason") or ""
+            return {"measure": f"measurement {'started' if ok else 'not started'} (measure_at_end): {why}",
+                    "measure_ok": ok}  # fmt: skip
+        except Exception as e:  # noqa: BLE001 - said in the record; the run stays done
+            return {"measure": f"measurement not started (measure_at_end): {type(e).__name__}: {e}",
+                    "measure_ok": False}  # fmt: skip
 
 
 def _lines_in(path: str, end: int) -> int:

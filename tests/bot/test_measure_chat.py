@@ -4,10 +4,12 @@ that answers `hsx-runner measure ACTION --json` with canned records; and the rec
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import json
 import os
 import re
+import sys
 
 import pytest
 
@@ -59,7 +61,7 @@ def test_chat_words_become_fixed_measure_verbs_or_help():
     assert parse("/measure resume", MEASURING) == Command("resume", kind=kind)
     assert parse("stop", MEASURING) == Command("stop", kind=kind)
     assert Command("stop", kind=kind).action == "measure stop"
-    for bad in ("start; rm -rf /", "start --force", "export", "chart", "x" * 300):
+    for bad in ("start; rm -rf /", "start --force", "export", "chart now", "x" * 300):
         cmd = parse(bad, MEASURING)
         assert (cmd.verb, cmd.kind) == ("help", kind) and cmd.problem, bad
 
@@ -231,3 +233,74 @@ def test_the_real_runner_answers_measure_status_and_refuses_a_start(tmp_path):
     assert not answer.ok and "sglang" in answer.message
     with pytest.raises(ValueError, match="the action must be one of"):
         box.measure("export")
+
+
+def test_progress_says_the_measurement_after_the_extraction_and_the_training_once_it_started(fake, cfg):
+    from .test_train_chat import TRAINING
+
+    cfg = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, python=sys.executable))
+    fake.reply("train-status", TRAINING)
+    fake.reply("measure-status", {"phase": "stopped", "reason": "not started", "simulated": 1.59})
+    event = {"type": "message", "channel": "C0PROGRESS", "user": STRANGER, "text": "progress?", "ts": "1.1"}
+    with serve(cfg, box=fake.box(), fake=fake) as (bot, _, _):
+        assert bot.event(event, "Ev0001") == 200
+        (before,) = bot.rec.wait_for("chat.postMessage")
+        fake.reply("measure-status", MEASURING_REC)
+        assert bot.event({**event, "ts": "1.2"}, "Ev0002") == 200
+        after = bot.rec.wait_for("chat.postMessage", 2)[1]
+    assert "measur" not in before["text"] and "training" in before["text"]  # not started: not said
+    text = after["text"]
+    extraction, training, measuring = (
+        text.index("25,581 / 37,312"),
+        text.index("training"),
+        text.index("measuring —"),
+    )
+    assert extraction < training < measuring, text
+    assert "measured accept length 1.68 (3/1/4) · simulated 1.59" in text
+    assert "/data/out" not in text and "launch_server" not in text and f"<@{OPERATOR}>" in text  # whom to ask
+    blocks = json.dumps(after["blocks"])
+    assert "measured accept length 1.68" in blocks and "launch_server" not in blocks
+
+
+DONE_REC = {**MEASURING_REC, "phase": "done", "done": 20,
+            "settings": [ALONE, {**BEST, "requests": 10}, {**BEST, "setting": "5/4/8", "requests": 10,
+                                                           "accept_length": 2.1, "histogram": [3, 2, 2, 1, 1, 1],
+                                                           "tokens_per_s": 450.0, "speedup": 1.5}]}  # fmt: skip
+
+
+def test_the_chart_draws_each_settings_accept_length_beside_the_simulated_histograms_and_speed():
+    from bot.render import measure_chart
+
+    rec = MeasureRecord.from_dict(DONE_REC)
+    fig = measure_chart.figure(rec)
+    ax_len, ax_hist, ax_rate = fig.axes
+    lengths = [p.get_height() for p in ax_len.patches]
+    assert lengths == [1.68, 2.1] and [t.get_text() for t in ax_len.get_xticklabels()] == ["3/1/4", "5/4/8"]
+    (sim,) = [ln for ln in ax_len.get_lines() if ln.get_gid() == "simulated"]
+    assert sim.get_ydata()[0] == 1.59
+    shares = [p.get_height() for p in ax_hist.patches]
+    assert shares[:4] == pytest.approx([4 / 6, 1 / 6, 1 / 6, 0.0]) and len(shares) == 4 + 6
+    assert [p.get_height() for p in ax_rate.patches] == [300.0, 510.0, 450.0]
+    assert [t.get_text() for t in ax_rate.texts] == ["", "1.70×", "1.50×"]
+    assert (
+        measure_chart.caption(rec)
+        .splitlines()[1]
+        .startswith("measured accept length 1.68 (3/1/4) · simulated 1.59")
+    )
+    assert not measure_chart.enough(MeasureRecord.from_dict(LOADING))  # the target alone only
+
+
+def test_measure_chart_uploads_the_png_and_says_too_early_plainly(fake, cfg):
+    fake.reply("measure-status", LOADING)
+    with serve(cfg, box=fake.box(), fake=fake) as (bot, _, _):
+        assert bot.command("chart", command="/measure") == 200
+        (early,) = bot.rec.wait_for("response")
+        fake.reply("measure-status", DONE_REC)
+        assert bot.command("chart", user=STRANGER, command="/measure") == 200
+        (upload,) = bot.rec.wait_for("upload")
+        (done,) = bot.rec.wait_for("files.completeUploadExternal")
+    assert early["response_type"] == "ephemeral" and "not enough measured yet" in early["text"]
+    assert upload["_head"].startswith(b"\x89PNG") and upload["_bytes"] > 10000
+    assert "hsx-measure-chart" in json.dumps(done["files"])
+    assert "measured accept length 1.68 (3/1/4) · simulated 1.59" in done["initial_comment"]
+    assert "launch_server" not in done["initial_comment"]

@@ -171,7 +171,9 @@ def test_progress_during_training_answers_the_training_too(fake, train_cfg):
     assert "training — step 60 / 120 (50.0%)" in post["text"]
     blocks = json.dumps(post["blocks"])
     assert "step 60 / 120" in blocks and "<!channel>" not in json.dumps(post)
-    assert sorted(c[0] for c in fake.calls()) == ["status", "train"]
+    # the measurement's record too (a trained draft may be measured); not started, so not said
+    assert sorted(c[0] for c in fake.calls()) == ["measure", "status", "train"]
+    assert "measur" not in post["text"]
 
 
 def test_progress_without_train_asks_nothing_of_training(fake, cfg):

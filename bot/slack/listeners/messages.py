@@ -8,7 +8,7 @@ import re
 from bot.slack.runtime import Runtime
 from bot.slack.slack_out import post_reply
 from bot.verbs.access import refusal
-from bot.verbs.train import progress
+from bot.verbs.progress import progress
 
 QUESTION = re.compile(r"^\s*(<@[A-Z0-9]+>\s*)?(progress|status)\s*\?*\s*$", re.IGNORECASE)
 

@@ -42,7 +42,7 @@ def test_the_demo_trains_its_draft_to_the_end_and_exports_it(tmp_path):
     conf = str(work / "hsx.toml")
     text = open(conf).read()
     with open(conf, "w") as f:
-        f.write(text.replace("\n[train]", f"\n[train]\neval_samples = {HELD}", 1))
+        f.write(text.replace("\n[train]", f"\n[train]\neval_samples = {HELD}\nmeasure_at_end = true", 1))
     cfg = load(conf)
     assert cfg.train.eval_samples == HELD
     assert cfg.train.python == os.path.join(
@@ -65,6 +65,12 @@ def test_the_demo_trains_its_draft_to_the_end_and_exports_it(tmp_path):
     exported = os.path.join(str(work / "out-train" / "export"), "model.safetensors")
     assert st["export_ok"] and os.path.getsize(exported) > 0, st
     assert "serve it with: python -m sglang.launch_server" in st["export"]
+    # [train] measure_at_end ran `hsx-runner measure start`: the demo's reference backend is not SGLang
+    assert st["measure_ok"] is False and st["measure"].startswith(
+        "measurement not started (measure_at_end): "
+    ), st
+    assert '[server] backend must be "sglang"' in st["measure"]
+    assert st["measure"] in render_train(TrainRecord.from_dict(st))
     run = work / "out-train"
     _the_split_is_disjoint_and_covers_the_samples(str(work / "out"), str(run))
     evals = [ln for ln in open(run / "train.log") if "'eval/simulated_acc_len'" in ln]
