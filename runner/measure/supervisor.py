@@ -22,8 +22,9 @@ from ..contract.errors import ServerError, ServerExited
 from ..contract.measure import NONE, RESULTS
 from ..contract.status import now_iso
 from ..output.lock import JobLock
+from ..serve import plain
 from ..serve.server import Server
-from . import plan, results, serving
+from . import plan, results
 from .record import Record
 
 
@@ -64,7 +65,7 @@ class Measure:
         self.rec.update(
             done=len(done), settings=[asdict(f) for f in figs],
             accept_length=best.accept_length if best else None, best=best.setting if best else None,
-            serve_command=serving.command(self.cfg, self.draft, best.setting) if best else None,
+            serve_command=plain.command(self.cfg, self.draft, best.setting) if best else None,
         )  # fmt: skip
 
     async def _up(self, server: Server) -> None:
@@ -113,8 +114,8 @@ class Measure:
         todo = [i for i in range(len(prompts)) if (setting, i) not in done]
         if not todo:
             return
-        server = Server(self.cfg, [], "", Paths(self.root), argv=serving.argv(self.cfg, self.draft, setting),
-                        env=serving.env(self.cfg))  # fmt: skip
+        server = Server(self.cfg, [], "", Paths(self.root), argv=plain.argv(self.cfg, self.draft, setting),
+                        env=plain.env(self.cfg))  # fmt: skip
         self.rec.update(setting=setting)
         try:
             await self._up(server)

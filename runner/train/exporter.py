@@ -15,6 +15,7 @@ from ..contract.config import Config
 from ..contract.errors import ConfigError
 from ..contract.replies import NOT_OK, Reply
 from ..contract.train import ACTIVE
+from ..serve import plain
 from . import guard, progress, runspec
 from .control import locked, refused, running
 from .record import read
@@ -70,8 +71,7 @@ def export_run(cfg: Config, paths: runspec.RunPaths, d: dict) -> Reply:
         return Reply({"ok": False, "reason": why, "export_dir": out, "aux_layer_ids": got}, f"export REFUSED: {why}",
                      NOT_OK)  # fmt: skip
     flags = serve_flags(cfg, out)
-    text = (f"exported step {ckpt} to {out}; serve it with: python -m sglang.launch_server "
-            f"{shlex.join(flags)}")  # fmt: skip
+    text = f"exported step {ckpt} to {out}; serve it with: {serve_command(cfg, out)} (`/measure start` measures it)"
     rep = {"ok": True, "export_dir": out, "checkpoint_step": ckpt, "aux_layer_ids": got, "flags": flags}
     return Reply({**rep, "message": text}, text)  # the message: what chat posts
 
@@ -83,15 +83,29 @@ SGLANG_EAGLE = {"LlamaForCausalLM": (5, 4, 8), "Grok1ForCausalLM": (5, 4, 8), "G
 SGLANG_EAGLE_DEFAULT = (3, 1, 4)
 
 
-def serve_flags(cfg: Config, export_dir: str) -> list[str]:
-    """SGLang's flags that serve the target with the exported draft as its EAGLE-3 speculator."""
+def default_setting(cfg: Config) -> tuple[int, int, int]:
+    """(steps, topk, draft tokens): SGLang's own choice for the target's architecture."""
     try:
         with open(os.path.join(cfg.job.model, "config.json")) as f:
             arch = (json.load(f).get("architectures") or [""])[0]
     except (OSError, ValueError, AttributeError, IndexError):
         arch = ""
-    steps, topk, tokens = SGLANG_EAGLE.get(arch, SGLANG_EAGLE_DEFAULT)
+    return SGLANG_EAGLE.get(arch, SGLANG_EAGLE_DEFAULT)
+
+
+def serve_flags(cfg: Config, export_dir: str) -> list[str]:
+    """SGLang's flags that serve the target with the exported draft as its EAGLE-3 speculator."""
+    steps, topk, tokens = default_setting(cfg)
     flags = ["--model-path", os.path.abspath(cfg.job.model), "--speculative-algorithm", "EAGLE3",
              "--speculative-draft-model-path", export_dir, "--speculative-num-steps", str(steps),
              "--speculative-eagle-topk", str(topk), "--speculative-num-draft-tokens", str(tokens)]  # fmt: skip
     return flags + ["--trust-remote-code"] * cfg.job.trust_remote_code
+
+
+def serve_command(cfg: Config, export_dir: str) -> str:
+    """The command that serves the draft at SGLang's own setting: with ``[server] backend =
+    "sglang"`` the box's SGLang as the measurement runs it (its python, flags and a CPU lane's
+    attention), else SGLang's flags alone."""
+    if cfg.server.backend == "sglang":
+        return plain.command(cfg, export_dir, "/".join(map(str, default_setting(cfg))))
+    return f"python -m sglang.launch_server {shlex.join(serve_flags(cfg, export_dir))}"

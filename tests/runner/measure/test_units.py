@@ -4,6 +4,7 @@ setting's server command line and the prompts' turns."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 
@@ -12,7 +13,8 @@ import pytest
 from runner.contract.config import ConfigError, from_dict
 from runner.contract.errors import BrokenFileError, StatusError
 from runner.contract.measure import NONE, MeasureRecord, parse_setting
-from runner.measure import plan, record, results, serving
+from runner.measure import plan, record, results
+from runner.serve import plain as serving  # each setting's server
 
 
 def _row(setting, prompt, out, completion, verify=None, correct=None, proposed=None, hist=None, s=1.0):
@@ -127,3 +129,18 @@ def test_the_prompt_is_the_turns_before_the_first_answer():
                 {"conversations": [{"role": ["user"], "content": "x"}]}, {"input_ids": [1]}):  # fmt: skip
         assert plan.user_turns(bad) is None
     assert os.path.basename(plan.NAME) == "prompts.json"
+
+
+def test_the_exports_serve_command_is_the_one_the_measurement_runs_with_the_lanes_flags(tmp_path):
+    """The command `train export` says is `serve.plain`'s at SGLang's own setting: on the CPU lane
+    with its speculative attention (the bare flags fail there), else SGLang's flags alone."""
+    from runner.train import exporter
+
+    cfg = from_dict({"job": {"model": str(tmp_path)}, "server": {"backend": "sglang", "python": "/py",
+                     "extra_args": ["--device", "cpu", "--attention-backend", "torch_native"]}})  # fmt: skip
+    said = exporter.serve_command(cfg, "/draft")
+    assert said == serving.command(cfg, "/draft", "/".join(map(str, exporter.default_setting(cfg))))
+    assert " ".join(serving.SPECULATIVE) in said and "--speculative-draft-model-path /draft" in said
+    bare = exporter.serve_command(dataclasses.replace(cfg, server=dataclasses.replace(cfg.server, backend="reference")),
+                                  "/draft")  # fmt: skip
+    assert bare.startswith("python -m sglang.launch_server --model-path ") and "intel_amx" not in bare

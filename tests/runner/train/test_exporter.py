@@ -51,5 +51,5 @@ def test_export_checks_the_drafts_layer_ids_and_says_how_sglang_serves_it(tmp_pa
     assert rep.obj["message"] == (
         f"exported step 4 to {out}; serve it with: python -m sglang.launch_server --model-path {model} "
         f"--speculative-algorithm EAGLE3 --speculative-draft-model-path {out} --speculative-num-steps 5 "
-        "--speculative-eagle-topk 4 --speculative-num-draft-tokens 8"
+        "--speculative-eagle-topk 4 --speculative-num-draft-tokens 8 (`/measure start` measures it)"
     )

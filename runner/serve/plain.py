@@ -1,6 +1,8 @@
-"""Each setting's server: the plain SGLang (no dump patch), the target alone or with the draft,
-with the job's [server] flags. On the CPU lane (``--device cpu``) both get the lane's speculative
-attention, so the target alone is measured with the very kernels the draft's server uses."""
+"""The plain SGLang server's command line (no dump patch): the target alone or with the draft at
+a speculative setting, with the job's [server] flags. The measurement runs it for each setting
+(runner/measure), and the export says it as the command that serves the draft. On the CPU lane
+(``--device cpu``) both get the lane's speculative attention, so the target alone is measured
+with the very kernels the draft's server uses, and the command said works on that box."""
 
 from __future__ import annotations
 
