@@ -179,7 +179,9 @@ class MeasureConfig:
 
     draft: str = ""  # the exported draft; default: [train]'s export dir
     run_dir: str = ""  # default: <out>-measure
-    prompts: str = ""  # a JSONL of conversations; default: the job's dataset
+    prompts: str = (
+        ""  # a JSONL of conversations; default: the training's held-out rows, else the dataset's first
+    )
     samples: int = 16  # prompts: the first user turns of the first N rows that have one
     max_new_tokens: int = 64
     temperature: float = 0.0  # 0: greedy, and the outputs with the draft must equal the target's

@@ -75,6 +75,7 @@ class MeasureRecord:
     server_activity: str | None = None  # what its log says (loading weights, ready)
     server_since: str | None = None  # when the server now up or loading was started
     restarts: int = 0
+    last_death: str | None = None  # why the server last died (which rank, from its log)
     run_dir: str | None = None
     results: str | None = None
     export_dir: str | None = None  # the draft measured

@@ -34,7 +34,22 @@ def _server_toml(server: dict | None) -> str:
     )
 
 
-def toml_for(workdir: str, concurrency: int = 4, server: dict | None = None, trust: bool = False) -> str:
+def _measured(samples: int) -> tuple[str, str]:
+    """With SGLang, the draft measured where it serves, by itself at the training's end: [train]'s
+    lines for it (a few samples held out, so the simulated figure reads beside the measured one)
+    and its [measure] section."""
+    train = f"eval_samples = {max(1, min(20, samples // 4))}\nmeasure_at_end = true  # then /measure status\n"
+    measure = (
+        "\n[measure]  # the draft in SGLang against the target alone (/measure start; by itself after /train)\n"
+        'samples = 4\nmax_new_tokens = 16\nsettings = ["3/1/4", "2/2/4"]\n'
+    )
+    return train, measure
+
+
+def toml_for(
+    workdir: str, concurrency: int = 4, server: dict | None = None, trust: bool = False, samples: int = 0
+) -> str:
+    train, measure = _measured(samples) if server else ("", "")
     return f"""# Written by `hsx demo`: the whole loop on this machine, tiny model.
 [job]
 name = "demo"
@@ -70,10 +85,10 @@ max_steps = 60
 save_interval = 20
 log_interval = 5
 learning_rate = 0.001
-
+{train}
 [train.specforge.training]
 ttt_length = 3  # the draft's unrolled steps: fewer than SpecForge's 7, a CPU's minute
-"""
+{measure}"""
 
 
 def _train_python() -> str:
@@ -204,7 +219,7 @@ def build(
             say(f"keeping {conf} as it is (your edits stay); remove it for a fresh one")
     else:
         with open(conf, "w") as f:
-            f.write(toml_for(workdir, server=server, trust=bool(remote_code(model_dir))))
+            f.write(toml_for(workdir, server=server, trust=bool(remote_code(model_dir)), samples=samples))
     with open(stamp, "w") as f:
         json.dump(want, f)
     return conf

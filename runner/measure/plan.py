@@ -1,6 +1,10 @@
 """The prompts, fixed at the start in the run dir (prompts.json), so that a resume measures the
 very same ones: each row's turns up to its first assistant turn, rendered with the target's chat
-template and its generation prompt, as token ids (the target then writes its own answer)."""
+template and its generation prompt, as token ids (the target then writes its own answer).
+
+The rows are the training's held-out ones when its eval split holds some (``[train]
+eval_samples``): the draft never trained on them, so its acceptance there is the one a new
+prompt gets; else the dataset's first rows, or ``[measure] prompts``'s."""
 
 from __future__ import annotations
 
@@ -12,6 +16,8 @@ from ..contract.config import Config
 from ..contract.errors import ConfigError
 from ..data import masks
 from ..data.dataset import ROLE_ALIASES, RowError, load_tokenizer, parse_row
+from ..output.store import FILE_RE
+from ..train import runspec, split
 
 NAME = "prompts.json"
 
@@ -37,9 +43,25 @@ def user_turns(row: dict) -> list[dict] | None:
     return out if any(m["role"] == "user" for m in out) else None
 
 
+def held_out(cfg: Config) -> set[int] | None:
+    """The dataset rows the training's eval split held out (its split.json), or None."""
+    d = read_object(os.path.join(runspec.run_dir(cfg), split.NAME))
+    held = d.get("eval") if d else None
+    if not isinstance(held, list):
+        return None
+    rows = {
+        int(m.group(1))
+        for rel in held
+        if isinstance(rel, str) and (m := FILE_RE.search(os.path.basename(rel)))
+    }
+    return rows or None
+
+
 def make(cfg: Config) -> dict:
-    """The plan from the dataset (or ``[measure] prompts``): the first ``samples`` usable rows."""
+    """The plan from the dataset (or ``[measure] prompts``): the first ``samples`` usable rows, of
+    the held-out ones where the training holds some out."""
     path = cfg.measure.prompts or cfg.job.dataset
+    only = None if cfg.measure.prompts else held_out(cfg)
     tok = load_tokenizer(cfg.job.tokenizer or cfg.job.model, cfg.job.trust_remote_code)
     prompts, skipped = [], 0
     try:
@@ -50,6 +72,8 @@ def make(cfg: Config) -> dict:
         for i, line in enumerate(f):
             if len(prompts) >= cfg.measure.samples:
                 break
+            if only is not None and i not in only:
+                continue
             try:
                 msgs = user_turns(parse_row(line))
             except RowError:
@@ -61,7 +85,8 @@ def make(cfg: Config) -> dict:
             prompts.append({"row": i, "input_ids": tok(text, add_special_tokens=False)["input_ids"]})
     if not prompts:
         raise ConfigError(f"[measure] prompts: no row of {path} has a user turn to measure with")
-    return {"source": os.path.abspath(path), "skipped": skipped, "prompts": prompts}
+    rows = "the training's held-out rows" if only is not None else "its first rows"
+    return {"source": os.path.abspath(path), "rows": rows, "skipped": skipped, "prompts": prompts}
 
 
 def load_or_make(root: str, cfg: Config) -> dict:

@@ -1,7 +1,8 @@
 """The detached process that measures: it holds the run's lock, and for the target alone and
 then each setting brings up a fresh server (the extraction's lifecycle: readiness, restarts up to
 [server] max_restarts, its shared memory cleaned), sends the prompts not yet in results.jsonl one
-at a time, and writes each answer whole before the next. SIGTERM stops it between requests.
+at a time, and writes each answer whole before the next. SIGTERM stops it between requests, or
+at once while a server loads.
 
 ``python -m runner.measure.supervisor RUN_DIR CONFIG``
 """
@@ -47,6 +48,13 @@ class Paths:
         return os.path.join(self.root, "server.shm")
 
 
+class _Stopped(Exception):
+    """A stop asked while a server loads (minutes on a big target): the wait ends at once."""
+
+
+FIGURES_S = 5.0  # the record's figures at most this often (and at each setting's end): thousands of requests
+
+
 class Measure:
     def __init__(self, root: str, cfg: Config, draft: str):
         self.root, self.cfg, self.draft = root, cfg, draft
@@ -83,6 +91,8 @@ class Measure:
                     ) from None
 
     def _said(self, server: Server) -> None:
+        if self.stop_asked:
+            raise _Stopped
         if server.activity != self.rec.d.get("server_activity"):
             self.rec.update(server_activity=server.activity)
             self.rec.write()
@@ -91,7 +101,7 @@ class Measure:
         restarts = self.rec.d.get("restarts") or 0
         if restarts >= self.cfg.server.max_restarts:
             return False
-        self.rec.update(restarts=restarts + 1, reason=why)
+        self.rec.update(restarts=restarts + 1, last_death=why)
         self.rec.write()
         await asyncio.to_thread(server.stop)
         return True
@@ -122,6 +132,7 @@ class Measure:
             self.rec.update(phase="measuring", server_activity="ready")
             self.rec.write()
             timeout = aiohttp.ClientTimeout(total=self.cfg.job.request_timeout_s)
+            said = time.monotonic()
             async with aiohttp.ClientSession(timeout=timeout) as http:
                 for i in todo:
                     if self.stop_asked:
@@ -139,8 +150,14 @@ class Measure:
                         row = await self._ask(http, server, setting, i, prompts[i]["input_ids"])
                     results.append(self.results, row)
                     done[(setting, i)] = row
-                    self._figures(done)
+                    if time.monotonic() - said >= FIGURES_S or i == todo[-1]:  # each pass reads every line
+                        self._figures(done)
+                        said = time.monotonic()
+                    else:
+                        self.rec.update(done=len(done))
                     self.rec.write()
+        except _Stopped:
+            return
         finally:
             await asyncio.to_thread(server.stop)
 
@@ -149,11 +166,14 @@ class Measure:
         done = results.read(self.results)
         self.rec.update(total=len(prompts) * len(self.settings), results=self.results, export_dir=self.draft)
         self._figures(done)
-        for setting in self.settings:
-            await self._setting(setting, prompts, done)
-            if self.stop_asked:
-                return "stopped"
-        return "done"
+        try:
+            for setting in self.settings:
+                await self._setting(setting, prompts, done)
+                if self.stop_asked:
+                    return "stopped"
+            return "done"
+        finally:  # however it ends, the figures of every line written
+            self._figures(done)
 
 
 def main(argv: list[str]) -> int:

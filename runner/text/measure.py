@@ -109,7 +109,8 @@ def render_measure(rec: MeasureRecord, now: dt.datetime | None = None, full: boo
         elif rec.phase == "measuring":
             lines.append(f"measuring {_name(rec.setting)} (its server up{age})")
     if rec.restarts:
-        lines.append(f"server restarts: {rec.restarts}")
+        last = f" (the last: {rec.last_death})" if full and rec.last_death else ""
+        lines.append(f"server restarts: {rec.restarts}{last}")
     lines += [a] if (a := accept_line(rec)) else []
     lines += [s] if (s := speed_line(rec)) else []
     lines += [setting_line(s) for s in rec.settings]

@@ -1,5 +1,5 @@
 """The offline EAGLE-3 draft builder (eagle3_draft.py): deterministic from its seed, shaped for
-the target, and the echo draft is the target's own last layer (test_eagle3_serving.py serves it)."""
+the target, and the echo draft is the target's own last layer (test_measure.py serves it)."""
 
 from __future__ import annotations
 

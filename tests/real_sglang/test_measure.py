@@ -1,7 +1,12 @@
 """The draft measured where it serves (`hsx-runner measure`): the real SGLang on this CPU, the
 demo's Llama in fp32 alone and with an EAGLE-3 draft at two settings (a chain and a tree), each
-a fresh server. The supervisor is killed with -9 mid-way and resumed: no request is lost or
-measured twice, the accept length is the one recomputed from the kept meta_info, and with the
+a fresh server. The draft (eagle3_draft.py, ``echo``) is the target's own last layer fed the layer
+before it: its guesses are often right, so the accept path (accepted tokens' KV, the tree's deeper
+rows) is walked, not just the root; speculation must change no greedy output.
+
+The supervisor is killed with -9 mid-way and resumed, and the last setting's SGLang server is
+killed too: no request is lost or measured twice, the server's death is counted and its server
+started again, the accept length is the one recomputed from the kept meta_info, and with the
 draft the greedy outputs equal the target alone's."""
 
 from __future__ import annotations
@@ -14,12 +19,13 @@ import time
 import pytest
 
 from runner import sglang_cpu
+from runner.serve import pidfile
 from tests.conftest import free_port, runner, write_config
 from tests.real_sglang import eagle3_draft
 from tests.real_sglang.conftest import KERNELS
 
 pytestmark = pytest.mark.slow
-SETTINGS = ["3/1/4", "2/2/4"]
+SETTINGS = ["3/1/4", "5/4/8"]  # a chain, and the tree SGLang picks for a Llama (the verify tree mask)
 SAMPLES = 3
 
 
@@ -52,7 +58,7 @@ def test_a_measurement_killed_mid_way_resumes_to_the_same_requests_once(tmp_path
         "dataset": str(demo_assets / "data.jsonl"),
         "out": str(tmp_path / "out"),
     }
-    measure = {"draft": draft, "samples": SAMPLES, "max_new_tokens": 12, "settings": SETTINGS}
+    measure = {"draft": draft, "samples": SAMPLES, "max_new_tokens": 16, "settings": SETTINGS}
     conf = write_config(tmp_path / "hsx.toml", job=job, server=server, measure=measure)
 
     p = runner("measure", "start", "--json", "--config", conf)
@@ -62,7 +68,13 @@ def test_a_measurement_killed_mid_way_resumes_to_the_same_requests_once(tmp_path
     crashed = _until(conf, lambda s: s["phase"] == "crashed", 60.0)
     assert "measuring supervisor" in crashed["reason"] and crashed["done"] >= SAMPLES + 1
     assert runner("measure", "resume", "--json", "--config", conf).returncode == 0
+    # the last setting's server killed: named, restarted, counted, and its requests go on
+    # (its first request, SGLang's warm-up, takes many seconds: the kill lands before the last request)
+    last = lambda s: s["setting"] == SETTINGS[-1] and s["phase"] == "measuring"  # noqa: E731
+    up = _until(conf, lambda s: last(s) and s["done"] == SAMPLES * len(SETTINGS))
+    os.kill(pidfile.live(os.path.join(up["run_dir"], "server.pid")), signal.SIGKILL)
     st = _until(conf, lambda s: s["phase"] in ("done", "failed"))
+    assert st["restarts"] == 1 and st["last_death"].startswith("server died"), st
     assert st["phase"] == "done", st
 
     total = SAMPLES * (1 + len(SETTINGS))

@@ -1,5 +1,5 @@
 """The stand-in's EAGLE ops (tests/sglang_cpu/sgl_kernel) on tiny cases worked out by hand; the
-real SGLang drives them in tests/real_sglang/test_eagle3_serving.py."""
+real SGLang drives them in tests/real_sglang/test_measure.py (a chain and the 5/4/8 tree)."""
 
 from __future__ import annotations
 

@@ -144,3 +144,52 @@ def test_the_exports_serve_command_is_the_one_the_measurement_runs_with_the_lane
     bare = exporter.serve_command(dataclasses.replace(cfg, server=dataclasses.replace(cfg.server, backend="reference")),
                                   "/draft")  # fmt: skip
     assert bare.startswith("python -m sglang.launch_server --model-path ") and "intel_amx" not in bare
+
+
+def test_a_stop_while_a_server_loads_ends_the_wait_at_once_and_the_server(tmp_path, monkeypatch):
+    """A big target's server loads for many minutes: a stop (SIGTERM's flag) ends the wait at the
+    next poll and the server with it, not after its load or its start timeout."""
+    import asyncio
+    import sys
+
+    from runner.measure.supervisor import Measure
+    from runner.serve import pidfile
+    from tests.conftest import free_port
+
+    never = [sys.executable, "-c", "import time; time.sleep(600)"]  # a server that never gets ready
+    monkeypatch.setattr(serving, "argv", lambda *a: never)
+    cfg = from_dict({"job": {"model": str(tmp_path)}, "server": {"backend": "sglang", "port": free_port(),
+                     "start_timeout_s": 600.0}})  # fmt: skip
+    m = Measure(str(tmp_path), cfg, "/draft")
+
+    async def go() -> None:
+        task = asyncio.create_task(m._setting(NONE, [{"input_ids": [1, 2]}], {}))
+        while not os.path.exists(tmp_path / "server.pid"):
+            await asyncio.sleep(0.05)
+        m.stop_asked = True
+        await asyncio.wait_for(task, 120)  # not the 600 s start timeout
+
+    asyncio.run(go())
+    assert pidfile.live(str(tmp_path / "server.pid")) is None  # the loading server is gone
+    assert m.rec.d["phase"] == "starting_server" and not os.path.exists(tmp_path / "results.jsonl")
+
+
+def test_the_prompts_are_the_trainings_held_out_rows_when_it_holds_some(tmp_path, demo_assets):
+    """A draft measured on rows it trained on accepts more than on a new prompt: the training's
+    eval split names the rows it never saw (split.json, by their sample files)."""
+    job = {
+        "model": str(demo_assets / "model"),
+        "dataset": str(demo_assets / "data.jsonl"),
+        "out": str(tmp_path / "out"),
+    }
+    cfg = from_dict({"job": job, "measure": {"samples": 3}})
+    first = plan.make(cfg)
+    assert [p["row"] for p in first["prompts"]] == [0, 1, 2] and first["rows"] == "its first rows"
+    os.makedirs(tmp_path / "out-train")
+    held = ["rows_0-2000/data_11.ckpt", "rows_0-2000/data_3.ckpt.gz", "rows_0-2000/data_7.ckpt", "notes.txt"]
+    (tmp_path / "out-train" / "split.json").write_text(json.dumps({"eval": held}))
+    chosen = plan.make(cfg)
+    assert [p["row"] for p in chosen["prompts"]] == [3, 7, 11] and chosen[
+        "rows"
+    ] == "the training's held-out rows"
+    assert chosen["prompts"][0]["input_ids"] != first["prompts"][0]["input_ids"]
