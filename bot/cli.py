@@ -12,7 +12,7 @@ import sys
 import time
 
 from bot.verbs.commands import Command, command_of
-from bot.verbs.table import EXTRACTION, KINDS, MEASURING, TRAINING, Kind
+from bot.verbs.table import EXTRACTION, KINDS, Kind
 from remote.client import check_adopt_dir
 from runner.contract import timing
 from runner.contract.config import Config, load
@@ -96,28 +96,15 @@ def _json_reply(box, cmd: Command) -> dict:
     return JSON_CALLS[cmd.verb](box, cmd)
 
 
-# `hsx WORD VERB` for each kind past the extraction: its terminal help and its box call
-KIND_VERBS = {
-    TRAINING.name: (
-        "train the EAGLE-3 draft on the output with SpecForge ([train])",
-        lambda box, a: box.train(a),
-    ),
-    MEASURING.name: (
-        "measure the exported draft in SGLang against the target alone ([measure])",
-        lambda box, a: box.measure(a),
-    ),
-}
-
-
 def cmd_kind(args) -> int:
-    """`hsx train VERB`, `hsx measure VERB`: the runner's reply as it is with --json; otherwise
-    the chat's text."""
+    """`hsx train VERB`, `hsx measure VERB`: the runner's reply as it is with --json (GpuBox's
+    method of the kind's word runs `hsx-runner WORD VERB`); otherwise the chat's text."""
     cfg = load(args.config)
     kind: Kind = args.kind
 
     def run(box) -> int:
         if args.json:  # exits as the extraction's verbs do: 1 for a refusal or a failed export
-            reply = KIND_VERBS[kind.name][1](box, args.action)
+            reply = getattr(box, kind.word)(args.action)
             print(json.dumps(reply))
             return 0 if Answer.from_dict(reply).ok else 1
         from bot.wiring import make_handlers
@@ -313,7 +300,7 @@ def parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="verb", required=True)
     _add_verbs(sub)
     for kind in (k for k in KINDS.values() if k.word):  # each kind past the extraction: `hsx WORD VERB`
-        s = sub.add_parser(kind.word, help=KIND_VERBS[kind.name][0])
+        s = sub.add_parser(kind.word, help=kind.description)
         s.add_argument("action", choices=[v.name for v in kind.verbs if v.terminal])
         s.add_argument("--config", default=None)
         s.add_argument("--json", action="store_true")

@@ -14,7 +14,7 @@ import os
 import signal
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 
 import aiohttp
 
@@ -23,29 +23,11 @@ from ..contract.errors import ServerError, ServerExited
 from ..contract.measure import NONE, RESULTS
 from ..contract.status import now_iso
 from ..output.lock import JobLock
+from ..output.ranks import RunPaths  # the server's log, pid and shared memory, as a job's
 from ..serve import plain
 from ..serve.server import Server
 from . import plan, results
 from .record import Record
-
-
-@dataclass
-class Paths:
-    """What the server's lifecycle keeps in the run dir, one set for every setting's server."""
-
-    root: str
-
-    @property
-    def server_log(self) -> str:
-        return os.path.join(self.root, "server.log")
-
-    @property
-    def server_pid(self) -> str:
-        return os.path.join(self.root, "server.pid")
-
-    @property
-    def server_shm(self) -> str:
-        return os.path.join(self.root, "server.shm")
 
 
 class _Stopped(Exception):
@@ -124,7 +106,7 @@ class Measure:
         todo = [i for i in range(len(prompts)) if (setting, i) not in done]
         if not todo:
             return
-        server = Server(self.cfg, [], "", Paths(self.root), argv=plain.argv(self.cfg, self.draft, setting),
+        server = Server(self.cfg, [], "", RunPaths(self.root), argv=plain.argv(self.cfg, self.draft, setting),
                         env=plain.env(self.cfg))  # fmt: skip
         self.rec.update(setting=setting)
         try:
