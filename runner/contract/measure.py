@@ -19,7 +19,12 @@ from .errors import StatusError
 from .fields import check, plain, short
 from .status import Phase, parse_iso
 
-ACTIONS = ("start", "resume", "stop", "status")  # hsx-runner measure ACTION
+ACTIONS = ("start", "resume", "stop", "status")
+# Two tokens whose logprobs are this close can swap on attention numerics alone (bf16 carries 2-3
+# significant digits; the same target with another attention kernel differs there too): an output
+# that differs at such a token is a near-tie, named as such; any other difference is the draft's
+# serving changing what the target says.
+NEAR_TIE = 0.05  # hsx-runner measure ACTION
 NONE = "none"  # the target alone
 RESULTS = "results.jsonl"  # in the run dir: a line per request, whole, exactly once
 _OWN = (Phase.PREFLIGHT, Phase.STARTING_SERVER, Phase.MEASURING, Phase.DONE, Phase.FAILED, Phase.STOPPED)
@@ -58,7 +63,10 @@ class SettingFigures:
     ttft_s: float | None = None  # median time to the first token, where SGLang says it
     speedup: float | None = None  # tokens_per_s over the target alone's
     same: int | None = None  # requests whose output equals the target alone's
-    differ: list | None = None  # the prompts whose output differs: [prompt, first differing position]
+    differ: list | None = (
+        None  # outputs unlike the target alone's: [prompt, first differing position, margin]
+    )
+    # margin: the target alone's top-2 logprobs there, apart (None: not known); NEAR_TIE or less: a near-tie
 
 
 @dataclass(frozen=True)

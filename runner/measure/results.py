@@ -60,6 +60,17 @@ def _first_difference(a: list, b: list) -> int | None:
     return None if len(a) == len(b) else min(len(a), len(b))
 
 
+def margin(alone: dict, at: int) -> float | None:
+    """How far apart the target alone's two likeliest tokens were at output position ``at``
+    (its ``output_top_logprobs``: a (logprob, token id, text) per candidate), None where unknown."""
+    top = alone["meta_info"].get("output_top_logprobs")
+    try:
+        first, second = top[at][0][0], top[at][1][0]
+        return round(abs(float(first) - float(second)), 6)
+    except (TypeError, IndexError, KeyError, ValueError):
+        return None
+
+
 def figures(done: dict[tuple[str, int], dict], settings: list[str]) -> list[SettingFigures]:
     """Per setting (the target alone first): SGLang's accept length (completion tokens over
     verify steps, summed over its requests), accept rate, histogram, tokens/s, and which outputs
@@ -88,7 +99,7 @@ def figures(done: dict[tuple[str, int], dict], settings: list[str]) -> list[Sett
             pairs = [(r["prompt"], _first_difference(r["output_ids"], base[r["prompt"]]["output_ids"]))
                      for r in rows if r["prompt"] in base]  # fmt: skip
             kw["same"] = sum(1 for _, d in pairs if d is None)
-            kw["differ"] = [[p, d] for p, d in pairs if d is not None]
+            kw["differ"] = [[p, d, margin(base[p], d)] for p, d in pairs if d is not None]
         ttft = [float(r["ttft_s"]) for r in rows if isinstance(r.get("ttft_s"), (int, float))]
         kw["ttft_s"] = statistics.median(ttft) if ttft else None
         out.append(SettingFigures(setting, **kw))

@@ -1,7 +1,8 @@
 """The detached process that measures: it holds the run's lock, and for the target alone and
 then each setting brings up a fresh server (the extraction's lifecycle: readiness, restarts up to
 [server] max_restarts, its shared memory cleaned), sends the prompts not yet in results.jsonl one
-at a time, and writes each answer whole before the next. SIGTERM stops it between requests, or
+at a time (streamed: the first event's arrival is its time to the first token), and writes each
+answer whole before the next. SIGTERM stops it between requests, or
 at once while a server loads.
 
 ``python -m runner.measure.supervisor RUN_DIR CONFIG``
@@ -10,6 +11,7 @@ at once while a server loads.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import sys
@@ -28,6 +30,32 @@ from ..serve import plain
 from ..serve.server import Server
 from . import plan, results
 from .record import Record
+
+
+async def _events(content):
+    """The JSON of each ``data:`` event of SGLang's streamed /generate, to ``[DONE]``. Split here, not
+    by aiohttp's lines, which refuse one past 64 KiB (a long answer's logprobs)."""
+    buf = bytearray()
+    async for chunk in content.iter_any():
+        seen = max(0, len(buf) - 1)  # the end already searched: a long event is not searched again
+        buf += chunk
+        while (end := buf.find(b"\n\n", seen)) >= 0:
+            data = bytes(buf[:end]).strip().removeprefix(b"data:").strip()
+            del buf[: end + 2]
+            seen = 0
+            if data == b"[DONE]":
+                return
+            if not data:
+                continue
+            try:
+                got = json.loads(data)
+            except ValueError:
+                raise aiohttp.ClientPayloadError(
+                    f"the server sent an event that is not JSON: {data[:200]!r}"
+                ) from None
+            if not isinstance(got, dict) or "error" in got:  # its error event: this request failed
+                raise aiohttp.ClientPayloadError(f"the server answered an error: {str(got)[:300]}")
+            yield got
 
 
 class _Stopped(Exception):
@@ -94,13 +122,20 @@ class Measure:
             "input_ids": ids,
             "sampling_params": {"temperature": m.temperature, "max_new_tokens": m.max_new_tokens},
         }
+        if setting == NONE:  # the top two at each token: a later difference is judged a near-tie or not
+            body |= {"return_logprob": True, "top_logprobs_num": 2}
         t0 = time.monotonic()
-        async with http.post(server.url + "/generate", json=body) as r:
+        ttft, got = None, None
+        async with http.post(server.url + "/generate", json={**body, "stream": True}) as r:
             r.raise_for_status()
-            got = await r.json()
-        meta = got.get("meta_info") or {}
+            async for event in _events(r.content):
+                ttft = time.monotonic() - t0 if ttft is None else ttft
+                got = event  # each says the whole output so far; the last, with its meta_info, ends it
+        if got is None:
+            raise aiohttp.ClientPayloadError("the server ended its answer without an event")
         return {"setting": setting, "prompt": idx, "output_ids": got.get("output_ids") or [],
-                "meta_info": meta, "latency_s": time.monotonic() - t0, "at": now_iso()}  # fmt: skip
+                "meta_info": got.get("meta_info") or {}, "latency_s": time.monotonic() - t0, "ttft_s": ttft,
+                "at": now_iso()}  # fmt: skip
 
     async def _setting(self, setting: str, prompts: list[dict], done: dict) -> None:
         todo = [i for i in range(len(prompts)) if (setting, i) not in done]

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 
-from ..contract.measure import NONE, MeasureRecord
+from ..contract.measure import NEAR_TIE, NONE, MeasureRecord
 from ..contract.status import parse_iso
 from .human import human_duration, now_utc
 from .training import WITHHELD
@@ -75,16 +75,37 @@ def setting_line(s: dict) -> str:
         bits.append(f"{_rate(s['tokens_per_s'])} tokens/s")
     if s.get("speedup") is not None:
         bits.append(f"{s['speedup']:.2f}×")
+    if s.get("ttft_s") is not None:
+        bits.append(f"first token {s['ttft_s']:.2g}s (median)")
     differ = s.get("differ") or []
     if s.get("same") is not None:
         if not differ:
             bits.append(f"outputs equal ({s['same']:,})")
-        else:
-            where = ", ".join(f"prompt {p} at token {at}" for p, at in differ[:5])
-            more = f" and {len(differ) - 5:,} more" if len(differ) > 5 else ""
-            word = "output differs" if len(differ) == 1 else "outputs differ"
-            bits.append(f"{len(differ):,} {word} from the target alone's: {where}{more}")
+        near = [d for d in differ if _near(d)]
+        if near:
+            bits.append(f"{_count(near)} from the target alone's at a near-tie: {_where(near)}")
+        if other := [d for d in differ if not _near(d)]:
+            bits.append(f"{_count(other)} from the target alone's, not at a near-tie: {_where(other)} "
+                        "— the draft's serving changed what the target says")  # fmt: skip
     return " · ".join(bits)
+
+
+def _near(d: list) -> bool:
+    return len(d) > 2 and d[2] is not None and d[2] <= NEAR_TIE
+
+
+def _count(differ: list) -> str:
+    return f"{len(differ):,} {'output differs' if len(differ) == 1 else 'outputs differ'}"
+
+
+def _where(differ: list) -> str:
+    """The first five: the prompt, the token, and how close the target's top two were there."""
+    said = []
+    for d in differ[:5]:
+        apart = f" (top two {d[2]:.3g} apart)" if len(d) > 2 and d[2] is not None else ""
+        said.append(f"prompt {d[0]} at token {d[1]}{apart}")
+    more = f" and {len(differ) - 5:,} more" if len(differ) > 5 else ""
+    return ", ".join(said) + more
 
 
 def render_measure(rec: MeasureRecord, now: dt.datetime | None = None, full: bool = True) -> str:

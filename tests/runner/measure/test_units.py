@@ -56,8 +56,35 @@ def test_the_figures_are_sglangs_from_the_kept_meta_info():
     assert spec.accept_length == 8 / 6  # completion tokens over verify steps, summed: the bonus token counted
     assert spec.accept_rate == 2 / 18 and spec.histogram == [5, 0, 1]
     assert spec.tokens_per_s == 4.0 and spec.speedup == 2.0
-    assert spec.same == 1 and spec.differ == [[1, 2]]  # prompt 1 differs at its third token
+    assert spec.same == 1 and spec.differ == [[1, 2, None]]  # prompt 1 differs at its third token
     assert empty.setting == "5/4/8" and empty.requests == 0
+
+
+def test_a_difference_at_a_near_tie_is_named_as_such_and_any_other_as_the_drafts_serving():
+    """The target alone's top two logprobs at the first differing token say which it is."""
+    from runner.text.measure import setting_line
+
+    top = lambda a, b: [[a, 7, None], [b, 0, None]]  # noqa: E731
+    alone = [_row(NONE, p, [5, 6, 7, 8], 4) for p in range(3)]
+    for r, gap in zip(alone, (0.0008, 1.5, 0.0), strict=True):
+        r["meta_info"]["output_top_logprobs"] = [
+            top(-0.1, -3.0),
+            top(-0.1, -3.0),
+            top(-0.70, -0.70 - gap),
+            None,
+        ]
+    alone[2]["meta_info"]["output_top_logprobs"] = None  # a line kept before the logprobs were asked for
+    done = {(NONE, p): r for p, r in enumerate(alone)}
+    done |= {("3/1/4", p): _row("3/1/4", p, [5, 6, 0, 8], 4, verify=2) for p in range(3)}
+    _, spec = results.figures(done, ["3/1/4"])
+    assert spec.same == 0 and spec.differ == [[0, 2, 0.0008], [1, 2, 1.5], [2, 2, None]]
+    said = setting_line(dataclasses.asdict(spec))
+    assert (
+        "1 output differs from the target alone's at a near-tie: prompt 0 at token 2 (top two 0.0008 apart)"
+        in said
+    )
+    assert ("2 outputs differ from the target alone's, not at a near-tie: prompt 1 at token 2 (top two 1.5 apart), "
+            "prompt 2 at token 2 — the draft's serving changed what the target says") in said  # fmt: skip
 
 
 @pytest.mark.parametrize("bad", ["5/4", "a/b/c", "0/1/1", "3/1/5", "", "3/2/-1"])
@@ -193,3 +220,41 @@ def test_the_prompts_are_the_trainings_held_out_rows_when_it_holds_some(tmp_path
         "rows"
     ] == "the training's held-out rows"
     assert chosen["prompts"][0]["input_ids"] != first["prompts"][0]["input_ids"]
+
+
+def test_the_streamed_answer_is_read_event_by_event_whatever_its_chunks_and_length():
+    """SGLang's streamed /generate: ``data: {json}`` events to ``data: [DONE]``, cut anywhere by the
+    network; one event past aiohttp's 64 KiB line limit (a long answer's logprobs) reads whole, and
+    an error event fails the request rather than count as an answer."""
+    import asyncio
+
+    import aiohttp
+
+    from runner.measure.supervisor import _events
+
+    class Content:
+        def __init__(self, data: bytes, cut: int):
+            self.parts = [data[i : i + cut] for i in range(0, len(data), cut)]
+
+        async def iter_any(self):
+            for p in self.parts:
+                yield p
+
+    big = {"output_ids": list(range(20000)), "meta_info": {"completion_tokens": 20000}}
+    stream = b"".join(b"data: " + json.dumps(e).encode() + b"\n\n" for e in ({"output_ids": [1]}, big))
+    stream += b"data: [DONE]\n\n"
+
+    async def read(data: bytes, cut: int) -> list:
+        return [e async for e in _events(Content(data, cut))]
+
+    for cut in (7, 4096, len(stream)):
+        got = asyncio.run(read(stream, cut))
+        assert got == [{"output_ids": [1]}, big], cut
+    assert asyncio.run(read(b'data: {"a": 1}\n\ndata: {"b": 2}\n\ndata: [DONE]\n\n', 1)) == [
+        {"a": 1},
+        {"b": 2},
+    ]
+    with pytest.raises(aiohttp.ClientPayloadError, match="answered an error"):
+        asyncio.run(read(b'data: {"output_ids": [1]}\n\ndata: {"error": {"message": "too long"}}\n\n', 5))
+    with pytest.raises(aiohttp.ClientPayloadError, match="not JSON"):
+        asyncio.run(read(b"data: {oops\n\n", 3))
