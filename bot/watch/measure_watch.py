@@ -17,18 +17,15 @@ from __future__ import annotations
 
 import copy
 import datetime as dt
-import logging
 
 from bot.slack.slack_out import Action
 from bot.verbs.table import MEASURING
-from bot.watch.posted import MAX_KEYS, Posted
-from remote.errors import RemoteError
+from bot.watch.posted import MAX_KEYS, Posted, look
 from runner.contract.measure import MeasureRecord
 from runner.contract.status import age_s
 from runner.text.human import human_duration
 from runner.text.measure import render_measure, setting_line
 
-log = logging.getLogger("hsx.watcher")
 KEY = MEASURING.key
 
 
@@ -94,10 +91,4 @@ def judge(st, rec: MeasureRecord, now: dt.datetime | None = None, stall_s: float
 
 
 def watch_measuring(box, st, now: dt.datetime | None = None, stall_s: float = 300.0):
-    """One look at the measurement's record; a box that cannot say is the extraction's alert."""
-    try:
-        rec = box.measure_status()
-    except RemoteError as e:
-        log.warning("could not read the measurement record: %s", e)
-        return [], st
-    return judge(st, rec, now, stall_s)
+    return look(box.measure_status, judge, st, now, "measurement", stall_s=stall_s)

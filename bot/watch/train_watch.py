@@ -24,20 +24,17 @@ from __future__ import annotations
 
 import copy
 import datetime as dt
-import logging
 from dataclasses import dataclass, field
 
 from bot.slack.slack_out import Action
 from bot.verbs.table import TRAINING
-from bot.watch.posted import MAX_KEYS, Posted
-from remote.errors import RemoteError
+from bot.watch.posted import MAX_KEYS, Posted, look
 from runner.contract.config import Config
 from runner.contract.status import age_s, parse_iso
 from runner.contract.train import EXPORT_PENDING, TrainRecord
 from runner.text.human import human_duration
 from runner.text.training import eval_line, render_train
 
-log = logging.getLogger("hsx.watcher")
 ZERO_LOGS = 3  # this many logged steps in a row with loss and acc both 0 is the empty-mask trap
 STALL_LOGS = 5  # no step line for this many log times is a stall
 
@@ -190,10 +187,4 @@ def judge(st, rec: TrainRecord, now: dt.datetime | None = None, lim: TrainLimits
 
 
 def watch_training(box, st, now: dt.datetime | None = None, lim: TrainLimits | None = None):
-    """One look at the training record; a box that cannot say is the extraction's alert to give."""
-    try:
-        rec = box.train_status()
-    except RemoteError as e:
-        log.warning("could not read the training record: %s", e)
-        return [], st
-    return judge(st, rec, now, lim)
+    return look(box.train_status, judge, st, now, "training", lim=lim)
