@@ -20,6 +20,7 @@ from dataclasses import asdict
 
 import aiohttp
 
+from ..contract import timing
 from ..contract.config import Config, load
 from ..contract.errors import ServerError, ServerExited
 from ..contract.measure import NONE, RESULTS
@@ -62,6 +63,8 @@ class _Stopped(Exception):
     """A stop asked while a server loads (minutes on a big target): the wait ends at once."""
 
 
+REQUEST_TRIES = 2  # a request failing beside a live server is sent this often in all
+DEATH_S = 30.0  # a failed request's server: how long its end or its health may take to show
 FIGURES_S = 5.0  # the record's figures at most this often (and at each setting's end): thousands of requests
 
 
@@ -137,6 +140,43 @@ class Measure:
                 "meta_info": got.get("meta_info") or {}, "latency_s": time.monotonic() - t0, "ttft_s": ttft,
                 "at": now_iso()}  # fmt: skip
 
+    async def _answer(self, http, server: Server, setting: str, i: int, ids: list[int]) -> dict:
+        """Request ``i``'s answer. A server that died meanwhile is started again (counted, its
+        death named) and asked again; a request that fails beside a live server is sent once more."""
+        failed = 0
+        while True:
+            try:
+                return await self._ask(http, server, setting, i, ids)
+            except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as e:
+                why = f"request {i} at {setting}: {type(e).__name__}: {str(e)[:300]}"
+                if await self._died(http, server):
+                    if not await self._again(server, f"server died: {server.death_reason() or why}"):
+                        raise ServerError(
+                            f"restart cap {self.cfg.server.max_restarts} spent; {why}"
+                        ) from None
+                    await self._up(server)
+                    continue
+                failed += 1
+                if failed >= REQUEST_TRIES:
+                    raise ServerError(f"{why} (failed {failed} times, its server alive)") from None
+
+    async def _died(self, http, server: Server) -> bool:
+        """After a failed request, whether its server died: a killed main process drops its
+        connections a moment before it ends, and after a rank's death it lingers a few seconds,
+        so this waits up to DEATH_S for its end, or for /health to say it lives."""
+        deadline = time.monotonic() + DEATH_S
+        while time.monotonic() < deadline:
+            if not server.alive():
+                return True
+            try:
+                async with http.get(server.url + "/health", timeout=aiohttp.ClientTimeout(total=5)) as r:
+                    if r.status == 200:
+                        return False
+            except (aiohttp.ClientError, asyncio.TimeoutError, OSError):
+                pass
+            await asyncio.sleep(timing.current().server_poll_s)
+        return not server.alive()
+
     async def _setting(self, setting: str, prompts: list[dict], done: dict) -> None:
         todo = [i for i in range(len(prompts)) if (setting, i) not in done]
         if not todo:
@@ -154,17 +194,7 @@ class Measure:
                 for i in todo:
                     if self.stop_asked:
                         return
-                    try:
-                        row = await self._ask(http, server, setting, i, prompts[i]["input_ids"])
-                    except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as e:
-                        if server.alive() or not await self._again(
-                            server, f"server died: {server.death_reason() or e}"
-                        ):
-                            raise ServerError(
-                                f"request {i} at {setting} failed: {type(e).__name__}: {e}"
-                            ) from None
-                        await self._up(server)
-                        row = await self._ask(http, server, setting, i, prompts[i]["input_ids"])
+                    row = await self._answer(http, server, setting, i, prompts[i]["input_ids"])
                     results.append(self.results, row)
                     done[(setting, i)] = row
                     if time.monotonic() - said >= FIGURES_S or i == todo[-1]:  # each pass reads every line

@@ -258,3 +258,59 @@ def test_the_streamed_answer_is_read_event_by_event_whatever_its_chunks_and_leng
         asyncio.run(read(b'data: {"output_ids": [1]}\n\ndata: {"error": {"message": "too long"}}\n\n', 5))
     with pytest.raises(aiohttp.ClientPayloadError, match="not JSON"):
         asyncio.run(read(b"data: {oops\n\n", 3))
+
+
+def test_a_request_failing_beside_a_live_server_is_sent_once_more_then_fails_the_measurement(tmp_path):
+    """A real HTTP server whose /generate drops the first connection: the request is sent again
+    (its server answers /health) and kept; one that drops every time fails, naming the request,
+    without a restart (the server lives)."""
+    import asyncio
+
+    import aiohttp
+    from aiohttp import web
+
+    from runner.contract.errors import ServerError
+    from runner.measure.supervisor import Measure
+
+    asked, mode = [], {"always": False}
+
+    async def generate(request):
+        asked.append(request.path)
+        if len(asked) == 1 or mode["always"]:
+            request.transport.close()  # the connection dropped mid-answer
+            return web.Response()
+        return web.Response(text='data: {"output_ids": [4, 5], "meta_info": {"completion_tokens": 2}}\n\n'
+                                 "data: [DONE]\n\n")  # fmt: skip
+
+    async def health(_):
+        return web.Response(text="ok")
+
+    class Live:
+        url = ""
+
+        def alive(self):
+            return True
+
+    async def go(always: bool):
+        mode["always"] = always
+        app = web.Application()
+        app.add_routes([web.post("/generate", generate), web.get("/health", health)])
+        runner_ = web.AppRunner(app)
+        await runner_.setup()
+        site = web.TCPSite(runner_, "127.0.0.1", 0)
+        await site.start()
+        live = Live()
+        live.url = f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}"
+        m = Measure(str(tmp_path), from_dict({"job": {"model": str(tmp_path)}}), "/draft")
+        try:
+            async with aiohttp.ClientSession() as http:
+                return await m._answer(http, live, "3/1/4", 0, [1, 2]), m
+        finally:
+            await runner_.cleanup()
+
+    row, m = asyncio.run(go(False))
+    assert row["output_ids"] == [4, 5] and len(asked) == 2 and not m.rec.d.get("restarts")
+    asked.clear()
+    with pytest.raises(ServerError, match=r"request 0 at 3/1/4: .*\(failed 2 times, its server alive\)"):
+        asyncio.run(go(True))
+    assert len(asked) == 2
