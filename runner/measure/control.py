@@ -36,7 +36,10 @@ def _cheap(cfg: Config, root: str) -> Reply | None:
     if held:
         return refused(f"a measurement runs in {root} (pid {pid})")
     if cfg.server.backend != "sglang":
-        return refused('a measurement serves the draft in SGLang: [server] backend must be "sglang"')
+        return refused(
+            'a measurement serves the draft in SGLang: [server] backend must be "sglang" '
+            "(the demo's: hsx demo --backend sglang)"
+        )
     if not os.path.isfile(os.path.join(draft(cfg), "config.json")):
         return refused(
             f"no exported draft in {draft(cfg)}: train and export it first (hsx-runner train export)"
