@@ -14,6 +14,7 @@ from ..contract.config import Config, without_secrets
 from ..contract.launch import parse_flags
 from ..contract.measure import NONE, parse_setting
 from ..sglang_cpu import SPECULATIVE
+from .server import text_only  # a multimodal wrapper (Kimi-K2.5) served text-only, as the dump's server is
 
 ATTENTION = ("--attention-backend", "--prefill-attention-backend", "--decode-attention-backend")
 
@@ -49,7 +50,7 @@ def argv(cfg: Config, draft: str, setting: str) -> list[str]:
         s.python or sys.executable, "-m", "sglang.launch_server", "--model-path", j.model,
         "--host", s.host, "--port", str(s.port), "--tp-size", str(s.tp_size),
         *(["--trust-remote-code"] if j.trust_remote_code else []),
-        *_lane(list(s.extra_args)), *speculation(draft, setting),
+        *_lane(text_only(j.model, list(s.extra_args))), *speculation(draft, setting),
     ]  # fmt: skip
 
 

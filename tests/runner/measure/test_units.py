@@ -314,3 +314,18 @@ def test_a_request_failing_beside_a_live_server_is_sent_once_more_then_fails_the
     with pytest.raises(ServerError, match=r"request 0 at 3/1/4: .*\(failed 2 times, its server alive\)"):
         asyncio.run(go(True))
     assert len(asked) == 2
+
+
+def test_a_multimodal_wrappers_server_is_text_only_as_the_dumps_is(tmp_path):
+    """Kimi-K2.5's wrapper: without SGLang's language_model_only override its server dies at start
+    (TikTokenTokenizer has no media_processor), with the draft or without; found serving the
+    kimi-k2.5 fixture with an EAGLE-3 draft on the CPU lane."""
+    (tmp_path / "config.json").write_text(json.dumps({"text_config": {}, "vision_config": {}}))
+    cfg = from_dict(
+        {"job": {"model": str(tmp_path)}, "server": {"backend": "sglang", "extra_args": ["--device", "cpu"]}}
+    )
+    for setting in (NONE, "3/1/4"):
+        argv = serving.argv(cfg, "/draft", setting)
+        flag = argv.index("--json-model-override-args")
+        assert json.loads(argv[flag + 1]) == {"language_model_only": True}, argv
+    assert "--json-model-override-args" in serving.command(cfg, "/draft", "3/1/4")
