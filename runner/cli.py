@@ -17,6 +17,7 @@ import sys
 from .contract.config import AUTO_PYTHON, Config, load, require_job, without_secrets
 from .contract.errors import BrokenFileError, HsxError, LockedError, StatusError
 from .contract.measure import ACTIONS as MEASURE_ACTIONS
+from .contract.regenerate import ACTIONS as REGENERATE_ACTIONS
 from .contract.replies import BROKEN, LOGS, MAX_N, NOT_OK, OK, REFUSED, USAGE, Reply
 from .contract.stdout import quiet_when_stdout_closes
 from .contract.train import ACTIONS as TRAIN_ACTIONS
@@ -256,6 +257,14 @@ def cmd_measure(args, cfg: Config) -> int:
     return _answer(args, getattr(control, args.action)(cfg))
 
 
+def cmd_regenerate(args, cfg: Config) -> int:
+    from .regenerate import control
+
+    if args.action == "stop":
+        return _answer(args, control.stop(cfg, args.wait))
+    return _answer(args, getattr(control, args.action)(cfg))
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="hsx-runner", description="hsx on the GPU box")
     sub = p.add_subparsers(dest="verb", required=True)
@@ -314,6 +323,9 @@ def parser() -> argparse.ArgumentParser:
     )
     s.add_argument("action", choices=MEASURE_ACTIONS)
     s.add_argument("--wait", type=float, default=30.0, help="stop: how long to wait for its request to end")
+    s = verb("regenerate", cmd_regenerate, "write the dataset's answers again with the target ([regenerate])")
+    s.add_argument("action", choices=REGENERATE_ACTIONS)
+    s.add_argument("--wait", type=float, default=30.0, help="stop: how long to wait for it to end")
     return p
 
 

@@ -14,6 +14,14 @@ from typing import Any
 
 from .dump import BF16_MANTISSA_BITS, FILE_DTYPES, STORAGE
 from .errors import ConfigError
+from .stages import (  # noqa: F401 - the pipeline stages' sections, named here too
+    AUTO_PYTHON,
+    MeasureConfig,
+    RegenerateConfig,
+    TrainConfig,
+    validate_measure,
+    validate_regenerate,
+)
 from .status import STALE_S
 
 if sys.version_info >= (3, 11):
@@ -140,54 +148,6 @@ class ClusterConfig:
     python: str = ""  # interpreter on the compute nodes; default: the one running hsx-runner
 
 
-AUTO_PYTHON = "auto"  # [train] python: the venv hsx builds for the box (runner/train/interpreter.py)
-
-
-@dataclass
-class TrainConfig:
-    """SpecForge's trainer on the job's output (runner/train). Off until ``python`` is set."""
-
-    python: str = ""  # an interpreter whose specforge is the 0.2.0 unified runtime; "auto": hsx builds one
-    envs_dir: str = (
-        ""  # where python = "auto" builds its venv (several GB on a GPU box); default ~/.cache/hsx
-    )
-    run_dir: str = ""  # default: <out>-train (outside out: SpecForge trains on every .ckpt under it)
-    export_dir: str = ""  # default: <run_dir>/export
-    epochs: int = 1
-    max_steps: int = 0  # 0: the epochs decide
-    batch_size: int = 1
-    learning_rate: float = 1e-4
-    save_interval: int = 200  # > 0: SpecForge's default 0 saves only at the end
-    max_checkpoints: int = 2  # >= 2: a save cut short leaves the previous one
-    log_interval: int = 10
-    seed: int = 0  # SpecForge's, and the held-out split's
-    eval_samples: int = (
-        0  # held out of training for SpecForge's eval (val acc, simulated accept length); 0: none
-    )
-    after_extraction: bool = False  # the extraction's end, done and verified, starts the training
-    export_at_end: bool = True  # the end exports the draft for SGLang (false: only `train export` does)
-    measure_at_end: bool = False  # the end, exported, measures the draft in SGLang ([measure]; one box)
-    gpus: int = 1  # trainer processes per node: SpecForge's deployment.trainer.nproc_per_node
-    nodes: int = 1  # > 1: one Slurm job of nodes x gpus ([cluster] engine = "slurm")
-    specforge: dict = field(default_factory=dict)  # [train.specforge]: run.yaml keys, merged last
-
-
-@dataclass
-class MeasureConfig:
-    """The draft measured where it serves (runner/measure): the target alone, then with the
-    draft at each setting, each a fresh SGLang server, on the same prompts."""
-
-    draft: str = ""  # the exported draft; default: [train]'s export dir
-    run_dir: str = ""  # default: <out>-measure
-    prompts: str = (
-        ""  # a JSONL of conversations; default: the training's held-out rows, else the dataset's first
-    )
-    samples: int = 16  # prompts: the first user turns of the first N rows that have one
-    max_new_tokens: int = 64
-    temperature: float = 0.0  # 0: greedy, and the outputs with the draft must equal the target's
-    settings: list = field(default_factory=lambda: ["5/4/8", "3/1/4"])  # STEPS/TOPK/DRAFT_TOKENS
-
-
 @dataclass
 class Config:
     job: JobConfig = field(default_factory=JobConfig)
@@ -199,6 +159,7 @@ class Config:
     deploy: DeployConfig = field(default_factory=DeployConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     measure: MeasureConfig = field(default_factory=MeasureConfig)
+    regenerate: RegenerateConfig = field(default_factory=RegenerateConfig)
     path: str = ""  # where it was loaded from
 
     @property
@@ -215,6 +176,7 @@ _PATH_KEYS = {
     "deploy": (),  # paths on the GPU box: never resolved here
     "train": ("python", "envs_dir", "run_dir", "export_dir"),
     "measure": ("draft", "run_dir", "prompts"),
+    "regenerate": ("run_dir", "output"),
 }
 _PATH_LIST_KEYS = {"job": ("adopt_roots",)}
 
@@ -310,7 +272,7 @@ def from_dict(data: dict[str, Any], base_dir: str = ".", source: str = "<config>
                 value = os.path.expanduser(value)
                 if section == "train" and key == "python" and os.sep not in value:
                     pass  # a name on PATH
-                elif section in ("job", "slack", "watcher", "train", "measure"):
+                elif section in ("job", "slack", "watcher", "train", "measure", "regenerate"):
                     value = os.path.normpath(os.path.join(base_dir, value))
             if key in _PATH_LIST_KEYS.get(section, ()):
                 value = _path_list(f"{source}: [{section}] {key}", value, base_dir)
@@ -334,24 +296,9 @@ def load(path: str | None = None) -> Config:
     return cfg
 
 
-def validate_measure(m: MeasureConfig) -> None:
-    from .measure import parse_setting
-
-    if m.samples < 1 or m.max_new_tokens < 1 or m.temperature < 0:
-        raise ConfigError("[measure] samples and max_new_tokens must be at least 1, temperature at least 0")
-    if not m.settings or not all(isinstance(x, str) for x in m.settings):
-        raise ConfigError('[measure] settings must be a non-empty list of "STEPS/TOPK/DRAFT_TOKENS" strings')
-    for x in m.settings:
-        try:
-            parse_setting(x)
-        except ValueError as e:
-            raise ConfigError(f"[measure] settings: {e}") from None
-    if len(set(m.settings)) != len(m.settings):
-        raise ConfigError("[measure] settings: each setting once")
-
-
 def validate(cfg: Config) -> None:
     validate_measure(cfg.measure)
+    validate_regenerate(cfg.regenerate)
     j, s, r = cfg.job, cfg.server, cfg.remote
     if j.max_length < 2:
         raise ConfigError("[job] max_length must be at least 2")

@@ -44,6 +44,7 @@ class Phase(str, enum.Enum):
     LOADING = "loading"  # a training's trainer up, no step yet
     TRAINING = "training"  # a training's steps flowing
     MEASURING = "measuring"  # a measurement's prompts flowing through one setting's server
+    REGENERATING = "regenerating"  # a regeneration's rows flowing through the target
     PAUSED = "paused"  # waiting on a condition (disk) with a reason
     DONE = "done"  # every sample committed or failed with a reason
     FAILED = "failed"  # the job stopped itself with a reason
@@ -60,7 +61,9 @@ class Phase(str, enum.Enum):
         return not self.is_terminal()
 
 
-EXTRACTION_PHASES = tuple(p for p in Phase if p not in (Phase.LOADING, Phase.TRAINING, Phase.MEASURING))
+EXTRACTION_PHASES = tuple(
+    p for p in Phase if p not in (Phase.LOADING, Phase.TRAINING, Phase.MEASURING, Phase.REGENERATING)
+)
 
 
 @dataclass

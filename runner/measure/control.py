@@ -5,18 +5,16 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import sys
 
-from ..contract import timing
 from ..contract.config import Config
 from ..contract.measure import RESULTS
-from ..contract.replies import OK, REFUSED, Reply
+from ..contract.replies import OK, Reply
 from ..contract.train import in_sglang_units
-from ..job import detach
-from ..output.lock import is_held_at
+from ..job import supervised
+from ..job.supervised import refused
 from ..train import record as train_record
 from ..train import runspec
-from .record import Record, read
+from .record import KIND, read
 
 
 def run_dir(cfg: Config) -> str:
@@ -27,14 +25,9 @@ def draft(cfg: Config) -> str:
     return os.path.abspath(cfg.measure.draft or runspec.export_dir(cfg))
 
 
-def refused(why: str) -> Reply:
-    return Reply({"started": False, "reason": why}, why, REFUSED)
-
-
 def _cheap(cfg: Config, root: str) -> Reply | None:
-    held, pid = is_held_at(os.path.join(root, ".lock"))
-    if held:
-        return refused(f"a measurement runs in {root} (pid {pid})")
+    if reply := supervised.running(KIND, root):
+        return reply
     if cfg.server.backend != "sglang":
         return refused(
             'a measurement serves the draft in SGLang: [server] backend must be "sglang" '
@@ -48,21 +41,7 @@ def _cheap(cfg: Config, root: str) -> Reply | None:
 
 
 def _launch(cfg: Config, root: str, how: str) -> Reply:
-    rec = Record.load(root)
-    rec.update(phase="preflight", export_dir=draft(cfg), run_dir=root, reason="", pid=None)
-    rec.write()
-    argv = [sys.executable, "-m", "runner.measure.supervisor", root, os.path.abspath(cfg.path)]
-    p = detach.spawn(argv, os.path.join(root, "supervisor.log"))
-    held = lambda: is_held_at(os.path.join(root, ".lock")) == (True, p.pid)  # noqa: E731
-    claimed = detach.wait_claim(p, held, timing.current().claim_s)
-    if claimed is False:
-        why = f"the measuring supervisor exited with code {p.returncode} at once; see {root}/supervisor.log"
-        rec.update(phase="crashed", reason=why)
-        rec.write()
-        return refused(why)
-    return Reply(
-        {"started": True, "pid": p.pid, "run_dir": root}, f"measurement {how} (pid {p.pid}); {root}", OK
-    )
+    return supervised.launch(KIND, root, cfg.path, how, export_dir=draft(cfg))
 
 
 def start(cfg: Config) -> Reply:
@@ -88,15 +67,7 @@ def resume(cfg: Config) -> Reply:
 
 
 def stop(cfg: Config, wait_s: float = 30.0) -> Reply:
-    root = run_dir(cfg)
-    lock = os.path.join(root, ".lock")
-    held, pid = is_held_at(lock)
-    if not held or not pid:
-        return Reply({"stopped": False, "reason": "not running"}, "not running", REFUSED)
-    ok = detach.stop(pid, lambda: is_held_at(lock)[0], wait_s)
-    return Reply(
-        {"stopped": ok, "pid": pid}, "stopped" if ok else f"stop asked; pid {pid} still ends its request", OK
-    )
+    return supervised.stop(run_dir(cfg), wait_s, "ends its request")
 
 
 def status(cfg: Config) -> Reply:

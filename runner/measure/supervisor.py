@@ -20,17 +20,16 @@ from dataclasses import asdict
 
 import aiohttp
 
-from ..contract import timing
 from ..contract.config import Config, load
-from ..contract.errors import ServerError, ServerExited
+from ..contract.errors import ServerError
 from ..contract.measure import NONE, RESULTS
 from ..contract.status import now_iso
+from ..job.served import Served, Stopped
 from ..output.lock import JobLock
 from ..output.ranks import RunPaths  # the server's log, pid and shared memory, as a job's
 from ..serve import plain
 from ..serve.server import Server
-from . import plan, results
-from .record import Record
+from . import plan, record, results
 
 
 async def _events(content):
@@ -59,25 +58,16 @@ async def _events(content):
             yield got
 
 
-class _Stopped(Exception):
-    """A stop asked while a server loads (minutes on a big target): the wait ends at once."""
-
-
 REQUEST_TRIES = 2  # a request failing beside a live server is sent this often in all
-DEATH_S = 30.0  # a failed request's server: how long its end or its health may take to show
 FIGURES_S = 5.0  # the record's figures at most this often (and at each setting's end): thousands of requests
 
 
-class Measure:
+class Measure(Served):
     def __init__(self, root: str, cfg: Config, draft: str):
-        self.root, self.cfg, self.draft = root, cfg, draft
-        self.rec = Record.load(root)
+        super().__init__(cfg, record.load(root))
+        self.root, self.draft = root, draft
         self.results = os.path.join(root, RESULTS)
-        self.stop_asked = False
         self.settings = [NONE, *cfg.measure.settings]
-
-    def _on_term(self, *_):
-        self.stop_asked = True
 
     def _figures(self, done: dict) -> None:
         figs = results.figures(done, self.cfg.measure.settings)
@@ -88,36 +78,6 @@ class Measure:
             accept_length=best.accept_length if best else None, best=best.setting if best else None,
             serve_command=plain.command(self.cfg, self.draft, best.setting) if best else None,
         )  # fmt: skip
-
-    async def _up(self, server: Server) -> None:
-        while True:
-            await server.start()
-            self.rec.update(phase="starting_server", server_since=now_iso(), server_activity="launching")
-            self.rec.write()
-            try:
-                await server.wait_ready(lambda: self._said(server))
-                return
-            except ServerExited as e:
-                if not await self._again(server, f"server died during start-up: {str(e)[:300]}"):
-                    raise ServerError(
-                        f"restart cap {self.cfg.server.max_restarts} spent; last: {e}"
-                    ) from None
-
-    def _said(self, server: Server) -> None:
-        if self.stop_asked:
-            raise _Stopped
-        if server.activity != self.rec.d.get("server_activity"):
-            self.rec.update(server_activity=server.activity)
-            self.rec.write()
-
-    async def _again(self, server: Server, why: str) -> bool:
-        restarts = self.rec.d.get("restarts") or 0
-        if restarts >= self.cfg.server.max_restarts:
-            return False
-        self.rec.update(restarts=restarts + 1, last_death=why)
-        self.rec.write()
-        await asyncio.to_thread(server.stop)
-        return True
 
     async def _ask(self, http, server: Server, setting: str, idx: int, ids: list[int]) -> dict:
         m = self.cfg.measure
@@ -149,33 +109,12 @@ class Measure:
                 return await self._ask(http, server, setting, i, ids)
             except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as e:
                 why = f"request {i} at {setting}: {type(e).__name__}: {str(e)[:300]}"
-                if await self._died(http, server):
-                    if not await self._again(server, f"server died: {server.death_reason() or why}"):
-                        raise ServerError(
-                            f"restart cap {self.cfg.server.max_restarts} spent; {why}"
-                        ) from None
-                    await self._up(server)
+                if await self.died(http, server):
+                    await self.restart(server, why)
                     continue
                 failed += 1
                 if failed >= REQUEST_TRIES:
                     raise ServerError(f"{why} (failed {failed} times, its server alive)") from None
-
-    async def _died(self, http, server: Server) -> bool:
-        """After a failed request, whether its server died: a killed main process drops its
-        connections a moment before it ends, and after a rank's death it lingers a few seconds,
-        so this waits up to DEATH_S for its end, or for /health to say it lives."""
-        deadline = time.monotonic() + DEATH_S
-        while time.monotonic() < deadline:
-            if not server.alive():
-                return True
-            try:
-                async with http.get(server.url + "/health", timeout=aiohttp.ClientTimeout(total=5)) as r:
-                    if r.status == 200:
-                        return False
-            except (aiohttp.ClientError, asyncio.TimeoutError, OSError):
-                pass
-            await asyncio.sleep(timing.current().server_poll_s)
-        return not server.alive()
 
     async def _setting(self, setting: str, prompts: list[dict], done: dict) -> None:
         todo = [i for i in range(len(prompts)) if (setting, i) not in done]
@@ -185,7 +124,7 @@ class Measure:
                         env=plain.env(self.cfg))  # fmt: skip
         self.rec.update(setting=setting)
         try:
-            await self._up(server)
+            await self.up(server)
             self.rec.update(phase="measuring", server_activity="ready")
             self.rec.write()
             timeout = aiohttp.ClientTimeout(total=self.cfg.job.request_timeout_s)
@@ -203,7 +142,7 @@ class Measure:
                     else:
                         self.rec.update(done=len(done))
                     self.rec.write()
-        except _Stopped:
+        except Stopped:
             return
         finally:
             await asyncio.to_thread(server.stop)
@@ -228,9 +167,9 @@ def main(argv: list[str]) -> int:
     lock = JobLock(os.path.join(root, ".lock"))
     lock.acquire()  # LockedError: another supervisor measures this run
     cfg = load(config)
-    m = Measure(root, cfg, Record.load(root).d.get("export_dir") or "")
-    signal.signal(signal.SIGTERM, m._on_term)
-    signal.signal(signal.SIGINT, m._on_term)
+    m = Measure(root, cfg, record.load(root).d.get("export_dir") or "")
+    signal.signal(signal.SIGTERM, m.on_term)
+    signal.signal(signal.SIGINT, m.on_term)
     m.rec.update(
         phase="preflight", pid=os.getpid(), reason="", started_at=m.rec.d.get("started_at") or now_iso()
     )

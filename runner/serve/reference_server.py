@@ -115,6 +115,62 @@ class Model:
         aux = torch.cat([self._captured[f"aux{i}"] for i in self.aux_ids], dim=-1)
         return self._captured["final"].cpu(), aux.cpu(), next_id
 
+    def stop_ids(self) -> set[int]:
+        """The end-of-sequence ids of the model's config and generation config (SGLang's stops)."""
+        out: set[int] = set()
+        for c in (self.model.config, getattr(self.model, "generation_config", None)):
+            eos = getattr(c, "eos_token_id", None)
+            out |= set(eos if isinstance(eos, list) else [] if eos is None else [eos])
+        return out
+
+    def generate(self, input_ids: list[int], p: Sampling) -> tuple[list[int], dict]:
+        """An answer token by token with the KV cache: greedy at temperature 0, else sampled
+        from the top_k / top_p filtered distribution with a generator seeded per request, so one
+        request's answer is the same on every run. Ends at an end-of-sequence id or the length."""
+        torch = self.torch
+        gen = torch.Generator(device="cpu").manual_seed(p.seed) if p.temperature > 0 else None
+        stops, out, past = self.stop_ids(), [], None
+        x = torch.tensor([input_ids], dtype=torch.long, device=self.device)
+        with torch.inference_mode():
+            for _ in range(p.max_new_tokens):
+                o = self.model(input_ids=x, past_key_values=past, use_cache=True)
+                past, logits = o.past_key_values, o.logits[0, -1].float().cpu()
+                tok = p.pick(torch, logits, gen)
+                out.append(tok)
+                if tok in stops:
+                    return out, {"type": "stop", "matched": tok}
+                x = torch.tensor([[tok]], dtype=torch.long, device=self.device)
+        return out, {"type": "length", "length": len(out)}
+
+
+class Sampling:
+    """A request's sampling_params as SGLang reads them (top_k -1: off; 1 or temperature 0: greedy)."""
+
+    def __init__(self, d: dict):
+        self.max_new_tokens = int(d.get("max_new_tokens", 128))
+        self.temperature = float(d.get("temperature", 1.0))
+        self.top_p = float(d.get("top_p", 1.0))
+        self.top_k = int(d.get("top_k", -1))
+        self.seed = int(d.get("sampling_seed") or 0)
+        if self.max_new_tokens < 0 or self.temperature < 0 or not 0 < self.top_p <= 1:
+            raise ValueError("max_new_tokens and temperature must be at least 0, top_p in (0, 1]")
+        if self.top_k == 0 or self.top_k < -1:
+            raise ValueError(f"top_k must be -1 (disable) or at least 1, got {self.top_k}.")
+
+    def pick(self, torch, logits, gen) -> int:
+        if self.temperature == 0 or self.top_k == 1:
+            return int(logits.argmax().item())
+        logits = logits / self.temperature
+        if self.top_k > 0:
+            kth = torch.topk(logits, min(self.top_k, logits.numel())).values[-1]
+            logits = logits.masked_fill(logits < kth, float("-inf"))
+        probs = torch.softmax(logits, -1)
+        if self.top_p < 1:
+            sorted_p, order = probs.sort(descending=True)
+            cut = sorted_p.cumsum(-1) - sorted_p > self.top_p  # keep the smallest set reaching top_p
+            probs = probs.scatter(0, order, sorted_p.masked_fill(cut, 0.0))
+        return int(torch.multinomial(probs, 1, generator=gen).item())
+
 
 def _bad(msg: str, status: int = 400) -> web.Response:
     return web.json_response({"error": {"message": msg}}, status=status)
@@ -177,6 +233,17 @@ def make_app(model: Model, dump_dir: str, pace_s: float = 0.0) -> web.Applicatio
             return _bad(str(e))
         loop = asyncio.get_running_loop()
         began = time.monotonic()
+        if not want_dump:  # a plain request: the answer, as SGLang's /generate gives it
+            try:
+                sampling = Sampling(params)
+            except (TypeError, ValueError) as e:
+                return _bad(str(e))
+            out, finish = await loop.run_in_executor(fwd_pool, model.generate, ids, sampling)
+            if pace_s:
+                await asyncio.sleep(max(0.0, pace_s - (time.monotonic() - began)))
+            meta = {"id": rid, "prompt_tokens": len(ids), "completion_tokens": len(out), "cached_tokens": 0,
+                    "finish_reason": finish}  # fmt: skip
+            return web.json_response({"output_ids": out, "meta_info": meta})
         final, aux, next_id = await loop.run_in_executor(fwd_pool, model.forward, ids)
         meta = {"id": rid, "prompt_tokens": len(ids), "cached_tokens": 0, "finish_reason": {"type": "length"}}
         if want_dump:

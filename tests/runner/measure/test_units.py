@@ -105,7 +105,7 @@ def test_the_config_refuses_what_cannot_be_measured():
 
 
 def test_the_writer_is_typed_and_a_dead_supervisor_reads_as_crashed(tmp_path):
-    rec = record.Record(str(tmp_path))
+    rec = record.load(str(tmp_path))
     with pytest.raises(KeyError):
         rec.update(accept_len=1.5)
     with pytest.raises(StatusError):

@@ -1,0 +1,87 @@
+"""A supervised run that asks a server (the measurement, the regeneration): the server brought up
+with the extraction's lifecycle (readiness, restarts up to [server] max_restarts, each death named
+in the record), and after a failed request the question whether that server died."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import aiohttp
+
+from ..contract import timing
+from ..contract.config import Config
+from ..contract.errors import ServerError, ServerExited
+from ..contract.status import now_iso
+from ..serve.server import Server
+from .supervised import Record
+
+DEATH_S = 30.0  # a failed request's server: how long its end or its health may take to show
+
+
+class Stopped(Exception):
+    """A stop asked while a server loads (minutes on a big target): the wait ends at once."""
+
+
+class Served:
+    def __init__(self, cfg: Config, rec: Record):
+        self.cfg, self.rec = cfg, rec
+        self.stop_asked = False
+
+    def on_term(self, *_) -> None:
+        self.stop_asked = True
+
+    async def up(self, server: Server) -> None:
+        """Started and ready; one that dies while starting is started again, counted."""
+        while True:
+            await server.start()
+            self.rec.update(phase="starting_server", server_since=now_iso(), server_activity="launching")
+            self.rec.write()
+            try:
+                await server.wait_ready(lambda: self.said(server))
+                return
+            except ServerExited as e:
+                if not await self.again(server, f"server died during start-up: {str(e)[:300]}"):
+                    raise ServerError(
+                        f"restart cap {self.cfg.server.max_restarts} spent; last: {e}"
+                    ) from None
+
+    def said(self, server: Server) -> None:
+        if self.stop_asked:
+            raise Stopped
+        if server.activity != self.rec.d.get("server_activity"):
+            self.rec.update(server_activity=server.activity)
+            self.rec.write()
+
+    async def again(self, server: Server, why: str) -> bool:
+        """A restart, if the cap allows one: counted and its cause kept; the old server ended."""
+        restarts = self.rec.d.get("restarts") or 0
+        if restarts >= self.cfg.server.max_restarts:
+            return False
+        self.rec.update(restarts=restarts + 1, last_death=why)
+        self.rec.write()
+        await asyncio.to_thread(server.stop)
+        return True
+
+    async def restart(self, server: Server, why: str) -> None:
+        """The server died: up again, or ServerError once the cap is spent."""
+        if not await self.again(server, f"server died: {server.death_reason() or why}"):
+            raise ServerError(f"restart cap {self.cfg.server.max_restarts} spent; {why}") from None
+        await self.up(server)
+
+    async def died(self, http, server: Server) -> bool:
+        """After a failed request, whether its server died: a killed main process drops its
+        connections a moment before it ends, and after a rank's death it lingers a few seconds,
+        so this waits up to DEATH_S for its end, or for /health to say it lives."""
+        deadline = time.monotonic() + DEATH_S
+        while time.monotonic() < deadline:
+            if not server.alive():
+                return True
+            try:
+                async with http.get(server.url + "/health", timeout=aiohttp.ClientTimeout(total=5)) as r:
+                    if r.status == 200:
+                        return False
+            except (aiohttp.ClientError, asyncio.TimeoutError, OSError):
+                pass
+            await asyncio.sleep(timing.current().server_poll_s)
+        return not server.alive()

@@ -1,0 +1,122 @@
+"""What every supervised kind of job shares (the measurement, the regeneration): a run dir whose
+``.lock`` the detached supervisor holds while it works, its ``status.json`` typed as the reader's
+record, the launch that waits for the claim, and the stop by SIGTERM. A kind is data here: its
+record class, its phases, its module and its words."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import sys
+from dataclasses import dataclass
+from typing import Any
+
+from ..contract import fields, timing
+from ..contract.atomic import read_object, write_atomic
+from ..contract.errors import BrokenFileError, StatusError
+from ..contract.replies import OK, REFUSED, Reply
+from ..contract.status import NOT_STARTED, gone, now_iso
+from ..output.lock import is_held_at
+from . import detach
+
+
+@dataclass(frozen=True)
+class Kind:
+    word: str  # "measurement": what the texts call it
+    record: type  # the reader's record (from_dict, phase, active)
+    phases: tuple[str, ...]
+    module: str  # the supervisor: python -m MODULE RUN_DIR CONFIG
+    verb: str  # hsx-runner VERB start
+    doing: str  # "measuring": its supervisor, named when it is gone
+
+    @property
+    def where(self) -> str:
+        return f"the {self.word} record"
+
+    @property
+    def fix(self) -> str:
+        return f"hsx wrote it for this {self.word}: move the run dir aside and start again (hsx-runner {self.verb} start)"
+
+    def kinds(self) -> dict[str, str]:
+        return {f.name: str(f.type) for f in dataclasses.fields(self.record)}
+
+
+class Record:
+    """The writer's side of a run's status.json."""
+
+    def __init__(self, kind: Kind, root: str, d: dict | None = None):
+        self.kind, self.root, self.d = kind, root, dict(d or {})
+
+    @classmethod
+    def load(cls, kind: Kind, root: str) -> Record:
+        return cls(kind, root, read_object(os.path.join(root, "status.json")) or {})
+
+    def update(self, **kw) -> None:
+        """Typed as the reader's record: an unknown field, a wrong kind or another kind's phase
+        fails here, before anything of ``kw`` is kept."""
+        fields.update(self.kind.where, self.kind.kinds(), self.kind.phases, self.d, kw)
+
+    def write(self) -> None:
+        self.d["heartbeat"] = now_iso()
+        write_atomic(os.path.join(self.root, "status.json"), json.dumps(self.d) + "\n")
+
+
+def read(kind: Kind, root: str) -> Any:
+    """The record as a reader should see it (BrokenFileError naming a broken one). An active
+    phase whose supervisor no longer holds the run's lock reads as crashed (every kind's rule,
+    ``contract.status.gone``)."""
+    path = os.path.join(root, "status.json")
+    d = read_object(path)
+    if d is None and os.path.lexists(path):
+        raise BrokenFileError(path, "it is not a readable JSON object", kind.fix)
+    if d is None:
+        return kind.record(phase="stopped", reason=NOT_STARTED, run_dir=root)
+    try:
+        rec = kind.record.from_dict(d)
+    except StatusError as e:
+        raise BrokenFileError(path, str(e), kind.fix) from None
+    if rec.active and not is_held_at(os.path.join(root, ".lock"))[0]:
+        why = gone(f"{kind.doing} supervisor", rec.pid, rec.phase, rec.heartbeat)
+        rec = dataclasses.replace(rec, phase="crashed", reason=why)
+    return rec
+
+
+def refused(why: str) -> Reply:
+    return Reply({"started": False, "reason": why}, why, REFUSED)
+
+
+def running(kind: Kind, root: str) -> Reply | None:
+    held, pid = is_held_at(os.path.join(root, ".lock"))
+    return refused(f"a {kind.word} runs in {root} (pid {pid})") if held else None
+
+
+def launch(kind: Kind, root: str, config: str, how: str, **first) -> Reply:
+    """The supervisor, detached, once the record says preflight; "started" only once it holds
+    the run's lock (one that dies at once says why)."""
+    rec = Record.load(kind, root)
+    rec.update(phase="preflight", run_dir=root, reason="", pid=None, **first)
+    rec.write()
+    argv = [sys.executable, "-m", kind.module, root, os.path.abspath(config)]
+    p = detach.spawn(argv, os.path.join(root, "supervisor.log"))
+    held = lambda: is_held_at(os.path.join(root, ".lock")) == (True, p.pid)  # noqa: E731
+    claimed = detach.wait_claim(p, held, timing.current().claim_s)
+    if claimed is False:
+        why = f"the {kind.word} supervisor exited with code {p.returncode} at once; see {root}/supervisor.log"
+        rec.update(phase="crashed", reason=why)
+        rec.write()
+        return refused(why)
+    return Reply(
+        {"started": True, "pid": p.pid, "run_dir": root}, f"{kind.word} {how} (pid {p.pid}); {root}", OK
+    )
+
+
+def stop(root: str, wait_s: float, pending: str) -> Reply:
+    lock = os.path.join(root, ".lock")
+    held, pid = is_held_at(lock)
+    if not held or not pid:
+        return Reply({"stopped": False, "reason": "not running"}, "not running", REFUSED)
+    ok = detach.stop(pid, lambda: is_held_at(lock)[0], wait_s)
+    return Reply(
+        {"stopped": ok, "pid": pid}, "stopped" if ok else f"stop asked; pid {pid} still {pending}", OK
+    )

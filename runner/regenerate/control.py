@@ -1,0 +1,92 @@
+"""``hsx-runner regenerate start|resume|stop|status``: cheap refusals first, then the detached
+supervisor (runner/regenerate/supervisor.py), which claims the run by holding its lock."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+
+from ..contract.atomic import read_jsonl
+from ..contract.config import Config
+from ..contract.regenerate import FAILED_SUFFIX, META_SUFFIX, ROWS
+from ..contract.replies import OK, Reply
+from ..job import supervised
+from ..job.supervised import refused
+from .record import KIND, read
+
+HISTORY = "history.jsonl"  # in the run dir: a progress point every few seconds, for the chart
+HISTORY_POINTS = 500  # the status reply carries this many of the last
+
+
+def run_dir(cfg: Config) -> str:
+    return os.path.abspath(cfg.regenerate.run_dir or cfg.job.out.rstrip("/") + "-regenerate")
+
+
+def source(cfg: Config) -> str:
+    return os.path.abspath(cfg.job.dataset)
+
+
+def output(cfg: Config) -> str:
+    if cfg.regenerate.output:
+        return os.path.abspath(cfg.regenerate.output)
+    return source(cfg).removesuffix(".jsonl") + ".regenerated.jsonl"
+
+
+def failures(cfg: Config) -> str:
+    return output(cfg).removesuffix(".jsonl") + FAILED_SUFFIX
+
+
+def meta(cfg: Config) -> str:
+    return output(cfg).removesuffix(".jsonl") + META_SUFFIX
+
+
+def _cheap(cfg: Config, root: str) -> Reply | None:
+    if reply := supervised.running(KIND, root):
+        return reply
+    if not os.path.isfile(source(cfg)):
+        return refused(f"no dataset at {source(cfg)} ([job] dataset)")
+    if output(cfg) == source(cfg):
+        return refused("[regenerate] output is the input dataset: name another file")
+    return None
+
+
+def start(cfg: Config) -> Reply:
+    root = run_dir(cfg)
+    if reply := _cheap(cfg, root):
+        return reply
+    if os.path.exists(os.path.join(root, ROWS)):
+        return refused(
+            f"{root} holds a regeneration: resume it (hsx-runner regenerate resume), or move it aside"
+        )
+    if os.path.exists(output(cfg)):
+        return refused(f"{output(cfg)} exists: move it aside, or name another [regenerate] output")
+    os.makedirs(root, exist_ok=True)
+    return supervised.launch(KIND, root, cfg.path, "started", source=source(cfg), output=output(cfg))
+
+
+def resume(cfg: Config) -> Reply:
+    root = run_dir(cfg)
+    if reply := _cheap(cfg, root):
+        return reply
+    rec = read(root)
+    if not rec.started_at:
+        return refused(f"nothing to resume in {root}: start it first (hsx-runner regenerate start)")
+    if rec.phase == "done":
+        return refused(f"the regeneration in {root} is done: {rec.output}")
+    return supervised.launch(KIND, root, cfg.path, "resumed", source=source(cfg), output=output(cfg))
+
+
+def stop(cfg: Config, wait_s: float = 30.0) -> Reply:
+    return supervised.stop(run_dir(cfg), wait_s, "ends")
+
+
+def status(cfg: Config) -> Reply:
+    root = run_dir(cfg)
+    rec = read(root)
+    rec = dataclasses.replace(rec, run_dir=rec.run_dir or root, source=rec.source or source(cfg),
+                              output=rec.output or output(cfg), failures=rec.failures or failures(cfg))  # fmt: skip
+    d = rec.to_dict()
+    d["history"] = read_jsonl(os.path.join(root, HISTORY), last=HISTORY_POINTS)
+    from ..text.regenerate import line
+
+    return Reply(d, line(rec), OK)

@@ -1,0 +1,274 @@
+"""The detached process that regenerates: it holds the run's lock, brings the target's server up
+(the extraction's lifecycle: readiness, restarts up to [server] max_restarts), sends each row not
+yet in rows.jsonl (``[regenerate] concurrency`` rows in flight; a row's turns in order, each seeing
+the target's own earlier answers), and commits each row whole the moment it ends. When every row
+is committed it writes the new dataset in input order. SIGTERM stops it at once: rows in flight are
+not committed and a resume sends them again.
+
+``python -m runner.regenerate.supervisor RUN_DIR CONFIG``
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import signal
+import sys
+import time
+
+import aiohttp
+
+from ..contract.config import Config, load
+from ..contract.errors import ServerError
+from ..contract.regenerate import ROWS
+from ..contract.status import now_iso
+from ..data.dataset import RowError, line_offsets, load_tokenizer, parse_row
+from ..job.served import Served, Stopped
+from ..output import jsonl
+from ..output.lock import JobLock
+from ..output.ranks import RunPaths  # the server's log, pid and shared memory, as a job's
+from ..serve import plain
+from ..serve.server import Server
+from . import committed, control, record, rows
+
+FIGURES_S = 2.0  # the record's figures at most this often
+HISTORY_S = 10.0  # a progress point for the chart this often
+
+
+def server_for(cfg: Config, root: str) -> Server:
+    """The target as [server] serves it: SGLang plain (no dump), or the reference backend."""
+    paths = RunPaths(root)
+    if cfg.server.backend == "sglang":
+        return Server(cfg, [], "", paths, argv=plain.argv(cfg, "", "none"), env=plain.env(cfg))
+    return Server(cfg, [], os.path.join(root, "server-dump"), paths)  # never asked to dump
+
+
+class Regenerate(Served):
+    def __init__(self, root: str, cfg: Config):
+        super().__init__(cfg, record.load(root))
+        self.root = root
+        self.log = os.path.join(root, ROWS)
+        self.tok = load_tokenizer(cfg.job.tokenizer or cfg.job.model, cfg.job.trust_remote_code)
+        self.trim = set(self.tok.all_special_ids)
+        self.generation = 0  # the server's: bumped by each restart, so one death restarts it once
+        self.restarting = asyncio.Lock()
+        self.failures_in_a_row = 0
+        self.t0, self.rows_now, self.tokens_now = time.monotonic(), 0, 0
+        self.figured_at = self.pointed = 0.0
+
+    # --- one row ---------------------------------------------------------------------------
+
+    def _prompt(self, msgs: list[dict]) -> list[int]:
+        kw = {"enable_thinking": False} if self.cfg.regenerate.reasoning == "disable" else {}
+        try:
+            text = self.tok.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True, **kw)
+        except Exception as e:  # noqa: BLE001 - a template's failure is the row's (role order, say)
+            raise RowError(f"chat template failed: {str(e)[:300]}") from None
+        return self.tok(text, add_special_tokens=False)["input_ids"]
+
+    def _params(self, i: int, room: int) -> dict:
+        r = self.cfg.regenerate
+        p = {"max_new_tokens": min(r.max_new_tokens, room), "temperature": r.temperature,
+             "top_p": r.top_p, "top_k": r.top_k or -1}  # fmt: skip
+        if r.temperature > 0:
+            p["sampling_seed"] = r.seed + i
+        return p
+
+    async def _answer(self, http, server: Server, i: int, turn: int, msgs: list[dict]) -> tuple[str, int]:
+        ids = self._prompt(msgs)
+        room = self.cfg.job.max_length - len(ids)
+        if room < 1:
+            raise RowError(
+                f"too long: turn {turn}'s prompt is {len(ids)} tokens, [job] max_length is {self.cfg.job.max_length}"
+            )
+        body = {"input_ids": ids, "sampling_params": self._params(i, room)}
+        tries = 0
+        while True:
+            gen = self.generation
+            try:
+                async with http.post(server.url + "/generate", json=body) as resp:
+                    if resp.status == 400:  # the server refuses this request: the row's own fault
+                        raise RowError(f"the server refused turn {turn}: {(await resp.text())[:300]}")
+                    resp.raise_for_status()
+                    got = await resp.json()
+                out = [t for t in got.get("output_ids") or [] if isinstance(t, int)]
+                while out and out[-1] in self.trim:  # the end-of-turn and end-of-sequence ids
+                    out.pop()
+                text = self.tok.decode(out, skip_special_tokens=False)
+                return rows.reasoning(text, self.cfg.regenerate.reasoning).strip(), len(
+                    got.get("output_ids") or []
+                )
+            except (aiohttp.ClientError, asyncio.TimeoutError, OSError, ValueError) as e:
+                why = f"row {i} turn {turn}: {type(e).__name__}: {str(e)[:300]}"
+                async with self.restarting:
+                    if gen != self.generation:
+                        continue  # another request saw this death; its server is up again
+                    if await self.died(http, server):
+                        await self.restart(server, why)
+                        self.generation += 1
+                        continue
+                tries += 1
+                if tries >= self.cfg.job.retries:
+                    raise RowError(f"failed {tries} times, its server alive: {why}") from None
+
+    async def _row(self, http, server: Server, i: int, raws) -> dict:
+        rid = None
+        try:
+            row = parse_row(raws(i))
+            rid = row.get("id") if isinstance(row.get("id"), (str, int)) else None
+            t = rows.read(row)
+            msgs, written, tokens = [], [], 0
+            for j in range(len(t.messages) + 1):
+                if j in t.answers:
+                    text, n = await self._answer(http, server, i, len(written) + 1, msgs)
+                    written.append(text)
+                    tokens += n
+                    msgs.append({"role": "assistant", "content": text})
+                elif j < len(t.messages):
+                    msgs.append(t.messages[j])
+            return {"row": i, "id": rid, "data": rows.rebuild(t, written), "tokens": tokens}
+        except RowError as e:
+            return {"row": i, "id": rid, "reason": str(e)}
+
+    # --- the run ---------------------------------------------------------------------------
+
+    def _figures(self, done: dict, total: int, force: bool = False) -> None:
+        now = time.monotonic()
+        if not force and now - self.figured_at < FIGURES_S:
+            return
+        self.figured_at = now
+        failed = [e for e in done.values() if "reason" in e]
+        spent = now - self.t0
+        rate = self.rows_now / spent if self.rows_now and spent > 0 else None
+        out = os.path.dirname(self.rec.d.get("output") or self.root)
+        try:
+            free = shutil.disk_usage(out if os.path.isdir(out) else self.root).free
+        except OSError:
+            free = None
+        self.rec.update(
+            done=len(done), total=total, failed=len(failed),
+            tokens=sum(int(e.get("tokens") or 0) for e in done.values()),
+            tokens_per_s=self.tokens_now / spent if self.tokens_now and spent > 0 else None,
+            rows_per_s=rate, eta_s=(total - len(done)) / rate if rate else None,
+            last_error=f"row {failed[-1]['row']}: {failed[-1]['reason']}"[:500] if failed else None,
+            disk_path=out, disk_free=free,
+        )  # fmt: skip
+        self.rec.write()
+        if now - self.pointed >= HISTORY_S or force:
+            self.pointed = now
+            point = {"t": now_iso(), "done": len(done), "failed": len(failed),
+                     "tokens_per_s": self.rec.d.get("tokens_per_s"), "rows_per_s": rate}  # fmt: skip
+            jsonl.append(os.path.join(self.root, control.HISTORY), json.dumps(point).encode())
+
+    async def _worker(self, http, server, todo, raws, done: dict, total: int) -> None:
+        while todo and not self.stop_asked:
+            i = todo.pop(0)
+            entry = await self._row(http, server, i, raws)
+            committed.append(self.log, entry)
+            done[i] = entry
+            self.rows_now += 1
+            self.tokens_now += int(entry.get("tokens") or 0)
+            if "reason" in entry:
+                self.failures_in_a_row += 1
+                if self.failures_in_a_row >= self.cfg.job.max_consecutive_failures:
+                    raise ServerError(
+                        f"{self.failures_in_a_row} rows in a row not regenerated; the last: {entry['reason']}"
+                    )
+            else:
+                self.failures_in_a_row = 0
+            self._figures(done, total)
+
+    async def run(self) -> str:
+        cfg = self.cfg
+        source = self.rec.d.get("source") or control.source(cfg)
+        offsets = line_offsets(source)
+        total = len(offsets) - 1
+        done = committed.read(self.log, total)
+        self.rec.update(
+            total=total, source=source, output=control.output(cfg), failures=control.failures(cfg)
+        )
+        self._figures(done, total, force=True)
+        todo = [i for i in range(total) if i not in done]
+        if todo:
+            f = open(source, "rb")  # noqa: SIM115 - closed below
+
+            def raws(i: int) -> bytes:
+                size = offsets[i + 1] - offsets[i]
+                if size > cfg.job.max_row_bytes:
+                    raise RowError(
+                        f"row is {size} bytes, over the {cfg.job.max_row_bytes}-byte row limit ([job] max_row_bytes)"
+                    )
+                f.seek(offsets[i])
+                return f.read(size)
+
+            server = server_for(cfg, self.root)
+            try:
+                await self.up(server)
+                self.rec.update(phase="regenerating", server_activity="ready")
+                self.rec.write()
+                self.t0 = time.monotonic()
+                timeout = aiohttp.ClientTimeout(total=cfg.job.request_timeout_s)
+                async with aiohttp.ClientSession(timeout=timeout) as http:
+                    workers = [self._worker(http, server, todo, raws, done, total)
+                               for _ in range(min(cfg.regenerate.concurrency, len(todo)))]  # fmt: skip
+                    tasks = [asyncio.ensure_future(w) for w in workers]
+                    while not all(t.done() for t in tasks):
+                        await asyncio.wait(tasks, timeout=0.2, return_when=asyncio.FIRST_EXCEPTION)
+                        if self.stop_asked or any(t.done() and t.exception() for t in tasks):
+                            break
+                    for t in tasks:
+                        t.cancel()  # a row in flight is not committed: a resume sends it again
+                    await asyncio.gather(*tasks, return_exceptions=True)
+                    for t in tasks:
+                        if t.done() and not t.cancelled() and t.exception():
+                            raise t.exception()
+            except Stopped:
+                return "stopped"
+            finally:
+                f.close()
+                self._figures(done, total, force=True)
+                await asyncio.to_thread(server.stop)
+            if self.stop_asked:
+                return "stopped"
+        self.rec.update(phase="regenerating", server_activity=None)
+        r = cfg.regenerate
+        how = {"source": source, "rows": total, "regenerated": total - self.rec.d["failed"],
+               "not_regenerated": self.rec.d["failed"], "failures": control.failures(cfg),
+               "model": cfg.job.model, "backend": cfg.server.backend, "max_new_tokens": r.max_new_tokens,
+               "temperature": r.temperature, "top_p": r.top_p, "top_k": r.top_k, "seed": r.seed,
+               "reasoning": r.reasoning, "max_length": cfg.job.max_length}  # fmt: skip
+        committed.write_output(
+            done, total, control.output(cfg), control.failures(cfg), control.meta(cfg), how
+        )
+        self._figures(done, total, force=True)
+        return "done"
+
+
+def main(argv: list[str]) -> int:
+    root, config = os.path.abspath(argv[0]), argv[1]
+    lock = JobLock(os.path.join(root, ".lock"))
+    lock.acquire()  # LockedError: another supervisor regenerates this run
+    cfg = load(config)
+    g = Regenerate(root, cfg)
+    signal.signal(signal.SIGTERM, g.on_term)
+    signal.signal(signal.SIGINT, g.on_term)
+    g.rec.update(
+        phase="preflight", pid=os.getpid(), reason="", started_at=g.rec.d.get("started_at") or now_iso()
+    )
+    g.rec.write()
+    try:
+        end, why = asyncio.run(g.run()), ""
+    except Exception as e:  # noqa: BLE001 - said in the record: the reason a failed run ends
+        end, why = "failed", f"{type(e).__name__}: {str(e)[:500]}"
+    g.rec.update(
+        phase=end, reason=why or ("stopped on request" if end == "stopped" else ""), ended_at=now_iso()
+    )
+    g.rec.write()
+    lock.release()
+    return 0 if end != "failed" else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
