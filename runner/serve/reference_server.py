@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import concurrent.futures
+import inspect
 import json
 import logging
 import os
@@ -130,11 +131,12 @@ class Model:
         torch = self.torch
         gen = torch.Generator(device="cpu").manual_seed(p.seed) if p.temperature > 0 else None
         stops, out, past = self.stop_ids(), [], None
+        key = "cache" if "cache" in inspect.signature(self.model.forward).parameters else "past_key_values"
         x = torch.tensor([input_ids], dtype=torch.long, device=self.device)
         with torch.inference_mode():
             for _ in range(p.max_new_tokens):
-                o = self.model(input_ids=x, past_key_values=past, use_cache=True)
-                past, logits = o.past_key_values, o.logits[0, -1].float().cpu()
+                o = self.model(input_ids=x, use_cache=True, **{key: past})  # transformers renamed it
+                past, logits = getattr(o, key), o.logits[0, -1].float().cpu()
                 tok = p.pick(torch, logits, gen)
                 out.append(tok)
                 if tok in stops:
