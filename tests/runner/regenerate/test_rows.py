@@ -1,0 +1,98 @@
+"""The regeneration's pure parts: a row's turns read in its own spelling and rebuilt with the
+target's answers, the thinking kept or cut, the commit log's whole lines, the config's checks."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from runner.contract.config import ConfigError, from_dict
+from runner.contract.errors import StatusError
+from runner.contract.regenerate import RegenerateRecord
+from runner.data.dataset import RowError
+from runner.regenerate import committed, rows
+
+
+def test_a_row_is_rebuilt_in_its_own_spelling_with_every_other_key_kept():
+    row = {"id": 7, "source": "x", "conversations": [
+        {"role": "system", "content": "be short"}, {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": "old", "reasoning_content": "theirs", "weight": 1},
+        {"role": "user", "content": "and?"}, {"role": "assistant", "content": "old too"}]}  # fmt: skip
+    t = rows.read(row)
+    assert t.answers == [2, 4] and not t.appended
+    new = rows.rebuild(t, ["one", "two"])
+    assert new["id"] == 7 and new["source"] == "x"
+    assert new["conversations"][2] == {"role": "assistant", "content": "one", "weight": 1}
+    assert new["conversations"][4]["content"] == "two"
+    assert row["conversations"][2]["content"] == "old"  # the input row untouched
+
+
+def test_a_sharegpt_row_ending_with_a_question_gets_the_answer_appended():
+    t = rows.read({"conversations": [{"from": "human", "value": "q"}]})
+    assert t.appended and t.answers == [1]
+    assert rows.rebuild(t, ["a"])["conversations"] == [
+        {"from": "human", "value": "q"},
+        {"from": "gpt", "value": "a"},
+    ]
+
+
+@pytest.mark.parametrize(
+    "row,why",
+    [
+        ({"conversations": []}, "no conversation"),
+        ({"text": "x"}, "no conversation"),
+        ({"conversations": [{"role": "system", "content": "s"}]}, "no user turn"),
+        ({"conversations": [{"role": "assistant", "content": "a"}]}, "before any user turn"),
+        ({"conversations": [{"role": "tool", "content": "a"}]}, "bad turn"),
+        ({"conversations": [{"role": "user", "content": 3}]}, "bad turn"),
+        ({"conversations": ["hi"]}, "must be an object"),
+    ],
+)
+def test_a_row_that_cannot_be_regenerated_says_why(row, why):
+    with pytest.raises(RowError, match=why):
+        rows.read(row)
+
+
+def test_the_thinking_is_kept_or_cut_at_its_end():
+    text = "<think>\nlet me see\n</think>\n\nThe answer."
+    assert rows.reasoning(text, "keep") == text
+    assert rows.reasoning(text, "drop") == "The answer."
+    assert rows.reasoning("let me see</think>The answer.", "drop") == "The answer."  # the prompt opened it
+    assert rows.reasoning("No thinking here.", "drop") == "No thinking here."
+
+
+def test_the_commit_log_keeps_the_first_whole_line_of_each_row(tmp_path):
+    path = str(tmp_path / "rows.jsonl")
+    committed.append(path, {"row": 0, "data": {"a": 1}, "tokens": 3})
+    committed.append(path, {"row": 2, "reason": "bad JSON"})
+    committed.append(path, {"row": 0, "data": {"a": 2}, "tokens": 3})  # a second line: the first wins
+    committed.append(path, {"row": 9, "data": {}, "tokens": 1})  # past the input: not a row
+    with open(path, "ab") as f:
+        f.write(b'{"row": 1, "data": {"a"')  # killed mid-write
+    done = committed.read(path, 3)
+    assert sorted(done) == [0, 2] and done[0]["data"] == {"a": 1}
+    committed.append(path, {"row": 1, "data": {"b": 1}, "tokens": 2})  # the torn line was cut first
+    assert sorted(committed.read(path, 3)) == [0, 1, 2]
+    out, fails, meta = (str(tmp_path / n) for n in ("o.jsonl", "o.failed.jsonl", "o.meta.json"))
+    committed.write_output(committed.read(path, 3), 3, out, fails, meta, {"reasoning": "keep"})
+    assert open(out).read() == '{"a": 1}\n{"b": 1}\n'
+    assert [json.loads(x) for x in open(fails)] == [{"row": 2, "id": None, "reason": "bad JSON"}]
+
+
+def test_the_config_refuses_what_cannot_be_sampled():
+    assert from_dict({"regenerate": {"reasoning": "drop", "top_k": 20}}).regenerate.top_k == 20
+    for bad in (
+        {"reasoning": "maybe"},
+        {"temperature": -1.0},
+        {"top_p": 0.0},
+        {"max_new_tokens": 0},
+        {"top_k": -1},
+    ):
+        with pytest.raises(ConfigError, match=r"\[regenerate\]"):
+            from_dict({"regenerate": bad})
+
+
+def test_the_record_refuses_a_negative_count_by_name():
+    with pytest.raises(StatusError, match="'failed' is negative"):
+        RegenerateRecord.from_dict({"phase": "done", "failed": -1})
