@@ -24,8 +24,7 @@ from ..contract.atomic import read_object, write_atomic
 from ..contract.config import Config
 from ..contract.replies import OK, REFUSED, Reply
 from ..contract.status import now_iso
-from ..train import control, runspec
-from ..train.record import Record
+from ..train import control, record, runspec
 from . import slurm_io
 from .slurm_merge import QUEUED, RUNNING
 
@@ -137,24 +136,25 @@ def after_extraction(cfg: Config) -> Reply:
 def status(cfg: Config) -> Reply:
     """The run's record, with Slurm's word while its job waits for its supervisor: queued, or
     ended before the supervisor could say anything."""
-    rep = control.status(cfg)
-    d, paths = rep.obj, runspec.RunPaths(runspec.run_dir(cfg))
+    paths = runspec.RunPaths(runspec.run_dir(cfg))
+    d, unheld = record.judged(paths.root)
     job = _job(paths).get("job")
-    if not job or d.get("phase") != "crashed" or Record.load(paths.root).d.get("phase") != "preflight":
-        return rep
+    if job and unheld == "preflight":  # launched (slurm.json is written under the launch lock)
+        d.update(_waiting(job, paths))
+    return control.status(cfg, d)
+
+
+def _waiting(job: str, paths: runspec.RunPaths) -> dict:
     try:
         task = slurm_io.job(job)
     except slurm_io.SlurmError as e:  # not known to have ended: still waiting, as far as anyone can say
-        d.update(phase="preflight", reason=f"{e}; asked again at the next status")
-        return Reply(d, f"{d['phase']} · {d['reason']}", OK)
+        return {"phase": "preflight", "reason": f"{e}; asked again at the next status"}
     if task and task.state in QUEUED | RUNNING:
         why = f"Slurm job {job} is {task.state.lower()}" + (f" ({task.reason})" if task.reason else "")
-        d.update(phase="preflight", reason=why)
-    else:
-        state = task.state.lower() if task else "gone"
-        log = os.path.join(paths.root, f"slurm-{job}.out")
-        d.update(reason=f"Slurm job {job} ended ({state}) before its supervisor ran; see {log}")
-    return Reply(d, f"{d['phase']} · {d['reason']}", OK)
+        return {"phase": "preflight", "reason": why}
+    state = task.state.lower() if task else "gone"
+    log = os.path.join(paths.root, f"slurm-{job}.out")
+    return {"reason": f"Slurm job {job} ended ({state}) before its supervisor ran; see {log}"}
 
 
 def stop(cfg: Config, wait: float) -> Reply:

@@ -22,17 +22,16 @@ from ..contract.errors import BrokenFileError, ConfigError
 from ..contract.replies import NOT_OK, OK, REFUSED, Reply
 from ..job import detach
 from ..lanes import BuildError, building
-from ..output.lock import is_held_at
+from ..output.lock import is_held_at, try_ofd
 from ..text.training import simulated
 from . import exclusive, guard, interpreter, preflight, progress, runspec, strays
 from .history import read as history_of
 from .history import reset as reset_history
-from .record import Record, now, read
+from .record import LAUNCH_LOCK, Record, now, read
 
 VERSION = "0.2.0"
 AFTER = "after-extraction"  # the action that arranges a start at the extraction's end
 ARRANGED = "train-after-extraction.json"  # in the job's out, taken by the hand-off once
-LAUNCH_LOCK = ".launch.lock"
 DID = {"start": "started", "resume": "resumed"}
 # The unified runtime has specforge.cli with a ``train`` command; the legacy 0.2.0 has neither.
 CHECK = """
@@ -151,9 +150,7 @@ def locked(root: str, fn) -> Reply:
     os.makedirs(root, exist_ok=True)
     fd = no_follow(os.path.join(root, LAUNCH_LOCK), os.O_RDWR | os.O_CREAT)
     try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
+        if not try_ofd(fd, fcntl.F_WRLCK):  # an OFD lock: a status sees a launch under way without taking it
             return refused(
                 f"another start, resume or export of {root} is under way: ask again when it has answered"
             )
@@ -397,9 +394,10 @@ def disk(root: str) -> dict:
     return {"run_bytes": _blocks(root), "disk_free": shutil.disk_usage(root).free, "disk_path": mount}
 
 
-def status(cfg: Config) -> Reply:
+def status(cfg: Config, rec: dict | None = None) -> Reply:
+    """``rec``: the record as read (the Slurm engine's, with Slurm's word on a launch that waits)."""
     root = runspec.run_dir(cfg)
-    d = {**read(root), **disk(root)}
+    d = {**(read(root) if rec is None else rec), **disk(root)}
     if cfg.train.python:  # a first start building the trainer's venv says which step it is at
         d["building"] = building(os.path.dirname(os.path.dirname(os.path.abspath(cfg.train.python))))
     d.setdefault("run_dir", root)

@@ -4,13 +4,15 @@ Written by the supervisor (atomically), read by ``hsx-runner train status``. Pha
 extraction's words: ``preflight`` (the run dir written, the supervisor starting), ``loading``
 (the trainer up, no step yet: SpecForge is silent while it loads the target head and counts
 the vocab), ``training``, then ``done``, ``stopped`` or ``crashed``. A reader that finds an
-active phase whose supervisor no longer holds the lock says crashed, as the extraction does.
+active phase whose supervisor no longer holds the lock says crashed, as the extraction does;
+a preflight whose launch is still under way (its launch lock held) is not.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import fcntl
 import json
 import math
 import os
@@ -21,7 +23,7 @@ from ..contract.errors import BrokenFileError, StatusError
 from ..contract.fields import check
 from ..contract.status import NOT_STARTED, gone
 from ..contract.train import ACTIVE, PHASES, WRITTEN, TrainRecord, checked
-from ..output.lock import is_held_at
+from ..output.lock import blocks, is_held_at
 from .progress import number
 
 BOX = {"output_dir": "str | None", "steps_per_epoch": "int | None"}  # read here only, never sent
@@ -99,7 +101,37 @@ def _raw(root: str) -> dict | None:
 def read(root: str) -> dict:
     """The record as a reader should see it: every field present and of its kind (a broken one
     is BrokenFileError), an active phase without its supervisor said to be crashed."""
-    d = _raw(root)
+    return judged(root)[0]
+
+
+LAUNCH_LOCK = ".launch.lock"  # held by a start, resume or export (control.locked)
+TRIES = 3  # reads of a record that moves on while it is read, before the last one is judged
+
+
+def judged(root: str) -> tuple[dict, str | None]:
+    """``read``'s record, and the active phase it had when it is said crashed (None otherwise):
+    the Slurm engine asks its job about a preflight no supervisor holds yet.
+
+    The locks and the record are read at different moments: a supervisor takes the lock before
+    it writes past preflight and writes its last phase before it lets go, and a launch writes
+    preflight under the launch lock. So a record is judged only when it is the same after the
+    locks were looked at; one that moved on meanwhile is read again."""
+    for _ in range(TRIES):
+        d = _raw(root)
+        out = _checked(root, d)
+        if out["phase"] not in ACTIVE or is_held_at(os.path.join(root, ".lock"))[0]:
+            return out, None
+        if out["phase"] == "preflight" and blocks(os.path.join(root, LAUNCH_LOCK), fcntl.F_WRLCK):
+            return out, None  # its launch is still under way (a supervisor starting, a job submitted)
+        if _raw(root) == d:
+            break
+    phase = out["phase"]
+    out["reason"] = gone("supervisor", out["supervisor_pid"], phase, out["heartbeat"])
+    out["phase"] = "crashed"
+    return out, phase
+
+
+def _checked(root: str, d: dict | None) -> dict:
     if d is None:
         d = {"phase": "stopped", "reason": NOT_STARTED, "run_dir": root}
     out = {k: d.get(k) for k in FIELDS}
@@ -110,9 +142,4 @@ def read(root: str) -> dict:
             check("the training record", k, out[k], kinds)
     except StatusError as e:
         raise BrokenFileError(path, str(e), FIX) from None
-    if out["phase"] in ACTIVE:
-        held, _ = is_held_at(os.path.join(root, ".lock"))
-        if not held:
-            out["reason"] = gone("supervisor", out["supervisor_pid"], out["phase"], out["heartbeat"])
-            out["phase"] = "crashed"
     return out

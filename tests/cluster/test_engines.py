@@ -155,8 +155,7 @@ def test_a_queued_training_whose_slurm_does_not_answer_stays_waiting(tmp_path, m
     """`train status` while the job waits for its supervisor and Slurm cannot say: still waiting,
     with why; not crashed (the watcher would post a crash and a Resume button)."""
     from runner.engines import slurm_train
-    from runner.train import control, runspec
-    from runner.train.record import Record
+    from runner.train import runspec
 
     cfg = config(tmp_path, "slurm")
     root = tmp_path / "run"
@@ -164,9 +163,6 @@ def test_a_queued_training_whose_slurm_does_not_answer_stays_waiting(tmp_path, m
     (root / slurm_train.JOB).write_text(json.dumps({"job": "7"}))
     (root / "status.json").write_text(json.dumps({"phase": "preflight"}))
     monkeypatch.setattr(runspec, "run_dir", lambda cfg: str(root))
-    monkeypatch.setattr(
-        control, "status", lambda cfg: Reply(dict(Record.load(str(root)).d, phase="crashed"), "", 0)
-    )
     timeout = 'echo "slurm_load_jobs error: Socket timed out on send/recv operation" >&2; exit 1'
     monkeypatch.setenv("PATH", _slurm_bin(tmp_path, timeout))
     d = slurm_train.status(cfg).obj
@@ -174,3 +170,65 @@ def test_a_queued_training_whose_slurm_does_not_answer_stays_waiting(tmp_path, m
     monkeypatch.setenv("PATH", _slurm_bin(tmp_path / "b", "exit 0"))  # Slurm answered: the job is gone
     d = slurm_train.status(cfg).obj
     assert d["phase"] == "crashed" and "Slurm job 7 ended (gone) before its supervisor ran" in d["reason"], d
+
+
+def test_a_training_being_submitted_is_waiting_not_crashed(tmp_path, monkeypatch):
+    """`train status` while a start's sbatch is under way (the record says preflight, no supervisor
+    holds the run, slurm.json still names the last launch's ended job): waiting, not crashed.
+    A busy slurmctld answers sbatch slowly, and a hand-off's start was said crashed then."""
+    from runner.engines import slurm_train
+    from runner.train import control, runspec
+    from runner.train.record import Record
+
+    cfg = config(tmp_path, "slurm")
+    paths = runspec.RunPaths(runspec.run_dir(cfg))
+    os.makedirs(paths.root)
+    with open(os.path.join(paths.root, slurm_train.JOB), "w") as f:
+        json.dump({"job": "6"}, f)  # the last launch's
+    with open(paths.command, "w") as f:
+        json.dump({"argv": ["/venv/bin/python", "-m", "specforge.cli"], "env": {}}, f)
+    Record(paths.root, {"step": 0, "total_steps": 1}).write()
+    monkeypatch.setenv("PATH", _slurm_bin(tmp_path, 'echo "6|COMPLETED|n1|None"'))
+    seen = []
+
+    def sbatch(argv):
+        seen.append(slurm_train.status(cfg).obj)  # asked while the job is being submitted
+        return "7"
+
+    monkeypatch.setattr(slurm_io, "sbatch", sbatch)
+    assert (
+        control.locked(paths.root, lambda: control._launch(cfg, paths, "start", slurm_train.submit)).code == 0
+    )
+    assert seen[0]["phase"] == "preflight", seen[0]
+
+
+def test_a_supervisor_taking_its_run_while_status_reads_it_is_not_said_crashed(tmp_path, monkeypatch):
+    """The job's supervisor takes the run's lock and writes loading just after `train status`
+    looked at the lock: the record it then goes by is the supervisor's, not a crash."""
+    from runner.engines import slurm_train
+    from runner.output.lock import JobLock
+    from runner.train import record, runspec
+    from runner.train.record import Record
+
+    cfg = config(tmp_path, "slurm")
+    paths = runspec.RunPaths(runspec.run_dir(cfg))
+    os.makedirs(paths.root)
+    with open(os.path.join(paths.root, slurm_train.JOB), "w") as f:
+        json.dump({"job": "7"}, f)
+    Record(paths.root, {"phase": "preflight", "step": 0, "total_steps": 1}).write()
+    monkeypatch.setenv("PATH", _slurm_bin(tmp_path, 'echo "7|RUNNING|n1|None"'))
+    lock, looked = JobLock(paths.lock), record.is_held_at
+
+    def look_then_start(path):
+        said = looked(path)
+        if path == paths.lock and lock.fd is None:  # the supervisor starts right after the look
+            lock.acquire()
+            Record(paths.root, {"phase": "loading", "step": 0, "total_steps": 1}).write()
+        return said
+
+    monkeypatch.setattr(record, "is_held_at", look_then_start)
+    try:
+        d = slurm_train.status(cfg).obj
+    finally:
+        lock.release()
+    assert d["phase"] in ("preflight", "loading"), d

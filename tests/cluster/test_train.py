@@ -134,7 +134,10 @@ def test_a_slurm_extraction_hands_off_to_a_training_job_then_one_is_said_queued_
     assert json.loads(runner("start", "--json", "--config", conf).stdout)["started"]
     deadline = time.monotonic() + 300
     while (st := _train(conf, "status"))["phase"] != "done":
-        assert time.monotonic() < deadline and st["phase"] != "crashed", (st, _extraction(conf))
+        # a string, kept whole: a tuple's repr is cut short, the reason with it
+        assert time.monotonic() < deadline and st["phase"] != "crashed", (
+            f"training: {json.dumps(st)}\nextraction: {json.dumps(_extraction(conf))}"
+        )
         time.sleep(0.5)
     assert st["step"] == st["total_steps"] == st["checkpoint_step"] == 1 and st["export_ok"], st
     ex = _extraction(conf)

@@ -3,6 +3,8 @@ a misspelt field or a value of the wrong kind fails where it is written, not in 
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from runner.contract.errors import StatusError
@@ -26,3 +28,25 @@ def test_the_writer_refuses_an_unknown_field_a_wrong_kind_or_phase_and_keeps_wha
     rec.write()
     got = record.read(str(tmp_path))
     assert (got["step"], got["steps_per_epoch"], got["output_dir"]) == (3, 2, str(tmp_path))
+
+
+def test_a_record_that_ends_while_it_is_read_is_read_as_it_ended(tmp_path, monkeypatch):
+    """The supervisor writes done and lets go of the lock between a reader's read of the record
+    and its look at the lock: done, not crashed."""
+    from runner.output.lock import JobLock
+
+    root = str(tmp_path)
+    lock = JobLock(os.path.join(root, ".lock"))
+    lock.acquire()
+    record.Record(root, {"phase": "training", "step": 1, "total_steps": 1}).write()
+    looked = record.is_held_at
+
+    def end_then_look(path):
+        if lock.fd is not None:
+            record.Record(root, {"phase": "done", "step": 1, "total_steps": 1}).write()
+            lock.release()
+        return looked(path)
+
+    monkeypatch.setattr(record, "is_held_at", end_then_look)
+    got = record.read(root)
+    assert got["phase"] == "done", got
