@@ -9,18 +9,26 @@ import os
 
 import pytest
 
+from bot import cli
+from bot.verbs.commands import Command, parse
+from bot.verbs.table import REGENERATING
 from runner.contract.regenerate import RegenerateRecord
+from runner.contract.replies import REFUSED
+from runner.job.supervised import refused
 from runner.text.regenerate import render_regenerate
+
+from .http_bot import OPERATOR, STRANGER, serve
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 RUNNING = {
     "phase": "regenerating", "pid": 5151, "started_at": "2026-12-01T12:00:00Z",
-    "heartbeat": "2026-12-01T12:09:50Z", "done": 30, "total": 64, "failed": 1, "tokens": 90000,
+    "heartbeat": "2026-12-01T12:09:50Z", "done": 30, "total": 64, "failed": 2, "tokens": 90000,
     "tokens_per_s": 412.0, "rows_per_s": 0.31, "eta_s": 110.0, "last_error": "row 7: over /data/limit",
     "source": "/data/chat.jsonl", "output": "/data/chat.regenerated.jsonl",
     "failures": "/data/chat.regenerated.failed.jsonl", "run_dir": "/data/out-regenerate",
     "server_activity": "ready", "restarts": 0, "disk_path": "/data", "disk_free": 8_500_000_000_000,
 }  # fmt: skip
+CRASHED = {**RUNNING, "phase": "crashed", "reason": "regenerating supervisor (pid 5151) is gone; /data/x"}
 POINT = {"t": "2026-12-01T12:01:00Z", "done": 2, "failed": 0, "tokens_per_s": 10.0, "rows_per_s": 0.1}
 
 
@@ -84,3 +92,125 @@ def test_the_chart_draws_rows_done_and_tokens_per_s_over_time_and_leaves_out_a_t
         " · 1 not regenerated · 412 tokens/s now"
     )
     assert regenerate_chart.render_png(told).startswith(b"\x89PNG")
+
+
+def _argv(fake, action):
+    return ["regenerate", "--json", "--config", fake.config, action]
+
+
+def test_the_manifest_has_the_regenerate_slash_command():
+    with open(os.path.join(ROOT, "deploy", "slack-manifest.yaml")) as f:
+        assert REGENERATING.manifest_entry() in f.read()
+
+
+def test_chat_words_become_fixed_regenerate_verbs_or_help():
+    kind = REGENERATING.name
+    assert parse("/regenerate resume", REGENERATING) == Command("resume", kind=kind)
+    assert parse("status", REGENERATING) == Command("status", kind=kind)
+    assert Command("stop", kind=kind).action == "regenerate stop"
+    for bad in ("start; rm -rf /", "start --force", "export", "chart now", "x" * 300):
+        cmd = parse(bad, REGENERATING)
+        assert (cmd.verb, cmd.kind) == ("help", kind) and cmd.problem, bad
+
+
+def test_regenerate_status_tells_an_operator_the_paths_and_a_member_whom_to_ask(fake, cfg):
+    fake.reply("regenerate-status", RUNNING)
+    with serve(cfg, box=fake.box(), fake=fake) as (bot, _, _):
+        assert bot.command("status", command="/regenerate") == 200
+        (resp,) = bot.rec.wait_for("response")
+        fake.reply("regenerate-status", CRASHED)
+        assert bot.command("status", user=STRANGER, command="/regenerate") == 200
+        _, member = bot.rec.wait_for("response", 2)
+    assert resp["response_type"] == "in_channel"
+    lines = resp["text"].splitlines()
+    assert lines[:3] == [
+        "regenerating — 30 / 64 rows (46.9%)",
+        "412 tokens/s · 0.31 rows/s · ETA ~1m50s",
+        "2 rows not regenerated, each listed with its reason (the last: row 7: over /data/limit)",
+    ]
+    assert {"from /data/chat.jsonl", "to be written: /data/chat.regenerated.jsonl"} <= set(lines)
+    assert "disk: 8.5 TB free on /data" in lines
+    text = member["text"]
+    assert text.startswith("regeneration crashed — 30 / 64 rows (46.9%)")
+    assert "/data" not in text and "5151" not in text and f"<@{OPERATOR}>" in text  # whom to ask
+    assert "`/regenerate resume` continues; committed rows are kept" in text
+    assert fake.calls() == [_argv(fake, "status")] * 2
+
+
+def test_operator_regenerate_start_runs_the_fixed_verb_and_audits(fake, cfg):
+    fake.reply("regenerate-start", {"started": True, "pid": 77, "message": "regeneration started (pid 77)"})
+    with serve(cfg, box=fake.box(), fake=fake) as (bot, _, _):
+        bot.command("start", command="/regenerate")
+        (resp,) = bot.rec.wait_for("response")
+        assert resp["response_type"] == "in_channel"
+        assert "regeneration started (pid 77)" in resp["text"]
+        assert f"<@{OPERATOR}> `regenerate start` → ok" in resp["text"]
+        assert fake.calls() == [_argv(fake, "start")]
+        audit = bot.audit()
+    assert [(e["action"], e["result"]) for e in audit] == [
+        ("regenerate start", "attempt"),
+        ("regenerate start", "ok"),
+    ]
+
+
+def test_stranger_regenerate_start_is_refused_and_audited(fake, cfg):
+    with serve(cfg, box=fake.box(), fake=fake) as (bot, _, _):
+        bot.command("start", user=STRANGER, command="/regenerate")
+        (resp,) = bot.rec.wait_for("response")
+        assert resp["response_type"] == "ephemeral" and "refused" in resp["text"]
+        assert "only operators may `regenerate start`" in resp["text"]
+        assert fake.calls() == []
+        (entry,) = bot.audit()
+    assert entry["action"] == "regenerate start" and entry["result"].startswith("refused")
+    assert entry["user"] == STRANGER
+
+
+def test_regenerate_stop_asks_first(fake, cfg):
+    with serve(cfg, box=fake.box(), fake=fake) as (bot, _, _):
+        bot.command("stop", command="/regenerate")
+        (resp,) = bot.rec.wait_for("response")
+    assert "Stop the regeneration?" in json.dumps(resp) and fake.calls() == []
+
+
+@pytest.fixture
+def conf(fake, tmp_path) -> str:
+    path = tmp_path / "ops.toml"
+    path.write_text(
+        f'[remote]\ntransport = "local"\nrunner = "{fake.runner}"\nrunner_config = "{fake.config}"\n'
+    )
+    return str(path)
+
+
+def test_hsx_regenerate_status_json_and_a_refused_start_exits_1(fake, conf, capsys):
+    fake.reply("regenerate-status", {**RUNNING, "history": [POINT]})
+    assert cli.main(["regenerate", "status", "--json", "--config", conf]) == 0
+    said = json.loads(capsys.readouterr().out)
+    assert said["done"] == 30 and said["history"] == [POINT]  # the runner's reply as it is
+    why = "/data/out-regenerate holds a regeneration: resume it (hsx-runner regenerate resume), or move it aside"
+    fake.reply("regenerate-start", refused(why).payload(), code=REFUSED)  # as the box's runner says it
+    assert cli.main(["regenerate", "start", "--json", "--config", conf]) == 1
+    assert json.loads(capsys.readouterr().out)["reason"] == why
+    assert cli.main(["regenerate", "start", "--config", conf]) == 1
+    assert capsys.readouterr().out == f"`regenerate start` refused: {why}\n"
+    assert cli.main(["regenerate", "stop", "--config", conf]) == 0  # a terminal does not ask
+    assert capsys.readouterr().out == "`regenerate stop`: regenerate-stop accepted\n"
+    assert cli.main(["regenerate", "status", "--config", conf]) == 0
+    said = capsys.readouterr().out.splitlines()  # the operator's text: a terminal is one
+    assert said[0] == "regenerating — 30 / 64 rows (46.9%)" and "from /data/chat.jsonl" in said
+    assert [c[-1] for c in fake.calls()] == ["status", "start", "start", "stop", "status"]
+
+
+def test_regenerate_chart_uploads_the_png_and_says_too_early_plainly(fake, cfg):
+    fake.reply("regenerate-status", {**RUNNING, "history": [POINT]})
+    with serve(cfg, box=fake.box(), fake=fake) as (bot, _, _):
+        assert bot.command("chart", command="/regenerate") == 200
+        (early,) = bot.rec.wait_for("response")
+        fake.reply("regenerate-status", {**RUNNING, "history": _points(5, failed_at=3)})
+        assert bot.command("chart", user=STRANGER, command="/regenerate") == 200
+        (upload,) = bot.rec.wait_for("upload")
+        (done,) = bot.rec.wait_for("files.completeUploadExternal")
+    assert early["response_type"] == "ephemeral" and "not enough regenerated yet" in early["text"]
+    assert upload["_head"].startswith(b"\x89PNG") and upload["_bytes"] > 10000
+    assert "hsx-regenerate-chart" in json.dumps(done["files"])
+    assert done["initial_comment"].startswith("hsx: the data regenerated by the target — 40 / 64 rows")
+    assert "/data" not in done["initial_comment"]
