@@ -10,6 +10,7 @@ from bot.watch import history
 from remote.live import LiveStatus
 from runner.contract.config import Config
 from runner.contract.measure import MeasureRecord
+from runner.contract.regenerate import RegenerateRecord
 from runner.contract.train import TrainRecord
 
 
@@ -44,4 +45,6 @@ def make_handlers(cfg: Config, box=None, in_group=None) -> Handlers:
                               parse=TrainRecord.from_dict),
         measure_live=LiveStatus(box, history.state_path(cfg, ".measure-last.json"),
                                 read=lambda: box.measure_status(), parse=MeasureRecord.from_dict),
+        regenerate_live=LiveStatus(box, history.state_path(cfg, ".regenerate-last.json"),
+                                   read=lambda: box.regenerate_status(), parse=RegenerateRecord.from_dict),
     )  # fmt: skip

@@ -8,6 +8,8 @@ from typing import Any
 
 from runner.contract.measure import ACTIONS as MEASURE_ACTIONS
 from runner.contract.measure import MeasureRecord
+from runner.contract.regenerate import ACTIONS as REGENERATE_ACTIONS
+from runner.contract.regenerate import RegenerateRecord
 from runner.contract.replies import ANSWER_CODES, BROKEN, LOGS, MAX_LOG_LINES, MAX_N, UNIT_NAME_RE
 from runner.contract.status import StatusRecord
 from runner.contract.train import ACTIONS as TRAIN_ACTIONS
@@ -190,6 +192,34 @@ class GpuBox:
             return MeasureRecord.from_dict(self.measure("status"))
         except StatusError as e:
             raise BadReply(str(e)) from None
+
+    def regenerate(self, action: str) -> dict[str, Any]:
+        """``hsx-runner regenerate ACTION``: one of a fixed set; start and resume wait for the
+        regenerating supervisor to claim its run."""
+        if action not in REGENERATE_ACTIONS:
+            raise ValueError(
+                f"regenerate: the action must be one of {', '.join(REGENERATE_ACTIONS)}, got {action!r}"
+            )
+        long = action in ("start", "resume")
+        return self._call("regenerate", action, timeout_s=max(self.timeout_s, 600.0 if long else 0.0))
+
+    def regenerate_status(self) -> RegenerateRecord:
+        return self.regenerate_history()[0]
+
+    def regenerate_history(self) -> tuple[RegenerateRecord, list[dict]]:
+        """The record and its progress points (`/regenerate chart`), from one status reply; each
+        point's fields are checked where it is drawn."""
+        from runner.contract.errors import StatusError
+
+        reply = self.regenerate("status")
+        try:
+            rec = RegenerateRecord.from_dict(reply)
+        except StatusError as e:
+            raise BadReply(str(e)) from None
+        points = reply.get("history", [])
+        if not isinstance(points, list):
+            raise BadReply("`hsx-runner regenerate status` reply's 'history' is not a list")
+        return rec, [p for p in points if isinstance(p, dict)]
 
     def close(self) -> None:
         self.transport.close()

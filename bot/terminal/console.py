@@ -16,7 +16,10 @@ from runner.contract import timing
 from runner.contract.config import Config
 
 PROMPT = "hsx> "
-GREETING = 'Ask "progress?" or type /extract help (/train help: the draft; /measure help: it in SGLang). End with Ctrl-D.'
+GREETING = (
+    'Ask "progress?" or type /extract help (/train help: the draft; /measure help: it in SGLang; '
+    "/regenerate help: the data's answers by the target). End with Ctrl-D."
+)
 
 
 def run_console(

@@ -10,23 +10,29 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from bot.render import summary
-from bot.verbs import extraction, measure, train
+from bot.verbs import extraction, measure, regenerate, train
 from bot.verbs.access import Allowance
 from bot.verbs.audit import AuditLog, mention
 from bot.verbs.commands import Command, Reply, answer_text, failed, help_reply, parse
-from bot.verbs.table import EXTRACTION, KINDS, MEASURING, TRAINING, Kind, Verb
+from bot.verbs.table import EXTRACTION, KINDS, MEASURING, REGENERATING, TRAINING, Kind, Verb
 from remote.errors import RemoteError
 from remote.live import LiveStatus
 from runner.contract.config import Config
 from runner.contract.measure import MeasureRecord
+from runner.contract.regenerate import RegenerateRecord
 from runner.contract.replies import Answer
 from runner.contract.train import TrainRecord
 from runner.text.human import human_duration
 
 # Each kind's handlers: verb -> run(handlers, command, user, operator) -> Reply; and the verbs
 # that build their own confirmation question (free-gpus names the units it would stop).
-RUN = {EXTRACTION.name: extraction.RUN, TRAINING.name: train.RUN, MEASURING.name: measure.RUN}
-ASK = {EXTRACTION.name: extraction.ASK, TRAINING.name: {}, MEASURING.name: {}}
+RUN = {
+    EXTRACTION.name: extraction.RUN,
+    TRAINING.name: train.RUN,
+    MEASURING.name: measure.RUN,
+    REGENERATING.name: regenerate.RUN,
+}
+ASK = {EXTRACTION.name: extraction.ASK, TRAINING.name: {}, MEASURING.name: {}, REGENERATING.name: {}}
 
 
 class Handlers:
@@ -42,6 +48,7 @@ class Handlers:
         live: LiveStatus | None = None,
         train_live: LiveStatus | None = None,
         measure_live: LiveStatus | None = None,
+        regenerate_live: LiveStatus | None = None,
     ):
         self.box = box
         self.live = live if live is not None else LiveStatus(box)  # status within a bound
@@ -50,6 +57,9 @@ class Handlers:
         )
         self.measure_live = measure_live or LiveStatus(
             box, read=lambda: box.measure_status(), parse=MeasureRecord.from_dict
+        )
+        self.regenerate_live = regenerate_live or LiveStatus(
+            box, read=lambda: box.regenerate_status(), parse=RegenerateRecord.from_dict
         )
         self.cfg = cfg
         self.audit = audit

@@ -1,5 +1,6 @@
 """\"progress?\": the extraction's answer, then each other kind's once its run has started (the
-training's, the measurement's), each the last record seen, marked stale, when the box is slow.
+training's, the measurement's, the regeneration's), each the last record seen, marked stale,
+when the box is slow.
 Every kind's read starts first and shares the extraction's wait: one answer bound for all."""
 
 from __future__ import annotations
@@ -7,7 +8,7 @@ from __future__ import annotations
 import time
 
 from bot.render import summary
-from bot.verbs import measure
+from bot.verbs import measure, regenerate
 from bot.verbs.audit import ask_operators, for_member
 from bot.verbs.commands import Command, Reply
 from runner.contract import timing
@@ -23,16 +24,23 @@ def _training(h, r, full: bool, ask: str) -> tuple[str, list | None] | None:
     return render_train(rec, full=full), summary.train_blocks(rec, full=full, ask=ask)
 
 
-def _measurement(h, r, full: bool, ask: str) -> tuple[str, list | None] | None:
-    if r.record is None or not r.record.started_at:
-        return None  # never seen, or not started: "progress?" does not ask for it
-    return measure.reading(r, full), None
+def _started(reading):
+    """A supervised kind's part (the measurement's, the regeneration's): its record as its verbs
+    module reads it, once its run has started."""
+
+    def part(h, r, full: bool, ask: str) -> tuple[str, list | None] | None:
+        if r.record is None or not r.record.started_at:
+            return None  # never seen, or not started: "progress?" does not say it
+        return reading(r, full), None
+
+    return part
 
 
 # each other kind: its word, whether its config asks for it, its reader on the handlers, its part
 PARTS = (
     ("train", lambda cfg: bool(cfg.train.python), "train_live", _training),
-    ("measure", measure.wanted, "measure_live", _measurement),
+    ("measure", measure.wanted, "measure_live", _started(measure.reading)),
+    ("regenerate", regenerate.wanted, "regenerate_live", _started(regenerate.reading)),
 )
 
 

@@ -1,5 +1,6 @@
-"""The kinds table: each job kind (the extraction, the training, the draft's measurement) as data: its slash command, its
-word, and its verbs with who may run them, their flags and the question a confirmed one asks.
+"""The kinds table: each job kind (the extraction, the training, the draft's measurement, the
+regeneration of the data) as data: its slash command, its word, and its verbs with who may run
+them, their flags and the question a confirmed one asks.
 
 It drives the chat parser and its help (commands.py), the dispatch (handlers.py), the `hsx`
 subcommands (cli.py), the buttons (slack_out.py), and each slash command's entry of
@@ -248,6 +249,43 @@ MEASURE_VERBS = (
 )
 
 
+# `/regenerate VERB` and `hsx regenerate VERB`: each runs `hsx-runner regenerate VERB`
+# (bot/verbs/regenerate.py); chart draws the progress points its status carries.
+REGENERATE_SLASH = "/regenerate"
+REGENERATE_DESCRIPTION = "Start, resume, stop or query the regeneration of the data by the target"
+
+
+def _regenerate(name: str, help_: str, operator: bool = False, **kw) -> Verb:
+    return Verb(name, help_, operator=operator, slash=REGENERATE_SLASH, **kw)
+
+
+REGENERATE_VERBS = (
+    _regenerate(
+        "status",
+        "where the regeneration is: rows done / total, rows not regenerated, tokens/s, ETA, the server "
+        "loading, restarts, disk",
+        every_s=30.0,  # the box reads the run's history
+    ),
+    _regenerate("start", "write the dataset's answers again with the target ([regenerate])", True),
+    _regenerate("resume", "continue after a crash or stop; committed rows are kept", True),
+    _regenerate(
+        "stop",
+        "stop the regeneration (committed rows are kept)",
+        True,
+        confirm="Stop the regeneration",
+        question="Stop the regeneration? Committed rows are kept; `/regenerate resume` continues.",
+    ),
+    _regenerate(
+        "chart",
+        "rows done and tokens/s over time",
+        terminal=False,
+        json=False,
+        every_s=30.0,  # the history from the box, and a drawing
+    ),
+    _regenerate("help", "this text", terminal=False, json=False),
+)
+
+
 @dataclass(frozen=True)
 class Kind:
     """A job kind: what chat, the terminal, the buttons and the manifest know of it."""
@@ -287,7 +325,15 @@ TRAINING = Kind("training", TRAIN_SLASH, TRAIN_DESCRIPTION, TRAIN_VERBS, word="t
 MEASURING = Kind(
     "measurement", MEASURE_SLASH, MEASURE_DESCRIPTION, MEASURE_VERBS, word="measure", key="measure:"
 )
-KINDS = {k.name: k for k in (EXTRACTION, TRAINING, MEASURING)}
+REGENERATING = Kind(
+    "regeneration",
+    REGENERATE_SLASH,
+    REGENERATE_DESCRIPTION,
+    REGENERATE_VERBS,
+    word="regenerate",
+    key="regenerate:",
+)
+KINDS = {k.name: k for k in (EXTRACTION, TRAINING, MEASURING, REGENERATING)}
 
 
 def kind_of_key(key: str) -> Kind:

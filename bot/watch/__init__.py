@@ -1,1 +1,2 @@
-"""The watcher: each poll judged (the extraction's, the training's, the measurement's), milestones and alerts posted once."""
+"""The watcher: each poll judged (the extraction's, the training's, the measurement's, the
+regeneration's), milestones and alerts posted once."""

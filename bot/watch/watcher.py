@@ -3,9 +3,9 @@
 `decide(state, observation)` is pure: what happened → what to post and the next state; it
 keeps the box's own parts (unreachable, unreadable, the progress message, a background verb's
 result) and asks the extraction's judge (extraction_watch), whose record is the box's status.
-`Watcher.tick()` observes, decides, asks each other kind's judge (train_watch, measure_watch) that reads its
-own record, delivers, and saves the state atomically, so a restart neither repeats an alert
-nor misses a new one. What each kind posted is its part of the state (posted.py).
+`Watcher.tick()` observes, decides, asks each other kind's judge (train_watch, measure_watch,
+regenerate_watch) that reads its own record, delivers, and saves the state atomically, so a
+restart neither repeats an alert nor misses a new one. What each kind posted is its part of the state (posted.py).
 """
 
 from __future__ import annotations
@@ -22,12 +22,14 @@ from dataclasses import asdict, dataclass, field
 from bot.render import summary
 from bot.render.mrkdwn import escape
 from bot.slack.slack_out import Action, resume_button
+from bot.verbs import regenerate
 from bot.verbs.audit import ask_operators
-from bot.verbs.table import EXTRACTION, MEASURING, TRAINING, kind_of_key
+from bot.verbs.table import EXTRACTION, MEASURING, REGENERATING, TRAINING, kind_of_key
 from bot.watch import extraction_watch, history
 from bot.watch.extraction_watch import Limits
 from bot.watch.measure_watch import watch_measuring
 from bot.watch.posted import Posted
+from bot.watch.regenerate_watch import watch_regenerating
 from bot.watch.train_watch import TrainLimits, TrainPosted, watch_training
 from remote.errors import BadReply, BrokenFile, RemoteError
 from remote.live import LiveStatus
@@ -204,12 +206,17 @@ class Watcher:
         self.box, self.cfg, self.client = box, cfg, client
         self.lim = Limits.from_config(cfg)
         # the other kinds' judges, each reading its own record: the training's when [train] is set,
-        # the measurement's when there is a draft to measure (one trained here, or [measure] draft)
+        # the measurement's when there is a draft to measure (one trained here, or [measure] draft),
+        # the regeneration's when a [regenerate] key is set
         train = functools.partial(watch_training, lim=TrainLimits.from_config(cfg))
         measure = functools.partial(watch_measuring, stall_s=cfg.watcher.stall_after_s)
         self.judges = {TRAINING.name: train} if cfg.train.python else {}
         if cfg.train.python or cfg.measure.draft:
             self.judges[MEASURING.name] = measure
+        if regenerate.wanted(cfg):
+            self.judges[REGENERATING.name] = functools.partial(
+                watch_regenerating, stall_s=cfg.watcher.stall_after_s
+            )
         self.path = history.state_path(cfg)
         self.clock = clock or (lambda: dt.datetime.now(dt.timezone.utc))
         self.live = live if live is not None else LiveStatus(box, clock=self.clock)
