@@ -17,6 +17,7 @@ import sys
 from .contract.config import AUTO_PYTHON, Config, load, require_job, without_secrets
 from .contract.errors import BrokenFileError, HsxError, LockedError, StatusError
 from .contract.measure import ACTIONS as MEASURE_ACTIONS
+from .contract.pipeline import ACTIONS as PIPELINE_ACTIONS
 from .contract.regenerate import ACTIONS as REGENERATE_ACTIONS
 from .contract.replies import BROKEN, LOGS, MAX_N, NOT_OK, OK, REFUSED, USAGE, Reply
 from .contract.stdout import quiet_when_stdout_closes
@@ -265,6 +266,14 @@ def cmd_regenerate(args, cfg: Config) -> int:
     return _answer(args, getattr(control, args.action)(cfg))
 
 
+def cmd_pipeline(args, cfg: Config) -> int:
+    from .pipeline import control
+
+    if args.action == "stop":
+        return _answer(args, control.stop(cfg, args.wait))
+    return _answer(args, getattr(control, args.action)(cfg))
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="hsx-runner", description="hsx on the GPU box")
     sub = p.add_subparsers(dest="verb", required=True)
@@ -326,6 +335,13 @@ def parser() -> argparse.ArgumentParser:
     s = verb("regenerate", cmd_regenerate, "write the dataset's answers again with the target ([regenerate])")
     s.add_argument("action", choices=REGENERATE_ACTIONS)
     s.add_argument("--wait", type=float, default=30.0, help="stop: how long to wait for it to end")
+    s = verb(
+        "pipeline",
+        cmd_pipeline,
+        "run [pipeline] stages as one, each handing on to the next; start again resumes",
+    )
+    s.add_argument("action", choices=PIPELINE_ACTIONS)
+    s.add_argument("--wait", type=float, default=60.0, help="stop: how long to wait for its stage to stop")
     return p
 
 

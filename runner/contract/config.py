@@ -17,9 +17,11 @@ from .errors import ConfigError
 from .stages import (  # noqa: F401 - the pipeline stages' sections, named here too
     AUTO_PYTHON,
     MeasureConfig,
+    PipelineConfig,
     RegenerateConfig,
     TrainConfig,
     validate_measure,
+    validate_pipeline,
     validate_regenerate,
 )
 from .status import STALE_S
@@ -160,6 +162,7 @@ class Config:
     train: TrainConfig = field(default_factory=TrainConfig)
     measure: MeasureConfig = field(default_factory=MeasureConfig)
     regenerate: RegenerateConfig = field(default_factory=RegenerateConfig)
+    pipeline: PipelineConfig = field(default_factory=PipelineConfig)
     path: str = ""  # where it was loaded from
 
     @property
@@ -176,7 +179,8 @@ _PATH_KEYS = {
     "deploy": (),  # paths on the GPU box: never resolved here
     "train": ("python", "envs_dir", "run_dir", "export_dir"),
     "measure": ("draft", "run_dir", "prompts"),
-    "regenerate": ("run_dir", "output"),
+    "regenerate": ("run_dir", "output", "input"),
+    "pipeline": ("run_dir",),
 }
 _PATH_LIST_KEYS = {"job": ("adopt_roots",)}
 
@@ -272,7 +276,7 @@ def from_dict(data: dict[str, Any], base_dir: str = ".", source: str = "<config>
                 value = os.path.expanduser(value)
                 if section == "train" and key == "python" and os.sep not in value:
                     pass  # a name on PATH
-                elif section in ("job", "slack", "watcher", "train", "measure", "regenerate"):
+                elif section in ("job", "slack", "watcher", "train", "measure", "regenerate", "pipeline"):
                     value = os.path.normpath(os.path.join(base_dir, value))
             if key in _PATH_LIST_KEYS.get(section, ()):
                 value = _path_list(f"{source}: [{section}] {key}", value, base_dir)
@@ -299,6 +303,7 @@ def load(path: str | None = None) -> Config:
 def validate(cfg: Config) -> None:
     validate_measure(cfg.measure)
     validate_regenerate(cfg.regenerate)
+    validate_pipeline(cfg)
     j, s, r = cfg.job, cfg.server, cfg.remote
     if j.max_length < 2:
         raise ConfigError("[job] max_length must be at least 2")

@@ -40,10 +40,9 @@ ANSWER_CODES = {
     "preflight": (OK, NOT_OK),  # some check failed, reply lists them
     "train": (OK, NOT_OK, REFUSED),  # export/setup failed; start/resume/stop refused, reply says why
     "measure": (OK, REFUSED),  # start/resume/stop refused (running, no draft, not running), reply says why
-    "regenerate": (
-        OK,
-        REFUSED,
-    ),  # start/resume/stop refused (running, no dataset, not running), reply says why
+    # start/resume/stop refused (running, no dataset, not running), reply says why
+    "regenerate": (OK, REFUSED),
+    "pipeline": (OK, REFUSED),  # start/stop refused (no stages, running, not running), reply says why
 }
 
 

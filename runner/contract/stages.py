@@ -72,6 +72,15 @@ class RegenerateConfig:
         "keep"  # the thinking text: keep, drop (cut out), or disable (the template's enable_thinking)
     )
     concurrency: int = 8  # rows in flight
+    input: str = ""  # the dataset to regenerate; default: [job] dataset
+
+
+@dataclass
+class PipelineConfig:
+    """The stages run as one (runner/pipeline): each hands off to the next when it ends done."""
+
+    stages: list = field(default_factory=list)  # a run of regenerate, extract, train, measure; empty: none
+    run_dir: str = ""  # default: <out>-pipeline
 
 
 def validate_measure(m: MeasureConfig) -> None:
@@ -101,3 +110,28 @@ def validate_regenerate(r: RegenerateConfig) -> None:
         raise ConfigError(
             f"[regenerate] reasoning must be one of {', '.join(REASONING)}, got {r.reasoning!r}"
         )
+
+
+def validate_pipeline(cfg) -> None:
+    """The stages checked; a pipeline that regenerates and then extracts extracts the regenerated
+    dataset: ``[job] dataset`` becomes ``[regenerate]``'s output, the input ``[regenerate] input``."""
+    from .pipeline import check_stages
+
+    p, r, j = cfg.pipeline, cfg.regenerate, cfg.job
+    if not p.stages:
+        return
+    if why := check_stages(p.stages):
+        raise ConfigError(f"[pipeline] {why}")
+    if "train" in p.stages and not cfg.train.python:
+        raise ConfigError(
+            '[pipeline] stages train: set [train] python (an interpreter with SpecForge, or "auto")'
+        )
+    if "regenerate" in p.stages and "extract" in p.stages:
+        r.input = r.input or j.dataset
+        r.output = r.output or regenerated_path(r.input)
+        j.dataset = r.output
+
+
+def regenerated_path(source: str) -> str:
+    """The regenerated dataset's default name: beside its source, NAME.regenerated.jsonl."""
+    return source.removesuffix(".jsonl") + ".regenerated.jsonl"

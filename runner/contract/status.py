@@ -45,6 +45,7 @@ class Phase(str, enum.Enum):
     TRAINING = "training"  # a training's steps flowing
     MEASURING = "measuring"  # a measurement's prompts flowing through one setting's server
     REGENERATING = "regenerating"  # a regeneration's rows flowing through the target
+    RUNNING = "running"  # a pipeline's stage under way (the stage's own record says how)
     PAUSED = "paused"  # waiting on a condition (disk) with a reason
     DONE = "done"  # every sample committed or failed with a reason
     FAILED = "failed"  # the job stopped itself with a reason
@@ -62,7 +63,9 @@ class Phase(str, enum.Enum):
 
 
 EXTRACTION_PHASES = tuple(
-    p for p in Phase if p not in (Phase.LOADING, Phase.TRAINING, Phase.MEASURING, Phase.REGENERATING)
+    p
+    for p in Phase
+    if p not in (Phase.LOADING, Phase.TRAINING, Phase.MEASURING, Phase.REGENERATING, Phase.RUNNING)
 )
 
 

@@ -10,6 +10,7 @@ from ..contract.atomic import read_jsonl
 from ..contract.config import Config
 from ..contract.regenerate import FAILED_SUFFIX, META_SUFFIX, ROWS
 from ..contract.replies import OK, Reply
+from ..contract.stages import regenerated_path
 from ..job import supervised
 from ..job.supervised import refused
 from .record import KIND, read
@@ -23,13 +24,11 @@ def run_dir(cfg: Config) -> str:
 
 
 def source(cfg: Config) -> str:
-    return os.path.abspath(cfg.job.dataset)
+    return os.path.abspath(cfg.regenerate.input or cfg.job.dataset)
 
 
 def output(cfg: Config) -> str:
-    if cfg.regenerate.output:
-        return os.path.abspath(cfg.regenerate.output)
-    return source(cfg).removesuffix(".jsonl") + ".regenerated.jsonl"
+    return os.path.abspath(cfg.regenerate.output or regenerated_path(source(cfg)))
 
 
 def failures(cfg: Config) -> str:
@@ -44,7 +43,7 @@ def _cheap(cfg: Config, root: str) -> Reply | None:
     if reply := supervised.running(KIND, root):
         return reply
     if not os.path.isfile(source(cfg)):
-        return refused(f"no dataset at {source(cfg)} ([job] dataset)")
+        return refused(f"no dataset at {source(cfg)} ([regenerate] input, else [job] dataset)")
     if output(cfg) == source(cfg):
         return refused("[regenerate] output is the input dataset: name another file")
     return None

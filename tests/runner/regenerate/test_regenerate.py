@@ -14,6 +14,8 @@ import pytest
 from runner.data import demo_assets
 from tests.runner.helpers import runner_json, wait_for
 
+pytestmark = pytest.mark.slow  # a real server and supervisor, each importing torch
+
 ROWS = 24
 
 

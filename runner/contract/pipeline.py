@@ -1,0 +1,71 @@
+"""The pipeline as ``hsx-runner pipeline status --json`` prints it: its own record (which stage
+runs, why it ended) and, read live beside it, each stage's phase. The stages are the kinds of job,
+in the order the data flows; ``[pipeline] stages`` names a run of them."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+from .errors import StatusError
+from .fields import check, plain, short
+from .status import Phase, parse_iso
+
+ACTIONS = ("start", "status", "stop")  # hsx-runner pipeline ACTION; start again resumes
+STAGES = ("regenerate", "extract", "train", "measure")
+_OWN = (Phase.PREFLIGHT, Phase.RUNNING, Phase.DONE, Phase.FAILED, Phase.STOPPED)
+PHASES = tuple(p.value for p in (*_OWN, Phase.CRASHED))
+ACTIVE = tuple(p for p in PHASES if Phase(p).is_active())
+WHERE = "pipeline record"
+
+
+def check_stages(stages: object) -> str | None:
+    """Why ``stages`` is not a run of STAGES in their order (None: it is)."""
+    if not isinstance(stages, list) or not stages or not all(isinstance(s, str) for s in stages):
+        return f"stages must be a non-empty list of {', '.join(STAGES)}"
+    unknown = [s for s in stages if s not in STAGES]
+    if unknown:
+        return f"unknown stage {unknown[0]!r} (the stages: {', '.join(STAGES)})"
+    first = STAGES.index(stages[0])
+    if list(stages) != list(STAGES[first : first + len(stages)]):
+        return f"stages must follow each other in order ({' → '.join(STAGES)}), got {' → '.join(stages)}"
+    return None
+
+
+@dataclass(frozen=True)
+class PipelineRecord:
+    phase: str = "stopped"
+    pid: int | None = None
+    heartbeat: str | None = None
+    started_at: str | None = None
+    ended_at: str | None = None
+    reason: str | None = None
+    stage: str | None = None  # the stage under way, or the one it ended at
+    stages: list = field(default_factory=list)  # the pipeline's, in order
+    run_dir: str | None = None
+    handed: list = field(default_factory=list)  # "stage: what its end handed on", one per stage ended done
+
+    @classmethod
+    def from_dict(cls, d: Any) -> PipelineRecord:
+        if not isinstance(d, dict):
+            raise StatusError(f"{WHERE} is not a JSON object")
+        if d.get("phase") not in PHASES:
+            raise StatusError(f"{WHERE} has unknown phase {short(d.get('phase'))}")
+        kw = plain(cls, d, WHERE)
+        for k in ("heartbeat", "started_at", "ended_at"):
+            if kw.get(k) is not None and parse_iso(kw[k]) is None:
+                raise StatusError(f"{WHERE} field {k!r} is not an ISO time (got {short(kw[k])})")
+        for k in ("stages", "handed"):
+            for i, v in enumerate(kw.get(k) or []):
+                check(WHERE, f"{k}[{i}]", v, "str")
+        if kw.get("stage") is not None and kw["stage"] not in STAGES:
+            raise StatusError(f"{WHERE} has unknown stage {short(kw['stage'])}")
+        return cls(**kw)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @property
+    def active(self) -> bool:
+        return self.phase in ACTIVE

@@ -1,0 +1,90 @@
+"""The pipeline's stages as data: each is a kind of job asked through its own ``hsx-runner`` verbs
+(in this process, the CLI's own main: the engines, locks and refusals each verb has), and what
+its done record must say before the next stage starts."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from ..contract.status import HANDOFF_PENDING, NOT_STARTED
+
+WAIT = "wait"  # a done stage still handing on (the extraction's verify): asked again
+
+
+def ask(config: str, *argv: str) -> tuple[int, dict]:
+    """``hsx-runner ARGV --json --config CONFIG``, answered in this process."""
+    from .. import cli
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = cli.main([*argv, "--json", "--config", config])
+    try:
+        reply = json.loads(out.getvalue().strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        reply = {}
+    if not isinstance(reply, dict):
+        reply = {}
+    if code and not reply.get("reason"):
+        reply["reason"] = (err.getvalue().strip() or out.getvalue().strip())[-500:] or f"exit code {code}"
+    return code, reply
+
+
+def _regenerated(d: dict) -> str | None:
+    if not d.get("output") or not os.path.isfile(d["output"]):
+        return f"its output {d.get('output')} is missing"
+    if d.get("failed", 0) >= d.get("total", 0):
+        return "no row was regenerated (see its failures file)"
+    return None
+
+
+def _extracted(d: dict) -> str | None:
+    handoff = d.get("handoff")
+    if handoff == HANDOFF_PENDING:
+        return WAIT  # its runner verifies the features for training
+    if handoff and "not verified" in handoff:
+        return handoff
+    return None
+
+
+def _trained(d: dict) -> str | None:
+    if d.get("export") == "pending":
+        return WAIT
+    if d.get("export_ok") is False:
+        return f"its export failed: {d.get('export')}"
+    return None
+
+
+@dataclass(frozen=True)
+class Stage:
+    name: str
+    verb: tuple[str, ...]  # hsx-runner VERB... ACTION; () for the extraction's own verbs
+    check: Callable[[dict], str | None]  # a done record: why not to go on (WAIT: not yet), None: go on
+    said: Callable[[dict], str]  # what its end hands on, in a few words
+
+    def argv(self, action: str) -> list[str]:
+        return [*self.verb, action]
+
+    def status(self, config: str) -> dict:
+        code, d = ask(config, *self.argv("status"))
+        if code or "phase" not in d:
+            return {"phase": "failed", "reason": d.get("reason") or f"its status answered exit code {code}"}
+        return d
+
+    @staticmethod
+    def started(d: dict) -> bool:
+        return not (d.get("phase") == "stopped" and d.get("reason") == NOT_STARTED)
+
+
+STAGES = {
+    "regenerate": Stage("regenerate", ("regenerate",), _regenerated,
+                        lambda d: f"{d.get('total', 0) - d.get('failed', 0):,} rows regenerated into {d.get('output')}"),
+    "extract": Stage("extract", (), _extracted, lambda d: f"{d.get('done', 0):,} samples extracted and verified"),
+    "train": Stage("train", ("train",), _trained, lambda d: f"the draft trained and exported to {d.get('export_dir')}"),
+    "measure": Stage("measure", ("measure",), lambda d: None,
+                     lambda d: f"measured accept length {d.get('accept_length')} at {d.get('best')}"),
+}  # fmt: skip

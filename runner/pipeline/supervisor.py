@@ -1,0 +1,119 @@
+"""The detached process that runs the pipeline: it holds the run's lock and takes the stages in
+order. A stage done whose checks pass hands on to the next; one running (started by the stage
+before it, or left by a pipeline that died) is waited on; one not started is started, one
+stopped or crashed is resumed. A stage that ends otherwise after this launch started it ends the
+pipeline, with its reason: ``pipeline start`` again resumes it there. SIGTERM stops the stage
+under way, then the pipeline.
+
+``python -m runner.pipeline.supervisor RUN_DIR CONFIG``
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+
+from ..contract import timing
+from ..contract.config import load
+from ..contract.status import Phase, now_iso
+from ..output.lock import JobLock
+from . import record
+from .stages import STAGES, WAIT, Stage, ask
+
+POLL_S = 2.0  # a stage's record read this often (the fast profile: its server poll)
+
+
+class Pipeline:
+    def __init__(self, root: str, config: str, stages: list[str]):
+        self.root, self.config, self.stages = root, config, stages
+        self.rec = record.load(root)
+        self.stop_asked = False
+
+    def on_term(self, *_) -> None:
+        self.stop_asked = True
+
+    def _sleep(self) -> None:
+        end = time.monotonic() + min(POLL_S, timing.current().server_poll_s * 4)
+        while time.monotonic() < end and not self.stop_asked:
+            time.sleep(timing.current().stop_poll_s)
+
+    def _stage(self, st: Stage) -> str | None:
+        """None once the stage is done and handed on; else how the pipeline ends."""
+        launched = False
+        while True:
+            d = st.status(self.config)
+            phase = d.get("phase")
+            if self.stop_asked:
+                if phase in (p.value for p in Phase if p.is_active()):
+                    ask(self.config, *st.argv("stop"))
+                return "stopped"
+            if phase == "done":
+                why = st.check(d)
+                if why == WAIT:
+                    self._sleep()
+                    continue
+                if why:
+                    self.rec.update(reason=f"the {st.name} stage ended done, but {why}")
+                    return "failed"
+                self.rec.update(handed=[*self.rec.d.get("handed", []), f"{st.name}: {st.said(d)}"])
+                return None
+            if phase in (p.value for p in Phase if p.is_active()):
+                self._sleep()
+                continue
+            if launched:
+                self.rec.update(reason=f"the {st.name} stage {phase}: {d.get('reason') or '?'}")
+                return "stopped" if phase == "stopped" else "failed"
+            action = "resume" if st.started(d) else "start"
+            code, r = ask(self.config, *st.argv(action))
+            if code and action == "resume":  # killed before it kept anything (the extraction's "use start")
+                again, r2 = ask(self.config, *st.argv("start"))
+                if not again:
+                    action, code, r = "start", again, r2
+            if code and st.status(self.config).get("phase") not in (p.value for p in Phase if p.is_active()):
+                self.rec.update(
+                    reason=f"the {st.name} stage's {action} refused: {r.get('reason') or r.get('message')}"
+                )
+                return "failed"
+            launched = True
+            self.rec.update(reason="")
+            self.rec.write()
+
+    def run(self) -> str:
+        for name in self.stages:
+            self.rec.update(phase="running", stage=name)
+            self.rec.write()
+            end = self._stage(STAGES[name])
+            self.rec.write()
+            if end:
+                return end
+        return "done"
+
+
+def main(argv: list[str]) -> int:
+    root, config = os.path.abspath(argv[0]), argv[1]
+    lock = JobLock(os.path.join(root, ".lock"))
+    lock.acquire()  # LockedError: another supervisor runs this pipeline
+    cfg = load(config)
+    p = Pipeline(root, config, list(cfg.pipeline.stages))
+    signal.signal(signal.SIGTERM, p.on_term)
+    signal.signal(signal.SIGINT, p.on_term)
+    p.rec.update(phase="preflight", pid=os.getpid(), reason="", stages=list(cfg.pipeline.stages), handed=[],
+                 started_at=p.rec.d.get("started_at") or now_iso(), ended_at=None)  # fmt: skip
+    p.rec.write()
+    try:
+        end = p.run()
+    except Exception as e:  # noqa: BLE001 - said in the record: the reason the pipeline ends
+        end = "failed"
+        p.rec.update(reason=f"{type(e).__name__}: {str(e)[:500]}")
+    if end == "stopped" and not p.rec.d.get("reason"):
+        p.rec.update(reason="stopped on request")
+    p.rec.update(phase=end, ended_at=now_iso())
+    p.rec.write()
+    lock.release()
+    return 0 if end != "failed" else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,118 @@
+"""The pipeline from one command on the demo, all real: the target regenerates the answers, the
+extraction reads the regenerated dataset, SpecForge's trainer trains the draft on it. Killed with
+-9 once in each stage (and the pipeline's own supervisor once), each time ``pipeline start``
+resumes it where it stopped, and it ends done with the draft exported."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+
+import pytest
+
+from runner import specforge_cpu
+from runner.contract.config import load
+from runner.data import demo_assets
+from tests.conftest import ROOT
+from tests.runner.helpers import runner_json, wait_for
+from tests.sshd import skip_or_fail
+
+pytestmark = pytest.mark.slow  # real servers, supervisors and a trainer
+SAMPLES = 16
+
+
+def _status(conf) -> dict:
+    code, d = runner_json("pipeline", conf, "status")
+    assert code == 0, d
+    return d
+
+
+def _start(conf) -> int:
+    code, d = runner_json("pipeline", conf, "start")
+    assert code == 0 and d["started"], d
+    return d["pid"]
+
+
+def _at(conf, stage, pred=lambda cur: True, timeout=300.0) -> dict:
+    """The status once ``stage`` is under way and ``pred`` holds of its own record."""
+
+    def ok():
+        d = _status(conf)
+        cur = d.get("current") or {}
+        return d["stage"] == stage and cur.get("phase") not in (None, "stopped", "done") and pred(cur)
+
+    wait_for(ok, timeout, 0.1, f"the {stage} stage under way")
+    return _status(conf)
+
+
+def _ended(conf, timeout=600.0) -> dict:
+    wait_for(
+        lambda: _status(conf)["phase"] in ("done", "failed", "stopped", "crashed"), timeout, 0.2, "its end"
+    )
+    return _status(conf)
+
+
+def test_one_command_takes_the_prompts_to_a_trained_draft_through_a_kill_in_each_stage(tmp_path):
+    if specforge_cpu.python_of(os.path.join(ROOT, ".cache")) is None:
+        skip_or_fail(
+            "no SpecForge CPU venv (python -m runner.specforge_cpu .cache)", "HSX_REQUIRE_SPECFORGE_TRAIN"
+        )
+    conf = demo_assets.build(str(tmp_path / "d"), SAMPLES, 0)
+    text = (
+        open(conf)
+        .read()
+        .replace("max_steps = 60", "max_steps = 12")
+        .replace("save_interval = 20", "save_interval = 4")
+    )
+    text += '\n[regenerate]\nmax_new_tokens = 16\nconcurrency = 1\n\n[pipeline]\nstages = ["regenerate", "extract", "train"]\n'
+    with open(conf, "w") as f:
+        f.write(text)
+    cfg = load(conf)
+    assert cfg.job.dataset == str(
+        tmp_path / "d" / "data.regenerated.jsonl"
+    )  # the extraction reads the target's
+
+    _start(conf)
+    d = _at(conf, "regenerate", lambda cur: cur.get("done", 0) >= 3)
+    os.kill(d["current"]["pid"], signal.SIGKILL)
+    end = _ended(conf)
+    assert end["phase"] == "failed" and end["stage"] == "regenerate" and "crashed" in end["reason"], end
+    pid = _start(conf)  # resumes the stage, which has rows to do yet
+    _at(conf, "regenerate", lambda cur: cur["phase"] == "starting_server")
+    os.kill(pid, signal.SIGKILL)  # the pipeline itself: its stage runs on
+    wait_for(lambda: _status(conf)["phase"] == "crashed", 60, 0.1, "the pipeline read as crashed")
+    _start(conf)  # waits on the stage it finds running, then goes on
+
+    d = _at(conf, "extract", lambda cur: cur.get("pid") is not None)
+    os.kill(d["current"]["pid"], signal.SIGKILL)
+    end = _ended(conf)
+    assert end["phase"] == "failed" and end["stage"] == "extract", end
+    assert end["phases"]["regenerate"] == "done"
+    _start(conf)
+
+    d = _at(conf, "train", lambda cur: (cur.get("step") or 0) >= 5, timeout=600)
+    os.kill(d["current"]["supervisor_pid"], signal.SIGKILL)
+    end = _ended(conf)
+    assert end["phase"] == "failed" and end["stage"] == "train", end
+    _start(conf)
+
+    end = _ended(conf)
+    assert end["phase"] == "done", end
+    assert end["stages"] == ["regenerate", "extract", "train"] and set(end["phases"].values()) == {"done"}, (
+        end
+    )
+    assert [h.split(":")[0] for h in end["handed"]] == ["regenerate", "extract", "train"]
+    rows = [json.loads(x)["row"] for x in open(tmp_path / "d" / "out-regenerate" / "rows.jsonl")]
+    assert sorted(rows) == list(range(SAMPLES))  # each row once, through a kill
+    with open(cfg.job.dataset) as f:
+        assert sum(1 for _ in f) == SAMPLES
+    code, st = runner_json("status", conf)
+    assert (
+        st["done"] == SAMPLES and st["dataset"] == cfg.job.dataset
+        if "dataset" in st
+        else st["done"] == SAMPLES
+    )
+    assert end["current"]["step"] == 12 and os.path.isfile(
+        os.path.join(end["current"]["export_dir"], "config.json")
+    )
