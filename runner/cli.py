@@ -271,7 +271,9 @@ def cmd_pipeline(args, cfg: Config) -> int:
 
     if args.action == "stop":
         return _answer(args, control.stop(cfg, args.wait))
-    return _answer(args, getattr(control, args.action)(cfg))
+    if args.action == "status":  # each stage's status, answered by this CLI's own verbs
+        return _answer(args, control.status(cfg, main))
+    return _answer(args, control.start(cfg))
 
 
 def parser() -> argparse.ArgumentParser:

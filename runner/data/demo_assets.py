@@ -46,10 +46,24 @@ def _measured(samples: int) -> tuple[str, str]:
     return train, measure
 
 
+def _pipeline(stages: list[str] | None) -> str:
+    """The demo's [regenerate] and [pipeline]: one command from its prompts to a trained (and, with
+    SGLang, measured) draft. None, or the extraction alone: no pipeline, the extraction as before."""
+    if not stages or stages == ["extract"]:
+        return ""
+    return (
+        "\n[regenerate]  # the target writes the answers again (the demo's data.jsonl -> data.regenerated.jsonl)\n"
+        "max_new_tokens = 48\nconcurrency = 4\n"
+        f"\n[pipeline]  # hsx demo starts it; `/pipeline start` resumes it where it stopped\nstages = {json.dumps(stages)}\n"
+    )
+
+
 def toml_for(
-    workdir: str, concurrency: int = 4, server: dict | None = None, trust: bool = False, samples: int = 0
-) -> str:
+    workdir: str, concurrency: int = 4, server: dict | None = None, trust: bool = False, samples: int = 0,
+    stages: list[str] | None = None,
+) -> str:  # fmt: skip
     train, measure = _measured(samples) if server else ("", "")
+    measure += _pipeline(stages)
     return f"""# Written by `hsx demo`: the whole loop on this machine, tiny model.
 [job]
 name = "demo"
@@ -170,10 +184,12 @@ def build(
     server: dict | None = None,
     target: str = "demo",
     say: Callable[[str], None] | None = None,
+    stages: list[str] | None = None,
 ) -> str:
     """Create the demo job in workdir unless it is already there; return the config path.
     ``server``: [server] keys for the real SGLang (runner.sglang_cpu), else the reference backend.
     ``target``: "demo" (the quickest) or a real family's shape from runner/data/targets.py.
+    ``stages``: the pipeline its config runs (None or the extraction alone: none).
     What hsx derives (model/, data.jsonl, demo.json) is built again when missing; an hsx.toml
     already there is the user's and is never overwritten (``say`` is told it was kept)."""
     os.makedirs(workdir, exist_ok=True)
@@ -219,7 +235,11 @@ def build(
             say(f"keeping {conf} as it is (your edits stay); remove it for a fresh one")
     else:
         with open(conf, "w") as f:
-            f.write(toml_for(workdir, server=server, trust=bool(remote_code(model_dir)), samples=samples))
+            f.write(
+                toml_for(
+                    workdir, server=server, trust=bool(remote_code(model_dir)), samples=samples, stages=stages
+                )
+            )
     with open(stamp, "w") as f:
         json.dump(want, f)
     return conf

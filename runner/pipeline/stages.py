@@ -1,6 +1,6 @@
 """The pipeline's stages as data: each is a kind of job asked through its own ``hsx-runner`` verbs
-(in this process, the CLI's own main: the engines, locks and refusals each verb has), and what
-its done record must say before the next stage starts."""
+(in this process, the CLI's own main, handed in by its caller: the engines, locks and refusals
+each verb has), and what its done record must say before the next stage starts."""
 
 from __future__ import annotations
 
@@ -16,13 +16,14 @@ from ..contract.status import HANDOFF_PENDING, NOT_STARTED
 WAIT = "wait"  # a done stage still handing on (the extraction's verify): asked again
 
 
-def ask(config: str, *argv: str) -> tuple[int, dict]:
-    """``hsx-runner ARGV --json --config CONFIG``, answered in this process."""
-    from .. import cli
+Main = Callable[[list[str]], int]  # runner.cli.main
 
+
+def ask(main: Main, config: str, *argv: str) -> tuple[int, dict]:
+    """``hsx-runner ARGV --json --config CONFIG``, answered in this process by ``main``."""
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = cli.main([*argv, "--json", "--config", config])
+        code = main([*argv, "--json", "--config", config])
     try:
         reply = json.loads(out.getvalue().strip().splitlines()[-1])
     except (ValueError, IndexError):
@@ -69,8 +70,8 @@ class Stage:
     def argv(self, action: str) -> list[str]:
         return [*self.verb, action]
 
-    def status(self, config: str) -> dict:
-        code, d = ask(config, *self.argv("status"))
+    def status(self, main: Main, config: str) -> dict:
+        code, d = ask(main, config, *self.argv("status"))
         if code or "phase" not in d:
             return {"phase": "failed", "reason": d.get("reason") or f"its status answered exit code {code}"}
         return d

@@ -15,6 +15,7 @@ import signal
 import sys
 import time
 
+from ..cli import main
 from ..contract import timing
 from ..contract.config import load
 from ..contract.status import Phase, now_iso
@@ -43,11 +44,11 @@ class Pipeline:
         """None once the stage is done and handed on; else how the pipeline ends."""
         launched = False
         while True:
-            d = st.status(self.config)
+            d = st.status(main, self.config)
             phase = d.get("phase")
             if self.stop_asked:
                 if phase in (p.value for p in Phase if p.is_active()):
-                    ask(self.config, *st.argv("stop"))
+                    ask(main, self.config, *st.argv("stop"))
                 return "stopped"
             if phase == "done":
                 why = st.check(d)
@@ -66,12 +67,14 @@ class Pipeline:
                 self.rec.update(reason=f"the {st.name} stage {phase}: {d.get('reason') or '?'}")
                 return "stopped" if phase == "stopped" else "failed"
             action = "resume" if st.started(d) else "start"
-            code, r = ask(self.config, *st.argv(action))
+            code, r = ask(main, self.config, *st.argv(action))
             if code and action == "resume":  # killed before it kept anything (the extraction's "use start")
-                again, r2 = ask(self.config, *st.argv("start"))
+                again, r2 = ask(main, self.config, *st.argv("start"))
                 if not again:
                     action, code, r = "start", again, r2
-            if code and st.status(self.config).get("phase") not in (p.value for p in Phase if p.is_active()):
+            if code and st.status(main, self.config).get("phase") not in (
+                p.value for p in Phase if p.is_active()
+            ):
                 self.rec.update(
                     reason=f"the {st.name} stage's {action} refused: {r.get('reason') or r.get('message')}"
                 )
@@ -91,7 +94,7 @@ class Pipeline:
         return "done"
 
 
-def main(argv: list[str]) -> int:
+def run(argv: list[str]) -> int:
     root, config = os.path.abspath(argv[0]), argv[1]
     lock = JobLock(os.path.join(root, ".lock"))
     lock.acquire()  # LockedError: another supervisor runs this pipeline
@@ -116,4 +119,4 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    sys.exit(run(sys.argv[1:]))
