@@ -79,6 +79,11 @@ def reading(r, full: bool, each=render) -> str:
     return summary.render_kind_reading(r, "pipeline", "pipeline status", each, full=full)
 
 
+def brief(d: dict, now: dt.datetime | None = None, full: bool = True) -> str:
+    """The pipeline alone, as "progress?" begins: stage k of n, its progress, its ETA."""
+    return render_pipeline(d, full)
+
+
 def status(h, cmd: Command, user: str, operator: bool | None) -> Reply:
     """`/pipeline status`; a member's without the paths and the box's words."""
     full = h.allowed(user, operator)

@@ -1,9 +1,11 @@
 """`/pipeline VERB` and `hsx pipeline VERB`: the client against the real `hsx-runner pipeline`
 reading a run dir's status.json, then the bot's signed HTTP endpoint with a fake runner that
-answers `hsx-runner pipeline ACTION --json` with canned replies."""
+answers `hsx-runner pipeline ACTION --json` with canned replies, and "progress?" beginning with
+the pipeline."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 
@@ -15,6 +17,7 @@ from bot.verbs.pipeline import render, stage_text
 from bot.verbs.table import PIPELINE
 from remote.errors import BadReply
 from runner.contract.replies import REFUSED
+from runner.contract.stages import PipelineConfig
 from runner.job.supervised import refused
 
 from .conftest import EXTRACTING
@@ -36,6 +39,7 @@ CRASHED = {
     "phases": {"regenerate": "crashed", "extract": "stopped", "train": "stopped", "measure": "stopped"},
     "current": REGEN_CRASHED,
 }  # fmt: skip
+WITH_PIPELINE = PipelineConfig(stages=FOUR)
 
 
 def test_the_real_runner_answers_pipeline_status_from_the_run_dir_and_refuses_a_start(tmp_path):
@@ -213,3 +217,28 @@ def test_hsx_pipeline_status_json_and_a_refused_start_exits_1(fake, conf, capsys
     assert said[0].startswith("pipeline running — stage 2 of 4: extract")
     assert "handed on: regenerate: 62 rows regenerated into /data/chat.regenerated.jsonl" in said
     assert [c[-1] for c in fake.calls()] == ["status", "start", "start", "stop", "status"]
+
+
+def test_progress_begins_with_the_pipeline_when_it_has_stages(fake, cfg):
+    event = {"type": "message", "channel": "C0PROGRESS", "user": STRANGER, "text": "progress?", "ts": "1.1"}
+    fake.reply("pipeline-status", RUNNING)
+    with serve(cfg, box=fake.box(), fake=fake) as (bot, _, _):  # no [pipeline] stages: not asked
+        assert bot.event(event, "Ev0001") == 200
+        (before,) = bot.rec.wait_for("chat.postMessage")
+    assert "pipeline" not in fake.verbs() and "pipeline" not in before["text"]
+
+    used = dataclasses.replace(cfg, pipeline=WITH_PIPELINE)
+    with serve(used, box=fake.box(), fake=fake) as (bot, _, _):
+        assert bot.event({**event, "ts": "1.2"}, "Ev0002") == 200
+        (after,) = bot.rec.wait_for("chat.postMessage")
+    lines = after["text"].splitlines()
+    assert lines[:3] == [
+        "pipeline running — stage 2 of 4: extract (extracting, 25,581 / 37,312 samples (68.6%))",
+        "regenerate done → extract extracting → train stopped → measure stopped",
+        "this stage's ETA ~2h49m; the stages after it are timed once they start",
+    ]
+    assert lines[4].startswith("25,581 / 37,312 — 68.6% done")  # then the extraction's answer, as before
+    assert "handed on" not in after["text"] and "chat.regenerated" not in after["text"]  # a member's
+    blocks = after["blocks"] if isinstance(after["blocks"], list) else json.loads(after["blocks"])
+    assert blocks[0]["text"]["text"].startswith("pipeline running — stage 2 of 4: extract")
+    assert fake.verbs().count("pipeline") == 1
