@@ -6,6 +6,7 @@ import os
 
 from bot.verbs.audit import AuditLog
 from bot.verbs.handlers import Handlers
+from bot.verbs.pipeline import Pipeline
 from bot.watch import history
 from remote.live import LiveStatus
 from runner.contract.config import Config
@@ -47,4 +48,6 @@ def make_handlers(cfg: Config, box=None, in_group=None) -> Handlers:
                                 read=lambda: box.measure_status(), parse=MeasureRecord.from_dict),
         regenerate_live=LiveStatus(box, history.state_path(cfg, ".regenerate-last.json"),
                                    read=lambda: box.regenerate_status(), parse=RegenerateRecord.from_dict),
+        pipeline_live=LiveStatus(box, history.state_path(cfg, ".pipeline-last.json"),
+                                 read=lambda: Pipeline(box.pipeline_status()), parse=Pipeline.from_dict),
     )  # fmt: skip

@@ -8,6 +8,8 @@ from typing import Any
 
 from runner.contract.measure import ACTIONS as MEASURE_ACTIONS
 from runner.contract.measure import MeasureRecord
+from runner.contract.pipeline import ACTIONS as PIPELINE_ACTIONS
+from runner.contract.pipeline import PipelineRecord
 from runner.contract.regenerate import ACTIONS as REGENERATE_ACTIONS
 from runner.contract.regenerate import RegenerateRecord
 from runner.contract.replies import ANSWER_CODES, BROKEN, LOGS, MAX_LOG_LINES, MAX_N, UNIT_NAME_RE
@@ -43,6 +45,23 @@ def _broken(verb: str, res: Result) -> BrokenFile:
     file, reason, message = (str(reply.get(k) or "") for k in ("broken", "reason", "message"))
     return BrokenFile(verb, file[:MAX_PATH_CHARS] or None, reason[:MAX_ERROR_CHARS] or said,
                       message[: MAX_PATH_CHARS + MAX_ERROR_CHARS] or said)  # fmt: skip
+
+
+def pipeline_reply(d: Any) -> dict[str, Any]:
+    """``pipeline status``'s reply, checked and kept as given: its record's fields as
+    PipelineRecord reads them, ``phases`` (stage: phase) an object of strings, ``current`` (the
+    stage under way's own status reply) an object or null. A StatusError says what is wrong."""
+    from runner.contract.errors import StatusError
+
+    PipelineRecord.from_dict(d)
+    phases = d.get("phases", {})
+    if not isinstance(phases, dict) or not all(
+        isinstance(k, str) and (v is None or isinstance(v, str)) for k, v in phases.items()
+    ):
+        raise StatusError("pipeline status reply's 'phases' is not an object of stage: phase")
+    if d.get("current") is not None and not isinstance(d["current"], dict):
+        raise StatusError("pipeline status reply's 'current' is not an object or null")
+    return d
 
 
 class GpuBox:
@@ -220,6 +239,26 @@ class GpuBox:
         if not isinstance(points, list):
             raise BadReply("`hsx-runner regenerate status` reply's 'history' is not a list")
         return rec, [p for p in points if isinstance(p, dict)]
+
+    def pipeline(self, action: str) -> dict[str, Any]:
+        """``hsx-runner pipeline ACTION``: one of a fixed set; start (which also resumes a
+        pipeline that ended short) waits for the pipeline's supervisor to claim its run."""
+        if action not in PIPELINE_ACTIONS:
+            raise ValueError(
+                f"pipeline: the action must be one of {', '.join(PIPELINE_ACTIONS)}, got {action!r}"
+            )
+        long = action == "start"
+        return self._call("pipeline", action, timeout_s=max(self.timeout_s, 600.0 if long else 0.0))
+
+    def pipeline_status(self) -> dict[str, Any]:
+        """The pipeline's record with each stage's phase (``phases``) and the stage under way's
+        own status reply (``current``), checked (``pipeline_reply``)."""
+        from runner.contract.errors import StatusError
+
+        try:
+            return pipeline_reply(self.pipeline("status"))
+        except StatusError as e:
+            raise BadReply(str(e)) from None
 
     def close(self) -> None:
         self.transport.close()

@@ -18,7 +18,8 @@ from runner.contract.config import Config
 PROMPT = "hsx> "
 GREETING = (
     'Ask "progress?" or type /extract help (/train help: the draft; /measure help: it in SGLang; '
-    "/regenerate help: the data's answers by the target). End with Ctrl-D."
+    "/regenerate help: the data's answers by the target; /pipeline help: the stages as one). "
+    "End with Ctrl-D."
 )
 
 

@@ -33,7 +33,8 @@ class ConsoleWatcher(Watcher):
     def deliver(self, a: Action, st) -> None:
         if a.kind == "progress":
             return
-        press = f"\n(Resume: type {kind_of_key(a.key).slash} resume)" if a.resume else ""
+        kind = kind_of_key(a.key)
+        press = f"\n(Resume: type {kind.slash} {kind.resume})" if a.resume else ""
         with self.lock:
             self.out.write(f"\n{for_terminal(a.private or a.text)}{press}\n{self.prompt}")  # an operator's
             self.out.flush()

@@ -1,1 +1,2 @@
-"""The verbs every surface runs: the kinds table, the one parser, the one gate, audit and dispatch, each kind's verbs, who may ask from where and how often."""
+"""The verbs every surface runs: the kinds table, the one parser, the one gate, audit and dispatch,
+each kind's verbs (the pipeline's among them), who may ask from where and how often."""

@@ -10,11 +10,11 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from bot.render import summary
-from bot.verbs import extraction, measure, regenerate, train
+from bot.verbs import extraction, measure, pipeline, regenerate, train
 from bot.verbs.access import Allowance
 from bot.verbs.audit import AuditLog, mention
 from bot.verbs.commands import Command, Reply, answer_text, failed, help_reply, parse
-from bot.verbs.table import EXTRACTION, KINDS, MEASURING, REGENERATING, TRAINING, Kind, Verb
+from bot.verbs.table import EXTRACTION, KINDS, MEASURING, PIPELINE, REGENERATING, TRAINING, Kind, Verb
 from remote.errors import RemoteError
 from remote.live import LiveStatus
 from runner.contract.config import Config
@@ -31,8 +31,9 @@ RUN = {
     TRAINING.name: train.RUN,
     MEASURING.name: measure.RUN,
     REGENERATING.name: regenerate.RUN,
+    PIPELINE.name: pipeline.RUN,
 }
-ASK = {EXTRACTION.name: extraction.ASK, TRAINING.name: {}, MEASURING.name: {}, REGENERATING.name: {}}
+ASK = {EXTRACTION.name: extraction.ASK} | {k: {} for k in KINDS if k != EXTRACTION.name}
 
 
 class Handlers:
@@ -49,6 +50,7 @@ class Handlers:
         train_live: LiveStatus | None = None,
         measure_live: LiveStatus | None = None,
         regenerate_live: LiveStatus | None = None,
+        pipeline_live: LiveStatus | None = None,
     ):
         self.box = box
         self.live = live if live is not None else LiveStatus(box)  # status within a bound
@@ -60,6 +62,9 @@ class Handlers:
         )
         self.regenerate_live = regenerate_live or LiveStatus(
             box, read=lambda: box.regenerate_status(), parse=RegenerateRecord.from_dict
+        )
+        self.pipeline_live = pipeline_live or LiveStatus(
+            box, read=lambda: pipeline.Pipeline(box.pipeline_status()), parse=pipeline.Pipeline.from_dict
         )
         self.cfg = cfg
         self.audit = audit

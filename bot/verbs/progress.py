@@ -1,14 +1,15 @@
-"""\"progress?\": the extraction's answer, then each other kind's once its run has started (the
-training's, the measurement's, the regeneration's), each the last record seen, marked stale,
+"""\"progress?\": the pipeline first where ``[pipeline] stages`` names one (stage k of n, its
+progress, its ETA), then the extraction's answer, then each other kind's once its run has started
+(the training's, the measurement's, the regeneration's), each the last record seen, marked stale,
 when the box is slow.
-Every kind's read starts first and shares the extraction's wait: one answer bound for all."""
+Every read starts first and shares the extraction's wait: one answer bound for all."""
 
 from __future__ import annotations
 
 import time
 
 from bot.render import summary
-from bot.verbs import measure, regenerate
+from bot.verbs import measure, pipeline, regenerate
 from bot.verbs.audit import ask_operators, for_member
 from bot.verbs.commands import Command, Reply
 from runner.contract import timing
@@ -44,23 +45,34 @@ PARTS = (
 )
 
 
+def _pipeline(h, r, full: bool, ask: str) -> tuple[str, list | None]:
+    """The pipeline alone (each stage's own part follows as its kind's), started or not."""
+    return pipeline.reading(r, full, pipeline.brief), None
+
+
 def progress(h, user: str, operator: bool | None = None) -> Reply:
     parts = [(word, getattr(h, live), said) for word, on, live, said in PARTS if on(h.cfg)]
-    if not parts:
+    first = [("pipeline", h.pipeline_live, _pipeline)] if h.cfg.pipeline.stages else []
+    if not parts and not first:
         return h.handle(Command("status"), user, operator)
     t0 = time.monotonic()
-    kicked = [live.kick() for _, live, _ in parts]
+    kicked = [live.kick() for _, live, _ in first + parts]
     reply = h.handle(Command("status"), user, operator)
     full = h.allowed(user, operator)
     ask = "" if full else ask_operators(h.cfg.slack.operators)
     texts, blocks, extra = [reply.text], list(reply.blocks or []), dict(reply.extra)
-    for (word, live, said), k in zip(parts, kicked, strict=True):
+    for (word, live, said), k in zip(first + parts, kicked, strict=True):
         r = live.read(max(0.0, timing.current().status_answer_s - (time.monotonic() - t0)), k)
         part = said(h, r, full, ask)
         if part is None:
             continue
-        texts.append(part[0])
-        blocks += part[1] or [summary.asking(b, ask) for b in summary.text_blocks(part[0])]
+        said_blocks = part[1] or [summary.asking(b, ask) for b in summary.text_blocks(part[0])]
+        if word == "pipeline":  # it begins the answer
+            texts.insert(0, part[0])
+            blocks[:0] = said_blocks
+        else:
+            texts.append(part[0])
+            blocks += said_blocks
         extra[word] = r.record
     if len(texts) == 1:
         return reply

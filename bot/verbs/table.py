@@ -1,6 +1,6 @@
 """The kinds table: each job kind (the extraction, the training, the draft's measurement, the
-regeneration of the data) as data: its slash command, its word, and its verbs with who may run
-them, their flags and the question a confirmed one asks.
+regeneration of the data, and the pipeline that runs them as one) as data: its slash command, its
+word, and its verbs with who may run them, their flags and the question a confirmed one asks.
 
 It drives the chat parser and its help (commands.py), the dispatch (handlers.py), the `hsx`
 subcommands (cli.py), the buttons (slack_out.py), and each slash command's entry of
@@ -286,6 +286,41 @@ REGENERATE_VERBS = (
 )
 
 
+# `/pipeline VERB` and `hsx pipeline VERB`: each runs `hsx-runner pipeline VERB`
+# (bot/verbs/pipeline.py); start again resumes where it stopped, so it has no resume verb.
+PIPELINE_SLASH = "/pipeline"
+PIPELINE_DESCRIPTION = "Start, stop or query the stages run as one (regenerate, extract, train, measure)"
+
+
+def _pipeline(name: str, help_: str, operator: bool = False, **kw) -> Verb:
+    return Verb(name, help_, operator=operator, slash=PIPELINE_SLASH, **kw)
+
+
+PIPELINE_VERBS = (
+    _pipeline(
+        "status",
+        "where the pipeline is: stage k of n, each stage's phase, the stage under way in its own words",
+        every_s=30.0,  # the box asks every stage for its status
+    ),
+    _pipeline(
+        "start",
+        "run the [pipeline] stages in order; after a failure, crash or stop it resumes where it stopped",
+        True,
+    ),
+    _pipeline(
+        "stop",
+        "stop the pipeline and the stage under way (finished work is kept)",
+        True,
+        confirm="Stop the pipeline",
+        question=(
+            "Stop the pipeline? The stage under way stops too; finished work is kept; "
+            "`/pipeline start` resumes."
+        ),
+    ),
+    _pipeline("help", "this text", terminal=False, json=False),
+)
+
+
 @dataclass(frozen=True)
 class Kind:
     """A job kind: what chat, the terminal, the buttons and the manifest know of it."""
@@ -296,6 +331,7 @@ class Kind:
     verbs: tuple[Verb, ...]
     word: str = ""  # before its verbs in `hsx WORD VERB`, audit lines, confirmations ("train stop")
     key: str = ""  # the start of its alerts' keys: a Resume button's value says which kind it resumes
+    resume: str = "resume"  # the verb its alerts' Resume button runs
 
     @functools.cached_property  # a frozen row: its verbs by name, built once
     def table(self) -> dict[str, Verb]:
@@ -333,7 +369,16 @@ REGENERATING = Kind(
     word="regenerate",
     key="regenerate:",
 )
-KINDS = {k.name: k for k in (EXTRACTION, TRAINING, MEASURING, REGENERATING)}
+PIPELINE = Kind(
+    "pipeline",
+    PIPELINE_SLASH,
+    PIPELINE_DESCRIPTION,
+    PIPELINE_VERBS,
+    word="pipeline",
+    key="pipeline:",
+    resume="start",  # start resumes a pipeline that failed, crashed or was stopped
+)
+KINDS = {k.name: k for k in (EXTRACTION, TRAINING, MEASURING, REGENERATING, PIPELINE)}
 
 
 def kind_of_key(key: str) -> Kind:

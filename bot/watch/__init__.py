@@ -1,2 +1,2 @@
 """The watcher: each poll judged (the extraction's, the training's, the measurement's, the
-regeneration's), milestones and alerts posted once."""
+regeneration's, the pipeline's), milestones and alerts posted once."""

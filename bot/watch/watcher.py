@@ -4,8 +4,8 @@
 keeps the box's own parts (unreachable, unreadable, the progress message, a background verb's
 result) and asks the extraction's judge (extraction_watch), whose record is the box's status.
 `Watcher.tick()` observes, decides, asks each other kind's judge (train_watch, measure_watch,
-regenerate_watch) that reads its own record, delivers, and saves the state atomically, so a
-restart neither repeats an alert nor misses a new one. What each kind posted is its part of the state (posted.py).
+regenerate_watch, pipeline_watch) that reads its own record, delivers, and saves the state
+atomically, so a restart neither repeats an alert nor misses a new one. What each kind posted is its part of the state (posted.py).
 """
 
 from __future__ import annotations
@@ -24,10 +24,11 @@ from bot.render.mrkdwn import escape
 from bot.slack.slack_out import Action, resume_button
 from bot.verbs import regenerate
 from bot.verbs.audit import ask_operators
-from bot.verbs.table import EXTRACTION, MEASURING, REGENERATING, TRAINING, kind_of_key
+from bot.verbs.table import EXTRACTION, MEASURING, PIPELINE, REGENERATING, TRAINING, kind_of_key
 from bot.watch import extraction_watch, history
 from bot.watch.extraction_watch import Limits
 from bot.watch.measure_watch import watch_measuring
+from bot.watch.pipeline_watch import watch_pipeline
 from bot.watch.posted import Posted
 from bot.watch.regenerate_watch import watch_regenerating
 from bot.watch.train_watch import TrainLimits, TrainPosted, watch_training
@@ -207,7 +208,7 @@ class Watcher:
         self.lim = Limits.from_config(cfg)
         # the other kinds' judges, each reading its own record: the training's when [train] is set,
         # the measurement's when there is a draft to measure (one trained here, or [measure] draft),
-        # the regeneration's when a [regenerate] key is set
+        # the regeneration's when a [regenerate] key is set, the pipeline's when it has stages
         train = functools.partial(watch_training, lim=TrainLimits.from_config(cfg))
         measure = functools.partial(watch_measuring, stall_s=cfg.watcher.stall_after_s)
         self.judges = {TRAINING.name: train} if cfg.train.python else {}
@@ -217,6 +218,8 @@ class Watcher:
             self.judges[REGENERATING.name] = functools.partial(
                 watch_regenerating, stall_s=cfg.watcher.stall_after_s
             )
+        if cfg.pipeline.stages:
+            self.judges[PIPELINE.name] = watch_pipeline
         self.path = history.state_path(cfg)
         self.clock = clock or (lambda: dt.datetime.now(dt.timezone.utc))
         self.live = live if live is not None else LiveStatus(box, clock=self.clock)

@@ -5,6 +5,7 @@ done stage handed on."""
 from __future__ import annotations
 
 from ..contract.status import NOT_STARTED
+from .training import WITHHELD
 
 UNITS = {"regenerate": "rows", "extract": "samples", "measure": "requests"}
 
@@ -49,7 +50,8 @@ def line(d: dict) -> str:
 
 
 def render_pipeline(d: dict, full: bool = True) -> str:
-    """The pipeline first, then each stage's phase; ``full``: with the box's words and paths."""
+    """The pipeline first, then each stage's phase; ``full``: with the box's words and paths, else
+    ``WITHHELD`` where its reason was."""
     if not d.get("started_at") and d.get("phase") == "stopped":
         return "pipeline: not started (`/pipeline start`)"
     lines = [f"pipeline {d.get('phase', '?').replace('_', ' ')}" + (f" — {w}" if (w := where(d)) else "")]
@@ -62,7 +64,7 @@ def render_pipeline(d: dict, full: bool = True) -> str:
             f"this stage's ETA ~{human_duration(eta)}; the stages after it are timed once they start"
         )
     if d.get("phase") in ("failed", "crashed", "stopped") and d.get("reason"):
-        lines.append(f"{d['phase']}: {d['reason']}" if full else f"the pipeline {d['phase']}")
+        lines.append(f"{d['phase']}: {d['reason']}" if full else f"the pipeline {d['phase']}; {WITHHELD}")
     if d.get("phase") in ("failed", "crashed", "stopped"):
         lines.append("`/pipeline start` resumes it where it stopped")
     if full:

@@ -2,8 +2,9 @@
 
 The fixture folder is the folder of F. Every call appends its argv to ``argv.jsonl`` there;
 the reply is ``<verb>.json`` (``status.json`` for status, ``train-<action>.json`` for train,
-``measure-<action>.json`` for measure, ``regenerate-<action>.json`` for regenerate), the exit
-code ``<verb>.code``, and ``<verb>.sleep`` (seconds) makes it slow.
+``measure-<action>.json`` for measure, ``regenerate-<action>.json`` for regenerate,
+``pipeline-<action>.json`` for pipeline), the exit code ``<verb>.code``, and ``<verb>.sleep``
+(seconds) makes it slow.
 A file that is not JSON is printed as is (a corrupt reply).
 """
 
@@ -22,7 +23,7 @@ def main() -> int:
     with open(os.path.join(folder, "argv.jsonl"), "a") as f:
         f.write(json.dumps(argv) + "\n")
     verb = argv[0]
-    if verb in ("train", "measure", "regenerate"):  # `train --json --config F ACTION`: train-ACTION.json
+    if verb in ("train", "measure", "regenerate", "pipeline"):  # `train ... ACTION`: train-ACTION.json
         verb = f"{verb}-{argv[-1]}"
     slow = os.path.join(folder, f"{verb}.sleep")
     if os.path.exists(slow):

@@ -15,8 +15,8 @@ from bot.wiring import make_handlers
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TERMINAL = [v for v in VERBS if v.terminal]
-# not verbs of /extract (train, measure, regenerate: words of their own kinds)
-ONLY_TERMINAL = {"bot", "deploy", "demo", "train", "measure", "regenerate"}
+# not verbs of /extract (train, measure, regenerate, pipeline: words of their own kinds)
+ONLY_TERMINAL = {"bot", "deploy", "demo", "train", "measure", "regenerate", "pipeline"}
 
 
 def _spellings(v, f) -> tuple[str, list[str]]:

@@ -1,5 +1,5 @@
-"""Buttons: confirm or cancel a stop (the extraction's or the training's) or free-gpus, and Resume on a crash alert (once per alert;
-the extraction's, or the training's)."""
+"""Buttons: confirm or cancel a stop (any kind's) or free-gpus, and Resume on a crash alert (once
+per alert; it runs the verb the alert's kind resumes with: `/train resume`, `/pipeline start`)."""
 
 from __future__ import annotations
 
@@ -49,9 +49,8 @@ def register(app, rt: Runtime) -> None:
         user = body["user"]["id"]
         key = (body.get("actions") or [{}])[0].get("value", "")
         original = (body.get("message") or {}).get("text", "")
-        cmd = Command(
-            "resume", kind=kind_of_key(key).name
-        )  # the alert's kind: `/train resume` or `/extract resume`
+        kind = kind_of_key(key)
+        cmd = Command(kind.resume, kind=kind.name)  # the alert's kind: `/train resume`, `/pipeline start`
         resume = lambda **op: rt.handlers.handle(cmd, user, **op)  # noqa: E731
         if not rt.handlers.is_operator(user):
             reply = resume()  # refused and audited

@@ -1,0 +1,106 @@
+"""The pipeline's verbs (`/pipeline VERB`, `hsx pipeline VERB`): start and stop are the fixed
+``hsx-runner pipeline VERB`` (remote.client.GpuBox.pipeline), start also resuming a pipeline that
+failed, crashed or was stopped; `status` the pipeline (runner/text/pipeline.py) followed by the
+stage under way in its own kind's words. handlers.py gates, confirms, audits and dispatches them
+(``RUN``), as it does the other kinds'.
+
+The status reply is read through ``Handlers.pipeline_live`` (remote/live.py), so an answer comes
+within the status bound whatever the box does. Paths and the box's words are for operators: a
+member's text leaves them out, or says whom to ask (``WITHHELD``)."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from bot.render import summary
+from bot.verbs.audit import for_member
+from bot.verbs.commands import Command, Reply
+from bot.verbs.table import PIPELINE
+from remote.client import pipeline_reply
+from runner.contract.errors import StatusError
+from runner.contract.measure import MeasureRecord
+from runner.contract.regenerate import RegenerateRecord
+from runner.contract.status import StatusRecord
+from runner.contract.train import TrainRecord
+from runner.text.extraction import render_text
+from runner.text.measure import render_measure
+from runner.text.pipeline import render_pipeline
+from runner.text.regenerate import render_regenerate
+from runner.text.training import render_train
+
+
+class Pipeline(dict):
+    """The status reply as the live reader keeps it: the dict, saved whole (``to_dict``) and
+    checked again when read back (``from_dict``)."""
+
+    def to_dict(self) -> dict:
+        return dict(self)
+
+    @classmethod
+    def from_dict(cls, d) -> Pipeline:
+        return cls(pipeline_reply(d))
+
+
+# each stage: its record read from its own status reply, and that kind's own text of it (the
+# extraction's status is everyone's, as `/extract status` says it)
+STAGES = {
+    "regenerate": (RegenerateRecord.from_dict, lambda r, now, full: render_regenerate(r, now, full)),
+    "extract": (StatusRecord.from_dict, lambda r, now, full: render_text(r, now)),
+    "train": (TrainRecord.from_dict, lambda r, now, full: render_train(r, now, full)),
+    "measure": (MeasureRecord.from_dict, lambda r, now, full: render_measure(r, now, full)),
+}
+
+
+def stage_text(d: dict, now: dt.datetime | None = None, full: bool = True) -> str:
+    """The stage under way (or the one it ended at) as its own kind says it; its phase alone
+    when its reply is not that kind's record (the box could not read it)."""
+    stage, current = d.get("stage"), d.get("current")
+    if stage not in STAGES or current is None:
+        return ""
+    parse, render = STAGES[stage]
+    try:
+        return render(parse(current), now, full)
+    except (StatusError, ValueError, TypeError, KeyError, AttributeError):
+        phase = (d.get("phases") or {}).get(stage) or current.get("phase") or "?"
+        return f"{stage}: {phase}"
+
+
+def render(d: dict, now: dt.datetime | None = None, full: bool = True) -> str:
+    """`/pipeline status`: the pipeline, then the stage under way in its own words."""
+    own = stage_text(d, now, full)
+    return render_pipeline(d, full) + (f"\n\n{own}" if own else "")
+
+
+def reading(r, full: bool, each=render) -> str:
+    """The reply read, or the last one seen marked stale when the box is slow; ``each`` draws
+    one (progress? draws the pipeline alone: each kind's own part follows it)."""
+    if r.fresh:
+        return each(r.record, full=full)
+    return summary.render_kind_reading(r, "pipeline", "pipeline status", each, full=full)
+
+
+def brief(d: dict, now: dt.datetime | None = None, full: bool = True) -> str:
+    """The pipeline alone, as "progress?" begins: stage k of n, its progress, its ETA."""
+    return render_pipeline(d, full)
+
+
+def status(h, cmd: Command, user: str, operator: bool | None) -> Reply:
+    """`/pipeline status`; a member's without the paths and the box's words."""
+    full = h.allowed(user, operator)
+    r = h.pipeline_live.read()
+    text, markup = for_member(reading(r, full), full, h.cfg.slack.operators)
+    if not r.fresh:
+        return Reply(text=text, markup=markup, ephemeral=True, error=True)
+    return Reply(text=text, markup=markup, extra={"pipeline": r.record})
+
+
+def act(h, cmd: Command, user: str, operator: bool | None) -> Reply:
+    """A mutating verb: ``hsx-runner pipeline VERB``, audited before and after."""
+    return h.act(cmd, user, lambda: h.box.pipeline(cmd.verb))
+
+
+RUN = {"status": status} | {
+    v.name: act
+    for v in PIPELINE.verbs
+    if v.operator  # each one `hsx-runner pipeline VERB`
+}

@@ -1,0 +1,89 @@
+"""The watcher's judging of the pipeline (``hsx-runner pipeline status``), apart from the kinds
+it runs: each stage is still judged by its own kind's judge where that one is on.
+
+Alerts, each posted once per episode: a crash (the pipeline's supervisor gone: one per launch,
+by its pid) or a failure (a stage that ended otherwise, a done stage whose checks failed), with
+the reason for operators and a Resume button that runs `/pipeline start`: it resumes where the
+pipeline stopped, finished work kept.
+Milestones, in the progress message's thread: each stage as it starts ("stage 2 of 4: extract"),
+once per run; done once, with what each stage handed on (the last: the measured accept length,
+where measure is a stage), the paths only in the operators' DM.
+"""
+
+from __future__ import annotations
+
+import copy
+import datetime as dt
+import re
+
+from bot.slack.slack_out import Action
+from bot.verbs.table import PIPELINE
+from bot.watch.posted import MAX_KEYS, Posted, look
+from runner.text.pipeline import render_pipeline
+
+KEY = PIPELINE.key
+_PLACE = re.compile(r"\s+(?:into|to|in|at|from)\s+/\S*")  # "… into /data/x.jsonl"
+_PATH = re.compile(r"(?<!\S)/\S*")
+
+
+def without_paths(said: str) -> str:
+    """A stage's hand-on as the channel reads it: "62 rows regenerated", not where to."""
+    return _PATH.sub("…", _PLACE.sub("", said))
+
+
+def _alert(d: dict, run: str) -> Action:
+    phase = d["phase"]
+    episode = d.get("pid") if phase == "crashed" else d.get("ended_at")
+    head = f":rotating_light: Pipeline {phase.upper()}"
+    text = f"{head}\n{render_pipeline(d, full=False)}"
+    private = f"{head}: {d.get('reason') or 'no reason given'}\n{render_pipeline(d)}"
+    return Action("alert", text, key=f"{KEY}{phase}:{run}:{episode}", resume=True, private=private)
+
+
+def _started(d: dict, p: Posted, run: str) -> Action | None:
+    """The stage under way, when it is a later one than any said of this run: a resume walks the
+    done stages again, and a watcher that came late says where the pipeline is."""
+    stages, stage = d.get("stages") or [], d.get("stage")
+    if d.get("phase") != "running" or stage not in stages:
+        return None
+    k = stages.index(stage) + 1
+    if k <= p.milestone:
+        return None
+    p.milestone = k
+    text = f"Pipeline stage {k} of {len(stages)}: {stage}"
+    handed = d.get("handed") or []
+    if k > 1 and len(handed) == k - 1:  # the stage before it, handed on just now
+        text += f"\nhanded on: {without_paths(handed[-1])}"
+    return Action("milestone", text, key=f"{KEY}stage:{run}:{k}")
+
+
+def _done(d: dict, run: str) -> Action:
+    head = ":white_check_mark: Pipeline done: " + " → ".join(d.get("stages") or [])
+    handed = d.get("handed") or []
+    text = "\n".join([head, *(without_paths(h) for h in handed)])
+    private = "\n".join([head, *handed])
+    return Action("done", text, key=f"{KEY}done:{run}", private=private if private != text else "")
+
+
+def judge(st, d: dict, now: dt.datetime | None = None):
+    """Pure: the watcher's state (the pipeline's part) and one status reply → what to post, next
+    state."""
+    st = copy.deepcopy(st)
+    if not d.get("started_at"):
+        return [], st
+    p = st.kinds.setdefault(PIPELINE.name, Posted())
+    run = d["started_at"]  # kept by a start that resumes: the run's milestones are said once
+    p.start(run)
+    found = []
+    if d.get("phase") in ("crashed", "failed"):
+        found.append(_alert(d, run))
+    if d.get("phase") == "done":
+        found.append(_done(d, run))
+    out = [a for a in found if a.key not in p.active]
+    p.active = (p.active + [a.key for a in out])[-MAX_KEYS:]
+    later = [a] if (a := _started(d, p, run)) else []
+    return out + later, st
+
+
+def watch_pipeline(box, st, now: dt.datetime | None = None):
+    return look(box.pipeline_status, judge, st, now, "pipeline")
