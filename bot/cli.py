@@ -175,7 +175,8 @@ def cmd_demo(args) -> int:
     what = "a tiny model" if args.target == "demo" else f"a tiny {args.target}-shaped model"
     print(f"hsx demo: building {what}, tokenizer and {args.samples} conversations in {workdir} ...")
     say = lambda m: print(f"hsx demo: {m}")  # noqa: E731
-    conf = demo_assets.build(workdir, args.samples, args.seed, server, args.target, say=say)
+    conf = demo_assets.build(workdir, args.samples, args.seed, server, args.target, say=say,
+                             stages=_stages(args))  # fmt: skip
     came_from = demo_assets.relocate(workdir)
     if came_from:
         print(f"hsx demo: {workdir} was copied or moved from {came_from}: its files now name {workdir}")
@@ -184,14 +185,18 @@ def cmd_demo(args) -> int:
     cfg = load(conf)
     _pace(args, cfg)
     box = _box(cfg)
-    started = box.start()
-    if started.get("started"):
+    piped = bool(cfg.pipeline.stages)
+    started = box.pipeline("start") if piped else box.start()
+    if started.get("started") and piped:
+        print(f"hsx demo: pipeline started ({' → '.join(cfg.pipeline.stages)}; pid {started['pid']}): "
+              f"the target writes the answers again into {cfg.job.dataset}, then each stage hands on")  # fmt: skip
+    elif started.get("started"):
         print(f"hsx demo: extraction started (runner pid {started['pid']}), output in {cfg.job.out}")
     else:
         print(f"hsx demo: {started.get('reason')}")
     try:
         if args.headless:
-            return _headless(box, started.get("pid"))
+            return _headless_pipeline(box) if piped else _headless(box, started.get("pid"))
         from bot.terminal.console import run_console
 
         run_console(box, cfg, watch=True)
@@ -199,6 +204,9 @@ def cmd_demo(args) -> int:
     except KeyboardInterrupt:
         return 130
     finally:
+        if piped and box.pipeline_status().get("phase") in ("preflight", "running"):
+            print("hsx demo: stopping the pipeline and its stage; run the same command again to resume")
+            box.pipeline("stop")
         rec = box.status()
         if rec.phase.is_active():
             print("hsx demo: stopping the job; run the same command again to resume")
@@ -206,6 +214,36 @@ def cmd_demo(args) -> int:
         r = cfg.remote.runner  # absolute: a venv's bin is often not on PATH
         print(f"inspect: {r} status --config {conf} --json; {r} verify --config {conf} --json")
         box.close()
+
+
+def _stages(args) -> list[str]:
+    """--stages as a list, checked: by default the whole pipeline the demo can run here."""
+    from runner.contract.pipeline import check_stages
+
+    if args.stages is None:
+        return ["regenerate", "extract", "train", *(["measure"] if args.backend == "sglang" else [])]
+    stages = [s.strip() for s in args.stages.split(",") if s.strip()]
+    if why := check_stages(stages):
+        raise SystemExit(f"hsx demo --stages: {why}")
+    if "measure" in stages and args.backend != "sglang":
+        raise SystemExit("hsx demo --stages ...,measure measures the draft in SGLang: add --backend sglang")
+    return stages
+
+
+def _headless_pipeline(box) -> int:
+    """The pipeline's text each time it changes, to its end: 0 when it ended done."""
+    from runner.text.pipeline import render_pipeline
+
+    last = ""
+    while True:
+        d = box.pipeline_status()
+        text = render_pipeline(d)
+        if text != last:
+            print(text + "\n", flush=True)
+            last = text
+        if d.get("phase") not in ("preflight", "running"):
+            return 0 if d.get("phase") == "done" else 1
+        time.sleep(timing.current().headless_poll_s)
 
 
 DEMO_PACE_S = 1.0  # with the console: 500 samples in about 2 minutes at the demo's 4 in flight
@@ -353,6 +391,11 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument(
         "--tp", type=int, choices=(1, 2, 4), default=1,
         help="with --backend sglang: tensor-parallel ranks, one scheduler process each",
+    )  # fmt: skip
+    s.add_argument(
+        "--stages", default=None, metavar="A,B",
+        help="the pipeline it runs (default regenerate,extract,train; with --backend sglang also measure); "
+        "extract: the extraction alone",
     )  # fmt: skip
     s.set_defaults(fn=cmd_demo)
     return p

@@ -13,6 +13,7 @@ from bot.verbs import measure, pipeline, regenerate
 from bot.verbs.audit import ask_operators, for_member
 from bot.verbs.commands import Command, Reply
 from runner.contract import timing
+from runner.contract.status import NOT_STARTED
 from runner.text.training import render_train
 
 
@@ -61,6 +62,9 @@ def progress(h, user: str, operator: bool | None = None) -> Reply:
     full = h.allowed(user, operator)
     ask = "" if full else ask_operators(h.cfg.slack.operators)
     texts, blocks, extra = [reply.text], list(reply.blocks or []), dict(reply.extra)
+    rec = reply.extra.get("record")
+    if first and rec is not None and rec.phase.value == "stopped" and rec.reason == NOT_STARTED:
+        texts, blocks = [], []  # a pipeline's extraction not reached yet: the pipeline says so
     for (word, live, said), k in zip(first + parts, kicked, strict=True):
         r = live.read(max(0.0, timing.current().status_answer_s - (time.monotonic() - t0)), k)
         part = said(h, r, full, ask)
@@ -74,7 +78,7 @@ def progress(h, user: str, operator: bool | None = None) -> Reply:
             texts.append(part[0])
             blocks += said_blocks
         extra[word] = r.record
-    if len(texts) == 1:
+    if len(texts) == 1 and texts[0] == reply.text:
         return reply
     text, markup = for_member("\n\n".join(texts), full, h.cfg.slack.operators)
     return Reply(text=text, blocks=blocks if reply.blocks else None, markup=markup, ephemeral=reply.ephemeral,

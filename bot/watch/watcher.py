@@ -331,6 +331,9 @@ def schedule(watcher: Watcher, interval_s: float, scheduler=None):
         from apscheduler.schedulers.background import BackgroundScheduler
 
         scheduler = BackgroundScheduler(timezone="UTC")
+    # a tick still running when the next is due is skipped (max_instances): the watcher says a
+    # slow tick itself, so the scheduler's own warning of each skip is noise in a console
+    logging.getLogger("apscheduler.scheduler").setLevel(logging.ERROR)
     scheduler.add_job(
         watcher.tick,
         "interval",

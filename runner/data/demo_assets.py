@@ -46,14 +46,14 @@ def _measured(samples: int) -> tuple[str, str]:
     return train, measure
 
 
-def _pipeline(stages: list[str] | None) -> str:
+def _pipeline(stages: list[str] | None, tokens: int) -> str:
     """The demo's [regenerate] and [pipeline]: one command from its prompts to a trained (and, with
     SGLang, measured) draft. None, or the extraction alone: no pipeline, the extraction as before."""
     if not stages or stages == ["extract"]:
         return ""
     return (
         "\n[regenerate]  # the target writes the answers again (the demo's data.jsonl -> data.regenerated.jsonl)\n"
-        "max_new_tokens = 48\nconcurrency = 4\n"
+        f"max_new_tokens = {tokens}  # per answer\nconcurrency = 8\n"
         f"\n[pipeline]  # hsx demo starts it; `/pipeline start` resumes it where it stopped\nstages = {json.dumps(stages)}\n"
     )
 
@@ -63,7 +63,7 @@ def toml_for(
     stages: list[str] | None = None,
 ) -> str:  # fmt: skip
     train, measure = _measured(samples) if server else ("", "")
-    measure += _pipeline(stages)
+    measure += _pipeline(stages, 24)  # short answers: the demo's stages a few minutes each
     return f"""# Written by `hsx demo`: the whole loop on this machine, tiny model.
 [job]
 name = "demo"

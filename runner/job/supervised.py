@@ -6,6 +6,7 @@ record class, its phases, its module and its words."""
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 import json
 import os
 import sys
@@ -16,7 +17,7 @@ from ..contract import fields, timing
 from ..contract.atomic import read_object, write_atomic
 from ..contract.errors import BrokenFileError, StatusError
 from ..contract.replies import OK, REFUSED, Reply
-from ..contract.status import NOT_STARTED, gone, now_iso
+from ..contract.status import NOT_STARTED, age_s, gone, now_iso
 from ..output.lock import is_held_at
 from . import detach
 
@@ -76,10 +77,17 @@ def read(kind: Kind, root: str) -> Any:
         rec = kind.record.from_dict(d)
     except StatusError as e:
         raise BrokenFileError(path, str(e), kind.fix) from None
-    if rec.active and not is_held_at(os.path.join(root, ".lock"))[0]:
+    if rec.active and not is_held_at(os.path.join(root, ".lock"))[0] and not _launching(rec):
         why = gone(f"{kind.doing} supervisor", rec.pid, rec.phase, rec.heartbeat)
         rec = dataclasses.replace(rec, phase="crashed", reason=why)
     return rec
+
+
+def _launching(rec) -> bool:
+    """A launch under way: the record says preflight with no pid yet (``launch`` wrote it, its
+    supervisor has not claimed the run), for no longer than a claim may take."""
+    age = age_s(rec.heartbeat, dt.datetime.now(dt.timezone.utc))
+    return rec.phase == "preflight" and rec.pid is None and age is not None and age < timing.current().claim_s
 
 
 def refused(why: str) -> Reply:

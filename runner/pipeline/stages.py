@@ -60,6 +60,13 @@ def _trained(d: dict) -> str | None:
     return None
 
 
+def _measured(d: dict) -> str:
+    got = d.get("accept_length")
+    if not isinstance(got, (int, float)):
+        return "the draft measured (no speculative setting answered)"
+    return f"measured accept length {got:.2f} at {d.get('best')} (SGLang's units)"
+
+
 @dataclass(frozen=True)
 class Stage:
     name: str
@@ -86,6 +93,5 @@ STAGES = {
                         lambda d: f"{d.get('total', 0) - d.get('failed', 0):,} rows regenerated into {d.get('output')}"),
     "extract": Stage("extract", (), _extracted, lambda d: f"{d.get('done', 0):,} samples extracted and verified"),
     "train": Stage("train", ("train",), _trained, lambda d: f"the draft trained and exported to {d.get('export_dir')}"),
-    "measure": Stage("measure", ("measure",), lambda d: None,
-                     lambda d: f"measured accept length {d.get('accept_length')} at {d.get('best')}"),
+    "measure": Stage("measure", ("measure",), lambda d: None, lambda d: _measured(d)),
 }  # fmt: skip

@@ -242,3 +242,16 @@ def test_progress_begins_with_the_pipeline_when_it_has_stages(fake, cfg):
     blocks = after["blocks"] if isinstance(after["blocks"], list) else json.loads(after["blocks"])
     assert blocks[0]["text"]["text"].startswith("pipeline running — stage 2 of 4: extract")
     assert fake.verbs().count("pipeline") == 1
+
+
+def test_progress_in_a_pipelines_first_stage_leaves_out_the_extraction_not_reached_yet(fake, cfg):
+    """Regenerating: the extraction has not started, and it is no news that it has not."""
+    fake.reply("pipeline-status", {**CRASHED, "phase": "running", "reason": ""})
+    fake.reply("status", {"job": "chat", "phase": "stopped", "reason": "not started yet"})
+    used = dataclasses.replace(cfg, pipeline=WITH_PIPELINE)
+    event = {"type": "message", "channel": "C0PROGRESS", "user": STRANGER, "text": "progress?", "ts": "1.3"}
+    with serve(used, box=fake.box(), fake=fake) as (bot, _, _):
+        assert bot.event(event, "Ev0003") == 200
+        (said,) = bot.rec.wait_for("chat.postMessage")
+    assert said["text"].startswith("pipeline running — stage 1 of 4: regenerate")
+    assert "/extract start" not in said["text"] and "Not started" not in said["text"]

@@ -22,7 +22,7 @@ from tests.runner.helpers import verify
 def test_demo_through_the_real_sglang(tmp_path, sglang_python, options, model_class):
     work = tmp_path / "d"
     p = subprocess.run(
-        [os.path.join(BIN, "hsx"), "demo", "--backend", "sglang", *options, "--headless", "--workdir", str(work),
+        [os.path.join(BIN, "hsx"), "demo", "--stages", "extract", "--backend", "sglang", *options, "--headless", "--workdir", str(work),
          "--samples", "12"],
         capture_output=True, text=True, timeout=600,
     )  # fmt: skip

@@ -27,7 +27,7 @@ PACED_MAX = 6.0  # samples/s: the console's pace (4 in flight, 1 s each) allows 
 
 def demo(workdir, *args, inp: str | None = None, timeout=300) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [HSX, "demo", "--workdir", str(workdir), "--samples", "40", *args],
+        [HSX, "demo", "--stages", "extract", "--workdir", str(workdir), "--samples", "40", *args],
         input=inp, capture_output=True, text=True, timeout=timeout,
     )  # fmt: skip
 
@@ -100,7 +100,7 @@ def test_the_console_demo_is_paced_to_be_watched(tmp_path):
     ETA: its pace is the server's, so the status record measures it like any slowness."""
     work = tmp_path / "p"
     proc = subprocess.Popen(
-        [HSX, "demo", "--workdir", str(work), "--samples", "120"],
+        [HSX, "demo", "--stages", "extract", "--workdir", str(work), "--samples", "120"],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     conf = str(work / "hsx.toml")
@@ -122,7 +122,7 @@ def test_the_console_demo_is_paced_to_be_watched(tmp_path):
 def test_console_answers_progress_and_verbs(tmp_path):
     work = tmp_path / "c"
     proc = subprocess.Popen(
-        [HSX, "demo", "--workdir", str(work), "--samples", "40", "--pace", "0"],
+        [HSX, "demo", "--stages", "extract", "--workdir", str(work), "--samples", "40", "--pace", "0"],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     conf = str(work / "hsx.toml")
@@ -139,7 +139,7 @@ def test_interrupted_demo_resumes(tmp_path):
     work = tmp_path / "i"
     # paced (~16 samples/s) so that the job cannot finish between Ctrl-C and the stop
     proc = subprocess.Popen(
-        [HSX, "demo", "--workdir", str(work), "--samples", str(INTERRUPTED), "--headless", "--pace", "0.25"],
+        [HSX, "demo", "--stages", "extract", "--workdir", str(work), "--samples", str(INTERRUPTED), "--headless", "--pace", "0.25"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     conf = str(work / "hsx.toml")
@@ -150,7 +150,7 @@ def test_interrupted_demo_resumes(tmp_path):
     assert st["phase"] == "stopped" and not st["alive"]
     first = st["done"]
     assert 5 <= first < INTERRUPTED
-    p = subprocess.run([HSX, "demo", "--workdir", str(work), "--samples", str(INTERRUPTED), "--headless"],
+    p = subprocess.run([HSX, "demo", "--stages", "extract", "--workdir", str(work), "--samples", str(INTERRUPTED), "--headless"],
                        capture_output=True, text=True, timeout=300)  # fmt: skip
     assert p.returncode == 0, p.stderr
     st = status(conf)
@@ -218,7 +218,7 @@ def _trains_to_the_end_and_exports(conf: str, steps: int) -> None:
 )
 def test_demo_options_sglang_cannot_run_are_refused_before_anything_is_built(tmp_path, options, says):
     p = subprocess.run(
-        [os.path.join(BIN, "hsx"), "demo", *options, "--headless", "--workdir", str(tmp_path / "d")],
+        [os.path.join(BIN, "hsx"), "demo", "--stages", "extract", *options, "--headless", "--workdir", str(tmp_path / "d")],
         capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert p.returncode != 0 and says in p.stderr and not (tmp_path / "d").exists()

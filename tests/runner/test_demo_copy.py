@@ -23,13 +23,13 @@ PACE = ["--pace", "0.25"]  # ~16 samples/s: the job cannot finish between its fi
 
 
 def demo(workdir) -> subprocess.CompletedProcess:
-    return subprocess.run([HSX, "demo", "--workdir", str(workdir), "--samples", str(SAMPLES), "--headless"],
+    return subprocess.run([HSX, "demo", "--stages", "extract", "--workdir", str(workdir), "--samples", str(SAMPLES), "--headless"],
                           capture_output=True, text=True, timeout=300)  # fmt: skip
 
 
 def interrupted_demo(work) -> int:
     """A headless demo stopped part-way by Ctrl-C -> its samples done."""
-    proc = subprocess.Popen([HSX, "demo", "--workdir", str(work), "--samples", str(SAMPLES), "--headless", *PACE],
+    proc = subprocess.Popen([HSX, "demo", "--stages", "extract", "--workdir", str(work), "--samples", str(SAMPLES), "--headless", *PACE],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
     conf = str(work / "hsx.toml")
     wait_for(lambda: os.path.exists(conf) and done_count(conf) >= 5, timeout=120, what="some samples")

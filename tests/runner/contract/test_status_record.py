@@ -123,16 +123,17 @@ def test_every_record_it_accepts_renders_and_is_judged(phase, extreme):
 def test_one_phase_enum_each_kind_its_own_words_of_it():
     """Every kind's phases are words of the one enum, terminal or active as the enum says; a
     record of one kind holding another kind's phase is refused by name."""
-    from runner.contract import measure, regenerate, train
+    from runner.contract import measure, pipeline, regenerate, train
 
     kinds = (
         {p.value for p in EXTRACTION_PHASES}
         | set(train.PHASES)
         | set(measure.PHASES)
         | set(regenerate.PHASES)
+        | set(pipeline.PHASES)
     )
     assert kinds == {p.value for p in Phase}
-    for kind in (train, measure, regenerate):
+    for kind in (train, measure, regenerate, pipeline):
         assert kind.ACTIVE == tuple(p for p in kind.PHASES if Phase(p).is_active())
     assert {"done", "stopped", "crashed", "preflight"} <= set(train.PHASES)
     with pytest.raises(StatusError, match="unknown phase 'training'"):

@@ -36,7 +36,7 @@ def test_the_demo_trains_its_draft_to_the_end_and_exports_it(tmp_path):
             "no SpecForge CPU venv (python -m runner.specforge_cpu .cache)", "HSX_REQUIRE_SPECFORGE_TRAIN"
         )
     work = tmp_path / "d"
-    p = subprocess.run([os.path.join(BIN, "hsx"), "demo", "--workdir", str(work), "--samples", str(SAMPLES),
+    p = subprocess.run([os.path.join(BIN, "hsx"), "demo", "--stages", "extract", "--workdir", str(work), "--samples", str(SAMPLES),
                         "--headless"], capture_output=True, text=True, timeout=300)  # fmt: skip
     assert p.returncode == 0, p.stdout + p.stderr
     conf = str(work / "hsx.toml")
