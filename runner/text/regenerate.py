@@ -55,7 +55,8 @@ def render_regenerate(rec: RegenerateRecord, now: dt.datetime | None = None, ful
         lines.append(" · ".join(rate))
     if rec.failed:
         last = f" (the last: {rec.last_error})" if full and rec.last_error else ""
-        lines.append(f"{rec.failed:,} rows not regenerated, each listed with its reason{last}")
+        rows = "1 row" if rec.failed == 1 else f"{rec.failed:,} rows"
+        lines.append(f"{rows} not regenerated, each listed with its reason{last}")
     if rec.phase == "starting_server":
         since = parse_iso(rec.server_since)
         age = f" for {human_duration(max(0.0, (now - since).total_seconds()))}" if since else ""

@@ -115,3 +115,10 @@ def test_a_launch_under_way_is_not_a_crash_but_one_that_never_claimed_is(tmp_pat
     rec.update(pid=12345)  # claimed, then gone: a crash at once
     rec.write()
     assert record.read(str(tmp_path)).phase == "crashed"
+
+
+def test_one_row_not_regenerated_is_said_in_the_singular():
+    from runner.text.regenerate import render_regenerate
+
+    rec = RegenerateRecord(phase="done", started_at="2026-12-05T00:00:00Z", done=3, total=3, failed=1)
+    assert "1 row not regenerated, each listed with its reason" in render_regenerate(rec)
