@@ -11,6 +11,7 @@ not committed and a resume sends them again.
 from __future__ import annotations
 
 import asyncio
+import collections
 import json
 import os
 import shutil
@@ -164,7 +165,7 @@ class Regenerate(Served):
 
     async def _worker(self, http, server, todo, raws, done: dict, total: int) -> None:
         while todo and not self.stop_asked:
-            i = todo.pop(0)
+            i = todo.popleft()
             entry = await self._row(http, server, i, raws)
             committed.append(self.log, entry)
             done[i] = entry
@@ -190,7 +191,7 @@ class Regenerate(Served):
             total=total, source=source, output=control.output(cfg), failures=control.failures(cfg)
         )
         self._figures(done, total, force=True)
-        todo = [i for i in range(total) if i not in done]
+        todo = collections.deque(i for i in range(total) if i not in done)  # popped from the left: O(1)
         if todo:
             f = open(source, "rb")  # noqa: SIM115 - closed below
 
@@ -210,7 +211,9 @@ class Regenerate(Served):
                 self.rec.write()
                 self.t0 = time.monotonic()
                 timeout = aiohttp.ClientTimeout(total=cfg.job.request_timeout_s)
-                async with aiohttp.ClientSession(timeout=timeout) as http:
+                # aiohttp's own default of 100 connections would cap [regenerate] concurrency
+                conn = aiohttp.TCPConnector(limit=cfg.regenerate.concurrency + 2)
+                async with aiohttp.ClientSession(timeout=timeout, connector=conn) as http:
                     workers = [self._worker(http, server, todo, raws, done, total)
                                for _ in range(min(cfg.regenerate.concurrency, len(todo)))]  # fmt: skip
                     tasks = [asyncio.ensure_future(w) for w in workers]
