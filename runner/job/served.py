@@ -5,14 +5,17 @@ in the record), and after a failed request the question whether that server died
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
 import time
 
 import aiohttp
 
 from ..contract import timing
-from ..contract.config import Config
+from ..contract.config import Config, load
 from ..contract.errors import ServerError, ServerExited
 from ..contract.status import now_iso
+from ..output.lock import JobLock
 from ..serve.server import Server
 from .supervised import Record
 
@@ -85,3 +88,28 @@ class Served:
                 pass
             await asyncio.sleep(timing.current().server_poll_s)
         return not server.alive()
+
+
+def main(argv: list[str], make) -> int:
+    """A served run's process: ``python -m MODULE RUN_DIR CONFIG``. It claims the run's lock
+    (LockedError: another supervisor holds it), runs ``make(root, cfg)``'s ``run()`` with SIGTERM
+    as a stop, and ends the record with the phase it ended in and why."""
+    root, config = os.path.abspath(argv[0]), argv[1]
+    lock = JobLock(os.path.join(root, ".lock"))
+    lock.acquire()
+    run = make(root, load(config))
+    signal.signal(signal.SIGTERM, run.on_term)
+    signal.signal(signal.SIGINT, run.on_term)
+    rec = run.rec
+    rec.update(phase="preflight", pid=os.getpid(), reason="", started_at=rec.d.get("started_at") or now_iso())
+    rec.write()
+    try:
+        end, why = asyncio.run(run.run()), ""
+    except Exception as e:  # noqa: BLE001 - said in the record: the reason a failed run ends
+        end, why = "failed", f"{type(e).__name__}: {str(e)[:500]}"
+    rec.update(
+        phase=end, reason=why or ("stopped on request" if end == "stopped" else ""), ended_at=now_iso()
+    )
+    rec.write()
+    lock.release()
+    return 0 if end != "failed" else 1

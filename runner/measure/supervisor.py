@@ -13,19 +13,18 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import signal
 import sys
 import time
 from dataclasses import asdict
 
 import aiohttp
 
-from ..contract.config import Config, load
+from ..contract.config import Config
 from ..contract.errors import ServerError
 from ..contract.measure import NONE, RESULTS
 from ..contract.status import now_iso
+from ..job import served
 from ..job.served import Served, Stopped
-from ..output.lock import JobLock
 from ..output.ranks import RunPaths  # the server's log, pid and shared memory, as a job's
 from ..serve import plain
 from ..serve.server import Server
@@ -163,27 +162,9 @@ class Measure(Served):
 
 
 def main(argv: list[str]) -> int:
-    root, config = os.path.abspath(argv[0]), argv[1]
-    lock = JobLock(os.path.join(root, ".lock"))
-    lock.acquire()  # LockedError: another supervisor measures this run
-    cfg = load(config)
-    m = Measure(root, cfg, record.load(root).d.get("export_dir") or "")
-    signal.signal(signal.SIGTERM, m.on_term)
-    signal.signal(signal.SIGINT, m.on_term)
-    m.rec.update(
-        phase="preflight", pid=os.getpid(), reason="", started_at=m.rec.d.get("started_at") or now_iso()
+    return served.main(
+        argv, lambda root, cfg: Measure(root, cfg, record.load(root).d.get("export_dir") or "")
     )
-    m.rec.write()
-    try:
-        end, why = asyncio.run(m.run()), ""
-    except Exception as e:  # noqa: BLE001 - said in the record: the reason a failed measurement ends
-        end, why = "failed", f"{type(e).__name__}: {str(e)[:500]}"
-    m.rec.update(
-        phase=end, reason=why or ("stopped on request" if end == "stopped" else ""), ended_at=now_iso()
-    )
-    m.rec.write()
-    lock.release()
-    return 0 if end != "failed" else 1
 
 
 if __name__ == "__main__":

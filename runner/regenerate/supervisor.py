@@ -15,20 +15,19 @@ import collections
 import json
 import os
 import shutil
-import signal
 import sys
 import time
 
 import aiohttp
 
-from ..contract.config import Config, load
+from ..contract.config import Config
 from ..contract.errors import ServerError
 from ..contract.regenerate import ROWS
 from ..contract.status import now_iso
 from ..data.dataset import RowError, line_offsets, load_tokenizer, parse_row
+from ..job import served
 from ..job.served import Served, Stopped
 from ..output import jsonl
-from ..output.lock import JobLock
 from ..output.ranks import RunPaths  # the server's log, pid and shared memory, as a job's
 from ..serve import plain
 from ..serve.server import Server
@@ -250,27 +249,7 @@ class Regenerate(Served):
 
 
 def main(argv: list[str]) -> int:
-    root, config = os.path.abspath(argv[0]), argv[1]
-    lock = JobLock(os.path.join(root, ".lock"))
-    lock.acquire()  # LockedError: another supervisor regenerates this run
-    cfg = load(config)
-    g = Regenerate(root, cfg)
-    signal.signal(signal.SIGTERM, g.on_term)
-    signal.signal(signal.SIGINT, g.on_term)
-    g.rec.update(
-        phase="preflight", pid=os.getpid(), reason="", started_at=g.rec.d.get("started_at") or now_iso()
-    )
-    g.rec.write()
-    try:
-        end, why = asyncio.run(g.run()), ""
-    except Exception as e:  # noqa: BLE001 - said in the record: the reason a failed run ends
-        end, why = "failed", f"{type(e).__name__}: {str(e)[:500]}"
-    g.rec.update(
-        phase=end, reason=why or ("stopped on request" if end == "stopped" else ""), ended_at=now_iso()
-    )
-    g.rec.write()
-    lock.release()
-    return 0 if end != "failed" else 1
+    return served.main(argv, Regenerate)
 
 
 if __name__ == "__main__":
