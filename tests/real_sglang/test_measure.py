@@ -46,6 +46,35 @@ def _until(conf, ok, timeout_s=900.0) -> dict:
         time.sleep(1.0)
 
 
+def _kill_server_mid_last_setting(root: str, timeout_s: float = 900.0) -> None:
+    """Kills the last setting's server while at least two of its requests are still unanswered.
+    The supervisor (the only client, one request at a time) is frozen while its record and
+    results are read, so what is read holds until the kill: a later request must meet the dead
+    server however fast this machine answers (a poll between requests could miss them all)."""
+    deadline = time.monotonic() + timeout_s
+    most = SAMPLES * len(SETTINGS) + SAMPLES - 2  # at most the last setting's first answer kept
+    path = os.path.join(root, "status.json")
+    while time.monotonic() < deadline:
+        pid = json.load(open(path)).get("pid")
+        try:
+            os.kill(pid, signal.SIGSTOP)
+        except (ProcessLookupError, TypeError):  # the resumed supervisor not yet in the record
+            time.sleep(0.05)
+            continue
+        try:
+            st = json.load(open(path))
+            assert st["phase"] not in ("done", "failed", "crashed"), st
+            with open(st.get("results") or os.devnull) as f:
+                lines = sum(1 for x in f if x.strip())
+            if st["setting"] == SETTINGS[-1] and st["phase"] == "measuring" and lines <= most:
+                os.kill(pidfile.live(os.path.join(root, "server.pid")), signal.SIGKILL)
+                return
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        time.sleep(0.05)
+    raise AssertionError(f"the last setting was not measured within {timeout_s}s")
+
+
 def test_a_measurement_killed_mid_way_resumes_to_the_same_requests_once(tmp_path, demo_assets, sglang_python):
     draft = eagle3_draft.build(
         str(demo_assets / "model"), str(tmp_path / "draft"), aux_layer_ids=(1, 3, 6), echo=True
@@ -69,10 +98,7 @@ def test_a_measurement_killed_mid_way_resumes_to_the_same_requests_once(tmp_path
     assert "measuring supervisor" in crashed["reason"] and crashed["done"] >= SAMPLES + 1
     assert runner("measure", "resume", "--json", "--config", conf).returncode == 0
     # the last setting's server killed: named, restarted, counted, and its requests go on
-    # (its first request, SGLang's warm-up, takes many seconds: the kill lands before the last request)
-    last = lambda s: s["setting"] == SETTINGS[-1] and s["phase"] == "measuring"  # noqa: E731
-    up = _until(conf, lambda s: last(s) and s["done"] == SAMPLES * len(SETTINGS))
-    os.kill(pidfile.live(os.path.join(up["run_dir"], "server.pid")), signal.SIGKILL)
+    _kill_server_mid_last_setting(crashed["run_dir"])
     st = _until(conf, lambda s: s["phase"] in ("done", "failed"))
     assert st["restarts"] == 1 and st["last_death"].startswith("server died"), st
     assert st["phase"] == "done", st
