@@ -37,4 +37,4 @@ PY=${PYTHON:-python3}
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
 export HSX_REQUIRE_SSHD=1 HSX_REQUIRE_SGLANG_WHEEL=1 HSX_REQUIRE_SLURM=1 HSX_REQUIRE_SGLANG_CPU=1 HSX_REQUIRE_SPECFORGE=1 HSX_REQUIRE_SPECFORGE_TRAIN=1
-.venv/bin/python -m pytest -q -p no:cacheprovider "$@"
+.venv/bin/python -m pytest -q -p no:cacheprovider --durations=25 "$@"   # the slowest named: the run stays well inside CI's time
