@@ -62,8 +62,8 @@ def _first_difference(a: list, b: list) -> int | None:
 
 def margin(alone: dict, at: int) -> float | None:
     """How far apart the target alone's two likeliest tokens were at output position ``at``
-    (its ``output_top_logprobs``: a (logprob, token id, text) per candidate), None where unknown."""
-    top = alone["meta_info"].get("output_top_logprobs")
+    (its ``top_logprobs``: a (logprob, token id, text) per candidate), None where unknown."""
+    top = alone.get("top_logprobs")
     try:
         first, second = top[at][0][0], top[at][1][0]
         return round(abs(float(first) - float(second)), 6)

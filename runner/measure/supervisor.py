@@ -1,8 +1,8 @@
 """The detached process that measures: it holds the run's lock, and for the target alone and
 then each setting brings up a fresh server (the extraction's lifecycle: readiness, restarts up to
 [server] max_restarts, its shared memory cleaned), sends the prompts not yet in results.jsonl one
-at a time (streamed: the first event's arrival is its time to the first token), and writes each
-answer whole before the next. SIGTERM stops it between requests, or
+at a time (streamed: the first event's arrival is its time to the first token; the target
+alone's top two logprobs asked apart, untimed), and writes each answer whole before the next. SIGTERM stops it between requests, or
 at once while a server loads.
 
 ``python -m runner.measure.supervisor RUN_DIR CONFIG``
@@ -84,8 +84,6 @@ class Measure(Served):
             "input_ids": ids,
             "sampling_params": {"temperature": m.temperature, "max_new_tokens": m.max_new_tokens},
         }
-        if setting == NONE:  # the top two at each token: a later difference is judged a near-tie or not
-            body |= {"return_logprob": True, "top_logprobs_num": 2}
         t0 = time.monotonic()
         ttft, got = None, None
         async with http.post(server.url + "/generate", json={**body, "stream": True}) as r:
@@ -95,9 +93,26 @@ class Measure(Served):
                 got = event  # each says the whole output so far; the last, with its meta_info, ends it
         if got is None:
             raise aiohttp.ClientPayloadError("the server ended its answer without an event")
-        return {"setting": setting, "prompt": idx, "output_ids": got.get("output_ids") or [],
-                "meta_info": got.get("meta_info") or {}, "latency_s": time.monotonic() - t0, "ttft_s": ttft,
-                "at": now_iso()}  # fmt: skip
+        row = {"setting": setting, "prompt": idx, "output_ids": got.get("output_ids") or [],
+               "meta_info": got.get("meta_info") or {}, "latency_s": time.monotonic() - t0, "ttft_s": ttft,
+               "at": now_iso()}  # fmt: skip
+        if setting == NONE:
+            row["top_logprobs"] = await self._top_two(http, server, body, row["output_ids"])
+        return row
+
+    async def _top_two(self, http, server: Server, body: dict, output_ids: list) -> list | None:
+        """The target alone's top two at each token (a later difference is judged a near-tie or
+        not), asked after the timed request and not in it: the logprobs would slow the baseline
+        alone, and streamed they are sent again whole with every event. None where that answer's
+        tokens differ from the timed one's (its margins would be of another text)."""
+        async with http.post(server.url + "/generate", json={**body, "return_logprob": True,
+                                                             "top_logprobs_num": 2}) as r:  # fmt: skip
+            r.raise_for_status()
+            got = await r.json()
+        got = got[0] if isinstance(got, list) and got else got
+        if not isinstance(got, dict) or got.get("output_ids") != output_ids:
+            return None
+        return (got.get("meta_info") or {}).get("output_top_logprobs")
 
     async def _answer(self, http, server: Server, setting: str, i: int, ids: list[int]) -> dict:
         """Request ``i``'s answer. A server that died meanwhile is started again (counted, its

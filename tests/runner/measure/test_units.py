@@ -67,13 +67,13 @@ def test_a_difference_at_a_near_tie_is_named_as_such_and_any_other_as_the_drafts
     top = lambda a, b: [[a, 7, None], [b, 0, None]]  # noqa: E731
     alone = [_row(NONE, p, [5, 6, 7, 8], 4) for p in range(3)]
     for r, gap in zip(alone, (0.0008, 1.5, 0.0), strict=True):
-        r["meta_info"]["output_top_logprobs"] = [
+        r["top_logprobs"] = [
             top(-0.1, -3.0),
             top(-0.1, -3.0),
             top(-0.70, -0.70 - gap),
             None,
         ]
-    alone[2]["meta_info"]["output_top_logprobs"] = None  # a line kept before the logprobs were asked for
+    alone[2]["top_logprobs"] = None  # its logprob answer's tokens differed from the timed one's
     done = {(NONE, p): r for p, r in enumerate(alone)}
     done |= {("3/1/4", p): _row("3/1/4", p, [5, 6, 0, 8], 4, verify=2) for p in range(3)}
     _, spec = results.figures(done, ["3/1/4"])
