@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from bot.render.chart import new_figure, png
-from runner.contract.train import TrainRecord, in_sglang_units
+from runner.contract.train import ACC_WINDOW, TrainRecord, in_sglang_units
 
 ENDS = ("crashed", "stopped", "done")  # a record's phase that ends a launch: its mark's kind
 WORDS = {"crashed": ("crash", "crashes"), "stopped": ("stop", "stops"), "resumed": ("resume", "resumes")}
@@ -108,19 +108,31 @@ def title(s: TrainStory) -> str:
     return f"{name}: step {s.step if s.step is not None else '?'} — {phase}"
 
 
-def _ends(values: list[float | None]) -> tuple[float | None, float | None]:
+def _ends(values: list[float | None], n: int = 1) -> tuple[float | None, float | None]:
+    """The first and the last known value; with ``n``, the means of the first and the last n."""
     known = [v for v in values if v is not None]
-    return (known[0], known[-1]) if known else (None, None)
+    if not known:
+        return None, None
+    return sum(known[:n]) / len(known[:n]), sum(known[-n:]) / len(known[-n:])
+
+
+def rolling(values: list[float | None], n: int = ACC_WINDOW) -> list[float]:
+    """Each point's mean over the known values of the last n points (one batch's acc is noise)."""
+    out = []
+    for i in range(len(values)):
+        known = [v for v in values[max(0, i - n + 1) : i + 1] if v is not None]
+        out.append(sum(known) / len(known) if known else math.nan)
+    return out
 
 
 def caption(s: TrainStory) -> str:
     pts = s.points
     parts = [title(s)]
     l0, l1 = _ends([p.loss for p in pts])
-    a0, a1 = _ends([p.acc for p in pts])
+    a0, a1 = _ends([p.acc for p in pts], ACC_WINDOW)
     parts.append(
-        f"loss {_fmt(l0)} → {_fmt(l1)}, acc {_fmt(a0, '.3f')} → {_fmt(a1, '.3f')} "
-        f"over steps {pts[0].step:,} → {pts[-1].step:,}"
+        f"loss {_fmt(l0)} → {_fmt(l1)}, acc {_fmt(a0, '.3f')} → {_fmt(a1, '.3f')} (mean of the first and "
+        f"the last {ACC_WINDOW} logged) over steps {pts[0].step:,} → {pts[-1].step:,}"
     )
     if s.evals:
         last = s.evals[-1]
@@ -157,8 +169,11 @@ def figure(s: TrainStory):
         steps = [p.step for p in run]
         ax.plot(steps, [_nan(p.loss) for p in run], color="tab:blue", lw=1.6,
                 marker="." if len(run) == 1 else None, label="loss" if i == 0 else "_loss", gid=f"loss:{i}")  # fmt: skip
-        ax_acc.plot(steps, [_nan(p.acc) for p in run], color="tab:orange", lw=1.6,
-                    marker="." if len(run) == 1 else None, label="acc" if i == 0 else "_acc", gid=f"acc:{i}")  # fmt: skip
+        ax_acc.plot(steps, [_nan(p.acc) for p in run], color="tab:orange", lw=0.8, alpha=0.45,
+                    marker="." if len(run) == 1 else None, label="acc (logged batch)" if i == 0 else "_acc",
+                    gid=f"acc:{i}")  # fmt: skip
+        ax_acc.plot(steps, rolling([p.acc for p in run]), color="tab:orange", lw=1.8,
+                    label=f"acc (mean of the last {ACC_WINDOW})" if i == 0 else "_acc_mean", gid=f"acc_mean:{i}")  # fmt: skip
     handles = []
     if any(e.val_acc is not None for e in s.evals):
         ax_acc.plot([e.step for e in s.evals], [_nan(e.val_acc) for e in s.evals], color="tab:green",

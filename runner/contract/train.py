@@ -36,9 +36,22 @@ PHASES = tuple(
 ACTIVE = tuple(p for p in PHASES if Phase(p).is_active())
 WHERE = "training record"
 EXPORT_PENDING = "pending"  # the record's export while the supervisor exports at the end
-METRICS = ("loss", "acc", "acceptance_rate", "val_acc", "acc_len", "best_acc_len", "log_s")
+ACC_WINDOW = 10  # logged batches: acc_mean's reach and acc_start's
+METRICS = (
+    "loss",
+    "acc",
+    "acc_mean",
+    "acc_start",
+    "acceptance_rate",
+    "val_acc",
+    "acc_len",
+    "best_acc_len",
+    "log_s",
+)
 MAX_STEP = 10**12  # a step past this is no training's: a bad line in the log, a broken record
-COUNTS = ("step", "total_steps", "epoch", "epochs", "checkpoint_step", "eval_step", "best_step", "bad_lines")
+COUNTS = (
+    "step", "total_steps", "epoch", "epochs", "checkpoint_step", "eval_step", "best_step", "bad_lines", "acc_logged"
+)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -49,7 +62,10 @@ class TrainRecord:
     epoch: int | None = None
     epochs: int | None = None
     loss: float | None = None
-    acc: float | None = None
+    acc: float | None = None  # the last logged batch's: one batch, noisy
+    acc_mean: float | None = None  # over about the last ACC_WINDOW logged batches (a running mean)
+    acc_start: float | None = None  # the mean over the first ACC_WINDOW logged batches of the run
+    acc_logged: int | None = None  # how many logged batches said an acc
     acceptance_rate: float | None = None
     checkpoint_step: int | None = None
     checkpoint_at: str | None = None  # when that checkpoint became durable, where the box says

@@ -6,7 +6,7 @@ from __future__ import annotations
 import datetime as dt
 
 from ..contract.status import parse_iso
-from ..contract.train import EXPORT_PENDING, TrainRecord, done_fraction, in_sglang_units
+from ..contract.train import ACC_WINDOW, EXPORT_PENDING, TrainRecord, done_fraction, in_sglang_units
 from .human import human_bytes, human_duration, now_utc
 
 # A member's text says this where an operator's has a path or the trainer's own words (the chat
@@ -58,14 +58,28 @@ def metrics_line(rec: TrainRecord) -> str:
         bits.append("train loss NaN")
     elif rec.loss is not None:
         bits.append(f"train loss {_number(rec.loss, '.4g')}")
-    if rec.acc is not None:
+    if rec.acc is not None and rec.acc_mean is None:
         bits.append(f"draft top-1 acc {100 * rec.acc:.1f}%")
     if rec.acceptance_rate is not None:
         bits.append(f"acceptance rate {_number(rec.acceptance_rate, '.3f')}")
-    if not bits:
-        return ""
     why = f"; {RATE_IS}" if rec.acceptance_rate is not None else ""
-    return " · ".join(bits) + f" (last logged batch{why})"
+    said = " · ".join(bits) + f" (last logged batch{why})" if bits else ""
+    return " · ".join(x for x in (said, acc_line(rec)) if x)
+
+
+def acc_line(rec: TrainRecord) -> str:
+    """The draft's top-1 acc as a mean over logged batches (one batch's is noise), and once
+    ACC_WINDOW batches are in, where it started: whether the draft learns, in one line."""
+    if rec.acc_mean is None:
+        return ""
+    n = rec.acc_logged or 0
+    acc = f"draft top-1 acc {100 * rec.acc_mean:.1f}%"
+    if rec.acc_start is None:
+        return f"{acc} (mean of the {n} logged {'batch' if n == 1 else 'batches'} so far)"
+    return (
+        f"{acc} (running mean of the last ~{ACC_WINDOW} logged batches; "
+        f"{100 * rec.acc_start:.1f}% over the first {ACC_WINDOW})"
+    )
 
 
 def render_train(rec: TrainRecord, now: dt.datetime | None = None, full: bool = True) -> str:

@@ -22,7 +22,7 @@ from ..contract.atomic import write_atomic
 from ..contract.errors import BrokenFileError, StatusError
 from ..contract.fields import check
 from ..contract.status import NOT_STARTED, gone
-from ..contract.train import ACTIVE, PHASES, WRITTEN, TrainRecord, checked
+from ..contract.train import ACC_WINDOW, ACTIVE, PHASES, WRITTEN, TrainRecord, checked
 from ..output.lock import blocks, is_held_at
 from .progress import number
 
@@ -58,12 +58,26 @@ class Record:
         loss = m.get("loss")
         per = self.d.get("steps_per_epoch") or 0
         epochs = self.d.get("epochs") or 1
+        self._acc(number(m.get("acc")))
         self.d.update(
             phase="training", step=step, loss=number(loss), acc=number(m.get("acc")),
             acceptance_rate=number(m.get("acceptance_rate")), last_step_at=now(),
             epoch=min(epochs, (step - 1) // per + 1) if per and step > 0 else None,
             nan_loss=isinstance(loss, float) and not math.isfinite(loss),
         )  # fmt: skip
+
+    def _acc(self, acc: float | None) -> None:
+        """One batch's acc is noise (the demo's batch is one sample): a running mean, the plain
+        mean until ACC_WINDOW batches and then one that forgets at 1/ACC_WINDOW a batch, kept in
+        the record so a resume goes on from it; and the first ACC_WINDOW's mean, to see it rise."""
+        if acc is None:
+            return
+        n = (self.d.get("acc_logged") or 0) + 1
+        mean = self.d.get("acc_mean")
+        mean = acc if mean is None else mean + (acc - mean) / min(n, ACC_WINDOW)
+        self.d.update(acc_logged=n, acc_mean=mean)
+        if n == ACC_WINDOW:
+            self.d.update(acc_start=mean)
 
     def eval_line(self, step: int, m: dict) -> None:
         """SpecForge's eval: the last one, and the best acceptance length (higher wins, as

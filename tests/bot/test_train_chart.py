@@ -23,6 +23,10 @@ def acc_at(step: int) -> float:
     return round(0.45 * (1 - math.exp(-step / 35)), 4)
 
 
+def _mean(steps) -> float:
+    return sum(acc_at(s) for s in steps) / len(steps)
+
+
 def a_history() -> dict:
     """As the box prints it for a 120-step run, log_interval 5, eval every 20, save every 20: the
     first launch is killed after its step-65 log (last checkpoint: 60), the second resumes from
@@ -81,7 +85,8 @@ def test_a_realistic_history_tells_its_story():
     assert s.best == train_chart.Eval(100, None, 2.99)  # SpecForge's 1.99 in SGLang's units
     assert train_chart.title(s) == "hsx: step 120 / 120 (100.0%) — done"
     assert train_chart.caption(s) == (
-        "hsx: step 120 / 120 (100.0%) — done · loss 4.95 → 1.97, acc 0.060 → 0.435 over steps 5 → 120"
+        f"hsx: step 120 / 120 (100.0%) — done · loss 4.95 → 1.97, acc {_mean(range(5, 55, 5)):.3f} → "
+        f"{_mean(range(75, 125, 5)):.3f} (mean of the first and the last 10 logged) over steps 5 → 120"
         " · eval at step 120: val acc 42.0%, simulated accept length ~2.97 (best ~2.99 at step 100)"
         " · 1 crash, 1 resume"
     )
@@ -96,6 +101,10 @@ def test_the_figure_draws_loss_acc_evals_and_marks():
     assert math.isnan(lines["loss:0"].get_ydata()[5])  # the nan step is a gap, not a zero
     assert list(lines["loss:1"].get_xdata()) == list(range(65, 125, 5))
     assert lines["acc:1"].get_ydata()[-1] == acc_at(120)
+    # one batch's acc is noise: beside it, each point's mean over the last 10 logged (within a launch)
+    mean = lines["acc_mean:1"].get_ydata()
+    assert mean[-1] == pytest.approx(_mean(range(75, 125, 5))) and mean[0] == acc_at(65)
+    assert lines["acc_mean:0"].get_ydata()[1] == pytest.approx(_mean((5, 10)))
     assert list(lines["val_acc"].get_ydata()) == [0.21, 0.33, 0.38, 0.41, 0.43, 0.42]
     assert list(lines["acc_len"].get_xdata()) == [20, 40, 60, 80, 100, 120]
     assert (list(lines["best"].get_xdata()), list(lines["best"].get_ydata())) == ([100], [2.99])
@@ -124,6 +133,7 @@ def test_a_crash_the_box_could_not_write_is_marked_from_the_record_and_no_eval_d
     gids = [ln.get_gid() for a in fig.axes for ln in a.get_lines()]
     assert "val_acc" not in gids and "mark:crashed" in gids
     assert train_chart.caption(s) == (
-        "hsx: step 15 / 120 (12.5%) — crashed · loss 4.95 → 4.08, acc 0.060 → 0.157 over steps 5 → 15"
+        f"hsx: step 15 / 120 (12.5%) — crashed · loss 4.95 → 4.08, acc {_mean((5, 10, 15)):.3f} → "
+        f"{_mean((5, 10, 15)):.3f} (mean of the first and the last 10 logged) over steps 5 → 15"
         " · 1 crash"
     )

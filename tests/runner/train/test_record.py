@@ -50,3 +50,36 @@ def test_a_record_that_ends_while_it_is_read_is_read_as_it_ended(tmp_path, monke
     monkeypatch.setattr(record, "is_held_at", end_then_look)
     got = record.read(root)
     assert got["phase"] == "done", got
+
+
+def test_the_drafts_acc_is_said_as_a_running_mean_beside_where_it_started(tmp_path):
+    """One logged batch's acc is noise (the demo's batch is one sample): the record keeps the mean
+    of the first ACC_WINDOW and a running mean that forgets at 1/ACC_WINDOW a batch after them,
+    kept across a resume (it lives in status.json), and the text says both."""
+    from runner.contract.train import ACC_WINDOW, TrainRecord
+    from runner.text.training import metrics_line
+
+    rec = record.Record(str(tmp_path), {})
+    rec.step_line(1, {"loss": 2.0, "acc": 0.5})
+    said = metrics_line(TrainRecord.from_dict({**rec.d, "phase": "training"}))
+    assert "draft top-1 acc 50.0% (mean of the 1 logged batch so far)" in said and "first" not in said
+    accs = [0.0, 0.1] * (ACC_WINDOW // 2 - 1) + [0.0]  # with the 0.5: ACC_WINDOW in all
+    for i, a in enumerate(accs, start=2):
+        rec.step_line(i, {"loss": 2.0, "acc": a})
+    start = (0.5 + sum(accs)) / ACC_WINDOW
+    assert rec.d["acc_logged"] == ACC_WINDOW and rec.d["acc_start"] == pytest.approx(start)
+    assert rec.d["acc_mean"] == pytest.approx(start)
+    rec.write()
+    rec = record.Record.load(str(tmp_path))  # a resumed supervisor goes on from the record
+    for i in range(50):
+        rec.step_line(ACC_WINDOW + 1 + i, {"loss": 1.0, "acc": 0.9})
+    assert 0.85 < rec.d["acc_mean"] < 0.9 and rec.d["acc_start"] == pytest.approx(start)
+    assert rec.d["acc"] == 0.9 and rec.d["acc_logged"] == ACC_WINDOW + 50
+    said = metrics_line(TrainRecord.from_dict({**rec.d, "phase": "training"}))
+    assert (
+        f"draft top-1 acc {100 * rec.d['acc_mean']:.1f}% (running mean of the last ~{ACC_WINDOW} logged batches; "
+        f"{100 * start:.1f}% over the first {ACC_WINDOW})" in said
+    ), said
+    assert said.startswith("train loss 1 (last logged batch)")
+    rec.step_line(ACC_WINDOW + 51, {"loss": 1.0})  # a line without acc leaves the means
+    assert rec.d["acc_logged"] == ACC_WINDOW + 50
