@@ -247,7 +247,7 @@ def _headless_pipeline(box) -> int:
 
 
 DEMO_PACE_S = 1.0  # with the console: 500 samples in about 2 minutes at the demo's 4 in flight
-TRAIN_PACE = 2.0  # the demo's training: seconds per optimizer step for each second of --pace
+TRAIN_PACE = 1.0  # the demo's training: seconds per optimizer step for each second of --pace
 
 
 def _pace(args, cfg: Config) -> None:
@@ -258,7 +258,7 @@ def _pace(args, cfg: Config) -> None:
 
     pace = args.pace if args.pace is not None else (0.0 if args.headless else DEMO_PACE_S)
     os.environ[PACE_ENV] = str(pace)
-    os.environ[TRAIN_PACE_ENV] = str(TRAIN_PACE * pace)  # its 60 steps in about 2 minutes, as the extraction
+    os.environ[TRAIN_PACE_ENV] = str(TRAIN_PACE * pace)  # its 120 steps in about 2 minutes, as the extraction
     if pace and cfg.server.backend == "reference":
         rate = cfg.job.concurrency / pace
         print(

@@ -95,9 +95,9 @@ state_file = "watcher.json"
 [train]  # the draft, trained on out/ by SpecForge on this CPU (its venv built at the first start)
 python = "{_train_python()}"
 epochs = 3
-max_steps = 60
+max_steps = 120
 save_interval = 20
-log_interval = 5
+log_interval = 1  # every step's acc: the running mean "progress?" says shows the draft learn
 learning_rate = 0.001
 {train}
 [train.specforge.training]

@@ -63,7 +63,7 @@ def test_one_command_takes_the_prompts_to_a_trained_draft_through_a_kill_in_each
     text = (
         open(conf)
         .read()
-        .replace("max_steps = 60", "max_steps = 12")
+        .replace("max_steps = 120", "max_steps = 12")
         .replace("save_interval = 20", "save_interval = 4")
     )
     text += '\n[regenerate]\nmax_new_tokens = 16\nconcurrency = 1\n\n[pipeline]\nstages = ["regenerate", "extract", "train"]\n'

@@ -78,6 +78,11 @@ def test_the_demo_trains_its_draft_to_the_end_and_exports_it(tmp_path):
     assert st["eval_step"] == cfg.train.save_interval and st["eval_samples"] == HELD
     assert 0 <= st["val_acc"] <= 1 and st["acc_len"] >= 0 and st["best_acc_len"] == st["acc_len"]
     assert st["log_interval"] == cfg.train.log_interval and st["log_s"] > 0
+    # every step's acc logged (the demo's log_interval 1), said as a running mean beside the start's
+    assert st["acc_logged"] == total // cfg.train.log_interval and 0 <= st["acc_start"] <= 1
+    assert 0 <= st["acc_mean"] <= 1 and f"{100 * st['acc_start']:.1f}% over the first 10" in render_train(
+        TrainRecord.from_dict(st)
+    )
     said = render_train(TrainRecord.from_dict(st))
     assert (
         f"val acc {100 * st['val_acc']:.1f}% (first draft token) · simulated accept length ~{st['acc_len'] + 1:.2f} ("
