@@ -9,8 +9,7 @@ operators: a member's text says whom to ask instead (``WITHHELD``)."""
 
 from __future__ import annotations
 
-from bot.render import summary
-from bot.verbs.audit import for_member
+from bot.verbs import kind
 from bot.verbs.commands import Command, Reply, failed
 from bot.verbs.table import MEASURING
 from remote.errors import RemoteError
@@ -23,26 +22,8 @@ def wanted(cfg: Config) -> bool:
     return bool(cfg.train.python or cfg.measure.draft)
 
 
-def act(h, cmd: Command, user: str, operator: bool | None) -> Reply:
-    """A mutating verb: ``hsx-runner measure VERB``, audited before and after."""
-    return h.act(cmd, user, lambda: h.box.measure(cmd.verb))
-
-
-def reading(r, full: bool) -> str:
-    """The record read, or the last one seen marked stale when the box is slow."""
-    if r.fresh:
-        return render_measure(r.record, full=full)
-    return summary.render_kind_reading(r, "measurement", "measure status", render_measure, full=full)
-
-
-def status(h, cmd: Command, user: str, operator: bool | None) -> Reply:
-    """`/measure status`: the record; a member's names whom to ask for the details."""
-    full = h.allowed(user, operator)
-    r = h.measure_live.read()
-    text, markup = for_member(reading(r, full), full, h.cfg.slack.operators)
-    if not r.fresh:
-        return Reply(text=text, markup=markup, ephemeral=True, error=True)
-    return Reply(text=text, markup=markup, extra={"measure": r.record})
+VERBS = kind.Verbs(MEASURING, "measurement", "measure", render_measure)
+act, reading, status = VERBS.act, VERBS.reading, VERBS.status
 
 
 def chart(h, cmd: Command, user: str, operator: bool | None) -> Reply:
@@ -65,8 +46,4 @@ def chart(h, cmd: Command, user: str, operator: bool | None) -> Reply:
     )
 
 
-RUN = {"status": status, "chart": chart} | {
-    v.name: act
-    for v in MEASURING.verbs
-    if v.operator  # each one `hsx-runner measure VERB`
-}
+RUN = VERBS.run(chart=chart)

@@ -12,9 +12,7 @@ from __future__ import annotations
 
 import datetime as dt
 
-from bot.render import summary
-from bot.verbs.audit import for_member
-from bot.verbs.commands import Command, Reply
+from bot.verbs import kind
 from bot.verbs.table import PIPELINE
 from remote.client import pipeline_reply
 from runner.contract.errors import StatusError
@@ -71,36 +69,19 @@ def render(d: dict, now: dt.datetime | None = None, full: bool = True) -> str:
     return render_pipeline(d, full) + (f"\n\n{own}" if own else "")
 
 
-def reading(r, full: bool, each=render) -> str:
-    """The reply read, or the last one seen marked stale when the box is slow; ``each`` draws
-    one (progress? draws the pipeline alone: each kind's own part follows it)."""
-    if r.fresh:
-        return each(r.record, full=full)
-    return summary.render_kind_reading(r, "pipeline", "pipeline status", each, full=full)
-
-
 def brief(d: dict, now: dt.datetime | None = None, full: bool = True) -> str:
     """The pipeline alone, as "progress?" begins: stage k of n, its progress, its ETA."""
     return render_pipeline(d, full)
 
 
-def status(h, cmd: Command, user: str, operator: bool | None) -> Reply:
-    """`/pipeline status`; a member's without the paths and the box's words."""
-    full = h.allowed(user, operator)
-    r = h.pipeline_live.read()
-    text, markup = for_member(reading(r, full), full, h.cfg.slack.operators)
-    if not r.fresh:
-        return Reply(text=text, markup=markup, ephemeral=True, error=True)
-    return Reply(text=text, markup=markup, extra={"pipeline": r.record})
+VERBS = kind.Verbs(PIPELINE, "pipeline", "pipeline", render)
+act, status = VERBS.act, VERBS.status
 
 
-def act(h, cmd: Command, user: str, operator: bool | None) -> Reply:
-    """A mutating verb: ``hsx-runner pipeline VERB``, audited before and after."""
-    return h.act(cmd, user, lambda: h.box.pipeline(cmd.verb))
+def reading(r, full: bool, each=render) -> str:
+    """The reply read, or the last one seen marked stale; progress? draws the pipeline alone
+    (``brief``): each kind's own part follows it."""
+    return VERBS.reading(r, full, each)
 
 
-RUN = {"status": status} | {
-    v.name: act
-    for v in PIPELINE.verbs
-    if v.operator  # each one `hsx-runner pipeline VERB`
-}
+RUN = VERBS.run()

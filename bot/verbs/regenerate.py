@@ -10,8 +10,7 @@ the server died) are for operators: a member's text leaves them out, or says who
 
 from __future__ import annotations
 
-from bot.render import summary
-from bot.verbs.audit import for_member
+from bot.verbs import kind
 from bot.verbs.commands import Command, Reply, failed
 from bot.verbs.table import REGENERATING
 from remote.errors import RemoteError
@@ -26,26 +25,8 @@ def wanted(cfg: Config) -> bool:
     return cfg.regenerate != RegenerateConfig()
 
 
-def act(h, cmd: Command, user: str, operator: bool | None) -> Reply:
-    """A mutating verb: ``hsx-runner regenerate VERB``, audited before and after."""
-    return h.act(cmd, user, lambda: h.box.regenerate(cmd.verb))
-
-
-def reading(r, full: bool) -> str:
-    """The record read, or the last one seen marked stale when the box is slow."""
-    if r.fresh:
-        return render_regenerate(r.record, full=full)
-    return summary.render_kind_reading(r, "regeneration", "regenerate status", render_regenerate, full=full)
-
-
-def status(h, cmd: Command, user: str, operator: bool | None) -> Reply:
-    """`/regenerate status`: the record; a member's without the paths and the box's words."""
-    full = h.allowed(user, operator)
-    r = h.regenerate_live.read()
-    text, markup = for_member(reading(r, full), full, h.cfg.slack.operators)
-    if not r.fresh:
-        return Reply(text=text, markup=markup, ephemeral=True, error=True)
-    return Reply(text=text, markup=markup, extra={"regenerate": r.record})
+VERBS = kind.Verbs(REGENERATING, "regeneration", "regenerate", render_regenerate)
+act, reading, status = VERBS.act, VERBS.reading, VERBS.status
 
 
 def chart(h, cmd: Command, user: str, operator: bool | None) -> Reply:
@@ -66,8 +47,4 @@ def chart(h, cmd: Command, user: str, operator: bool | None) -> Reply:
     )
 
 
-RUN = {"status": status, "chart": chart} | {
-    v.name: act
-    for v in REGENERATING.verbs
-    if v.operator  # each one `hsx-runner regenerate VERB`
-}
+RUN = VERBS.run(chart=chart)
