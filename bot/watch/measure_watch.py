@@ -20,7 +20,7 @@ import datetime as dt
 
 from bot.slack.slack_out import Action
 from bot.verbs.table import MEASURING
-from bot.watch.posted import MAX_KEYS, Posted, look
+from bot.watch.posted import MAX_KEYS, Posted
 from runner.contract.measure import MeasureRecord
 from runner.contract.status import age_s
 from runner.text.human import human_duration
@@ -88,7 +88,3 @@ def judge(st, rec: MeasureRecord, now: dt.datetime | None = None, stall_s: float
     out = [a for a in found if a.key not in p.active]
     p.active = (p.active + [a.key for a in out])[-MAX_KEYS:]
     return out, st
-
-
-def watch_measuring(box, st, now: dt.datetime | None = None, stall_s: float = 300.0):
-    return look(box.measure_status, judge, st, now, "measurement", stall_s=stall_s)

@@ -21,7 +21,7 @@ import datetime as dt
 
 from bot.slack.slack_out import Action
 from bot.verbs.table import REGENERATING
-from bot.watch.posted import MAX_KEYS, Posted, look
+from bot.watch.posted import MAX_KEYS, Posted
 from runner.contract.regenerate import RegenerateRecord
 from runner.contract.status import age_s
 from runner.text.human import human_duration
@@ -90,7 +90,3 @@ def judge(st, rec: RegenerateRecord, now: dt.datetime | None = None, stall_s: fl
     out = [a for a in found if a.key not in p.active]
     p.active = (p.active + [a.key for a in out])[-MAX_KEYS:]
     return out + later, st
-
-
-def watch_regenerating(box, st, now: dt.datetime | None = None, stall_s: float = 300.0):
-    return look(box.regenerate_status, judge, st, now, "regeneration", stall_s=stall_s)

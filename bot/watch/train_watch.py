@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 
 from bot.slack.slack_out import Action
 from bot.verbs.table import TRAINING
-from bot.watch.posted import MAX_KEYS, Posted, look
+from bot.watch.posted import MAX_KEYS, Posted
 from runner.contract.config import Config
 from runner.contract.status import age_s, parse_iso
 from runner.contract.train import EXPORT_PENDING, TrainRecord
@@ -184,7 +184,3 @@ def judge(st, rec: TrainRecord, now: dt.datetime | None = None, lim: TrainLimits
     out = [a for a in found if a.key not in p.active]
     p.active = (p.active + [a.key for a in out])[-MAX_KEYS:]
     return moved + out + later, st
-
-
-def watch_training(box, st, now: dt.datetime | None = None, lim: TrainLimits | None = None):
-    return look(box.train_status, judge, st, now, "training", lim=lim)

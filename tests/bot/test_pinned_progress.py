@@ -38,7 +38,7 @@ EXTRACTED = {**EXTRACTING, "phase": "done", "done": 37312, "eta_s": None}
 
 def _blocks(call: dict) -> str:
     b = call.get("blocks")
-    return json.dumps(json.loads(b) if isinstance(b, str) else b)
+    return json.dumps(json.loads(b) if isinstance(b, str) else b, ensure_ascii=False)
 
 
 class Box:
@@ -192,3 +192,24 @@ def test_a_lone_measurement_or_regeneration_is_what_the_pinned_message_says(fake
         assert "measur" not in edit["text"]
     finally:
         box.close()
+
+
+def test_a_tick_that_could_not_read_what_the_message_shows_leaves_it_as_it_is():
+    from bot.watch import pinned
+    from bot.watch.watcher import Limits, WatchState
+    from runner.contract.status import StatusRecord
+    from runner.contract.train import TrainRecord
+
+    done, training = StatusRecord.from_dict(EXTRACTED), TrainRecord.from_dict(TRAINING)
+    read, later = ["extraction", "training"], NOW + dt.timedelta(minutes=5)
+
+    def heads(st, seen, read=read, when=later):
+        acts, st = pinned.judge(st, seen, when, Limits(), read=read)
+        return [a.text.splitlines()[0][:30] for a in acts], st
+
+    said, st = heads(WatchState(), {"extraction": done, "training": training}, when=NOW)
+    assert said == ["training — step 60 / 120 (50.0"]
+    assert heads(st, {"extraction": done})[0] == []  # the training unread: still shown as it was
+    assert heads(st, {"training": training})[0] == []  # the box's status unread
+    unwatched = heads(st, {"extraction": done}, read=["extraction"])[0]  # [train] taken out of the config
+    assert unwatched == ["Done: 37,312 / 37,312 written "]
