@@ -41,7 +41,7 @@ def _blocks(call: dict) -> str:
     return json.dumps(json.loads(b) if isinstance(b, str) else b, ensure_ascii=False)
 
 
-class Box:
+class Channel:
     """The recording Slack API and a watcher made anew each tick (as after a bot restart), its
     clock where the test sets it."""
 
@@ -74,35 +74,35 @@ def _first_post(rec) -> dict:
 
 def test_a_pipelines_pinned_message_names_it_and_its_stage_under_way_edited_as_the_stages_move(fake, cfg):
     cfg = dataclasses.replace(cfg, pipeline=WITH_PIPELINE)
-    box = Box(fake, cfg)
+    ch = Channel(fake, cfg)
     try:
         fake.set_status(NOT_STARTED)
         fake.reply("pipeline-status", REGENERATE_STAGE)
-        box.tick()
-        (pin,) = box.rec.named("pins.add")
-        first = _first_post(box.rec)
+        ch.tick()
+        (pin,) = ch.rec.named("pins.add")
+        first = _first_post(ch.rec)
         lines = first["text"].splitlines()
         assert lines[0] == "pipeline running — stage 1 of 4: regenerate (regenerating, 30 / 64 rows (46.9%))"
         assert "regenerating — 30 / 64 rows (46.9%)" in lines  # the regeneration's own words
         assert "/data" not in first["text"]  # a member's
         assert "Not started" not in first["text"]  # the extraction not reached yet: not said
         assert "30 / 64 rows" in _blocks(first)
-        assert box.edits() == []
+        assert ch.edits() == []
 
-        box.tick()  # nothing moved: the throttle holds the edit
-        assert box.edits() == []
+        ch.tick()  # nothing moved: the throttle holds the edit
+        assert ch.edits() == []
         fake.reply("pipeline-status", {**REGENERATE_STAGE, "current": {**REGENERATING, "done": 40}})
-        box.tick(NOW + dt.timedelta(seconds=20))
-        assert box.edits() == []  # rows moved, the phase did not: not before PROGRESS_UPDATE_S
-        box.tick(NOW + dt.timedelta(seconds=61))
-        (edit,) = box.edits()
+        ch.tick(NOW + dt.timedelta(seconds=20))
+        assert ch.edits() == []  # rows moved, the phase did not: not before PROGRESS_UPDATE_S
+        ch.tick(NOW + dt.timedelta(seconds=61))
+        (edit,) = ch.edits()
         assert (edit["channel"], edit["ts"]) == (pin["channel"], pin["timestamp"])
         assert "regenerating — 40 / 64 rows (62.5%)" in edit["text"]
 
         fake.set_status(EXTRACTING)
         fake.reply("pipeline-status", EXTRACT_STAGE)
-        box.tick()  # the stage moved: edited at once
-        edit = box.edits()[-1]
+        ch.tick()  # the stage moved: edited at once
+        edit = ch.edits()[-1]
         lines = edit["text"].splitlines()
         said = "pipeline running — stage 2 of 4: extract (extracting, 25,581 / 37,312 samples (68.6%))"
         assert lines[0] == said
@@ -111,17 +111,17 @@ def test_a_pipelines_pinned_message_names_it_and_its_stage_under_way_edited_as_t
 
         fake.set_status(EXTRACTED)
         fake.reply("pipeline-status", TRAIN_STAGE)
-        box.tick()
-        edit = box.edits()[-1]
+        ch.tick()
+        edit = ch.edits()[-1]
         assert edit["text"].startswith("pipeline running — stage 3 of 4: train (training, step 60 of 120)")
         assert "training — step 60 / 120 (50.0%)" in edit["text"] and "/data" not in edit["text"]
         assert "25,581 / 37,312" not in edit["text"]
 
-        assert len(box.rec.named("pins.add")) == 1  # the same message throughout
-        assert {(e["channel"], e["ts"]) for e in box.edits()} == {(pin["channel"], pin["timestamp"])}
-        outside = [p for p in box.rec.named("chat.postMessage") if not p.get("thread_ts")]
+        assert len(ch.rec.named("pins.add")) == 1  # the same message throughout
+        assert {(e["channel"], e["ts"]) for e in ch.edits()} == {(pin["channel"], pin["timestamp"])}
+        outside = [p for p in ch.rec.named("chat.postMessage") if not p.get("thread_ts")]
         assert outside == [first]  # no second progress message
-        thread = [p["text"].splitlines()[0] for p in box.rec.named("chat.postMessage")
+        thread = [p["text"].splitlines()[0] for p in ch.rec.named("chat.postMessage")
                   if p.get("thread_ts") == pin["timestamp"]]  # fmt: skip
         stages = [t for t in thread if t.startswith("Pipeline stage")]  # under it, as before
         assert stages == [
@@ -131,39 +131,39 @@ def test_a_pipelines_pinned_message_names_it_and_its_stage_under_way_edited_as_t
         per_tick = [c[0] for c in fake.calls()]
         assert per_tick.count("pipeline") == per_tick.count("status") == 6  # no read more per tick
     finally:
-        box.close()
+        ch.close()
 
 
 def test_a_lone_trainings_progress_is_pinned_and_the_message_keeps_it_once_it_ends(fake, cfg):
     cfg = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, python=sys.executable))
     now = dt.datetime(2026, 12, 1, 12, 1, 30, tzinfo=dt.timezone.utc)  # 30 s after TRAINING's last step
-    box = Box(fake, cfg)
+    ch = Channel(fake, cfg)
     try:
         fake.set_status(EXTRACTED)
         fake.reply("train-status", {"phase": "stopped", "reason": "not started yet"})
         fake.reply("measure-status", {"phase": "stopped", "reason": "not started yet"})
-        box.tick(now)  # nothing runs: the extraction, as before
-        first = _first_post(box.rec)
+        ch.tick(now)  # nothing runs: the extraction, as before
+        first = _first_post(ch.rec)
         assert first["text"].startswith("Done: 37,312 / 37,312") and "training" not in first["text"]
 
         fake.reply("train-status", TRAINING)
-        box.tick()
-        (edit,) = box.edits()
-        (pin,) = box.rec.named("pins.add")
+        ch.tick()
+        (edit,) = ch.edits()
+        (pin,) = ch.rec.named("pins.add")
         assert edit["ts"] == pin["timestamp"]
         assert edit["text"].startswith("training — step 60 / 120 (50.0%)") and "/data" not in edit["text"]
         assert "37,312" not in edit["text"] and "50.0%* trained" in _blocks(edit)  # the training's bar
 
         done = {**TRAINING, "phase": "done", "step": 120, "ended_at": "2026-12-01T12:01:20.000Z"}
         fake.reply("train-status", done)
-        box.tick()
-        edit = box.edits()[-1]
+        ch.tick()
+        edit = ch.edits()[-1]
         assert edit["text"].startswith("training done — step 120 / 120 (100.0%)")  # its end, kept
-        box.tick(now + dt.timedelta(seconds=61))
-        assert box.edits()[-1]["text"].startswith("training done")  # not back to the extraction
-        assert len(box.rec.named("pins.add")) == 1
+        ch.tick(now + dt.timedelta(seconds=61))
+        assert ch.edits()[-1]["text"].startswith("training done")  # not back to the extraction
+        assert len(ch.rec.named("pins.add")) == 1
     finally:
-        box.close()
+        ch.close()
 
 
 def test_a_lone_measurement_or_regeneration_is_what_the_pinned_message_says(fake, cfg):
@@ -174,24 +174,24 @@ def test_a_lone_measurement_or_regeneration_is_what_the_pinned_message_says(fake
         measure=dataclasses.replace(cfg.measure, draft="/data/draft"),
         regenerate=RegenerateConfig(input="/data/chat.jsonl"),
     )
-    box = Box(fake, cfg)
+    ch = Channel(fake, cfg)
     try:
         fake.set_status(EXTRACTED)
         fake.reply("regenerate-status", {"phase": "stopped", "reason": "not started yet"})
         fake.reply("measure-status", MEASURING_REC)
-        box.tick(dt.datetime(2026, 12, 1, 12, 8, tzinfo=dt.timezone.utc))
-        first = _first_post(box.rec)
+        ch.tick(dt.datetime(2026, 12, 1, 12, 8, tzinfo=dt.timezone.utc))
+        first = _first_post(ch.rec)
         assert first["text"].startswith("measuring — 16 / 20 requests")
         assert "37,312" not in first["text"] and "regenerat" not in first["text"]
 
         fake.reply("measure-status", {**MEASURING_REC, "phase": "done", "done": 20})
         fake.reply("regenerate-status", REGENERATING)
-        box.tick()
-        edit = box.edits()[-1]
+        ch.tick()
+        edit = ch.edits()[-1]
         assert edit["text"].startswith("regenerating — 30 / 64 rows (46.9%)")  # what runs now
         assert "measur" not in edit["text"]
     finally:
-        box.close()
+        ch.close()
 
 
 def test_a_tick_that_could_not_read_what_the_message_shows_leaves_it_as_it_is():
