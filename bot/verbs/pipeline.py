@@ -13,7 +13,7 @@ from __future__ import annotations
 import datetime as dt
 
 from bot.verbs import kind
-from bot.verbs.table import PIPELINE
+from bot.verbs.table import EXTRACTION, MEASURING, PIPELINE, REGENERATING, TRAINING
 from remote.client import pipeline_reply
 from runner.contract.errors import StatusError
 from runner.contract.measure import MeasureRecord
@@ -39,26 +39,38 @@ class Pipeline(dict):
         return cls(pipeline_reply(d))
 
 
-# each stage: its record read from its own status reply, and that kind's own text of it (the
-# extraction's status is everyone's, as `/extract status` says it)
+# each stage: its kind (a KINDS name), its record read from its own status reply, and that kind's
+# own text of it (the extraction's status is everyone's, as `/extract status` says it)
 STAGES = {
-    "regenerate": (RegenerateRecord.from_dict, lambda r, now, full: render_regenerate(r, now, full)),
-    "extract": (StatusRecord.from_dict, lambda r, now, full: render_text(r, now)),
-    "train": (TrainRecord.from_dict, lambda r, now, full: render_train(r, now, full)),
-    "measure": (MeasureRecord.from_dict, lambda r, now, full: render_measure(r, now, full)),
+    "regenerate": (
+        REGENERATING.name,
+        RegenerateRecord.from_dict,
+        lambda r, now, full: render_regenerate(r, now, full),
+    ),
+    "extract": (EXTRACTION.name, StatusRecord.from_dict, lambda r, now, full: render_text(r, now)),
+    "train": (TRAINING.name, TrainRecord.from_dict, lambda r, now, full: render_train(r, now, full)),
+    "measure": (MEASURING.name, MeasureRecord.from_dict, lambda r, now, full: render_measure(r, now, full)),
 }
+UNREAD = (StatusError, ValueError, TypeError, KeyError, AttributeError)  # a reply not its kind's record
+
+
+def stage_record(d: dict):
+    """The stage under way's (or the one it ended at's) own record, as its kind reads it; None
+    when there is none. Raises one of ``UNREAD`` when the reply is not that kind's record."""
+    stage, current = d.get("stage"), d.get("current")
+    if stage not in STAGES or current is None:
+        return None
+    return STAGES[stage][1](current)
 
 
 def stage_text(d: dict, now: dt.datetime | None = None, full: bool = True) -> str:
     """The stage under way (or the one it ended at) as its own kind says it; its phase alone
     when its reply is not that kind's record (the box could not read it)."""
-    stage, current = d.get("stage"), d.get("current")
-    if stage not in STAGES or current is None:
-        return ""
-    parse, render = STAGES[stage]
     try:
-        return render(parse(current), now, full)
-    except (StatusError, ValueError, TypeError, KeyError, AttributeError):
+        rec = stage_record(d)
+        return "" if rec is None else STAGES[d["stage"]][2](rec, now, full)
+    except UNREAD:
+        stage, current = d.get("stage"), d.get("current") or {}
         phase = (d.get("phases") or {}).get(stage) or current.get("phase") or "?"
         return f"{stage}: {phase}"
 

@@ -2,19 +2,48 @@
 progress, its ETA), then the extraction's answer, then each other kind's once its run has started
 (the training's, the measurement's, the regeneration's), each the last record seen, marked stale,
 when the box is slow.
-Every read starts first and shares the extraction's wait: one answer bound for all."""
+Every read starts first and shares the extraction's wait: one answer bound for all.
+``said``: a kind's fresh record as the answer says it, its text and blocks; the watcher's pinned
+message (bot/watch/pinned.py) says the same of what runs."""
 
 from __future__ import annotations
 
+import datetime as dt
 import time
 
 from bot.render import summary
 from bot.verbs import measure, pipeline, regenerate
 from bot.verbs.audit import ask_operators, for_member
 from bot.verbs.commands import Command, Reply
+from bot.verbs.table import EXTRACTION, MEASURING, PIPELINE, REGENERATING, TRAINING
 from runner.contract import timing
-from runner.contract.status import NOT_STARTED
+from runner.contract.status import NOT_STARTED, STALE_S
+from runner.text.extraction import render_text
+from runner.text.measure import render_measure
+from runner.text.regenerate import render_regenerate
 from runner.text.training import render_train
+
+
+def plain(text: str, ask: str) -> tuple[str, list[dict]]:
+    """A part that is text alone, as its blocks."""
+    return text, [summary.asking(b, ask) for b in summary.text_blocks(text)]
+
+
+def said(name: str, rec, now: dt.datetime | None = None, full: bool = True, ask: str = "",
+         stale_s: float = STALE_S) -> tuple[str, list[dict]]:  # fmt: skip
+    """A kind's fresh record (by its KINDS name; the pipeline's: its status reply, alone) as
+    "progress?" says it: its text and its blocks; ``full``: an operator's, else ``ask`` names
+    whom to ask where a member's text withholds something."""
+    if name == EXTRACTION.name:  # as its status verb answers (bot/verbs/extraction.py)
+        return render_text(rec, now, stale_s), summary.render_blocks(rec, now, stale_s)
+    if name == TRAINING.name:
+        return render_train(rec, now, full), summary.train_blocks(rec, now, full, ask)
+    render = {
+        MEASURING.name: render_measure,
+        REGENERATING.name: render_regenerate,
+        PIPELINE.name: pipeline.brief,
+    }
+    return plain(render[name](rec, now, full), ask)
 
 
 def _training(h, r, full: bool, ask: str) -> tuple[str, list | None] | None:
@@ -23,17 +52,17 @@ def _training(h, r, full: bool, ask: str) -> tuple[str, list | None] | None:
         return None
     if not r.fresh:
         return summary.render_train_reading(r, full=full), None
-    return render_train(rec, full=full), summary.train_blocks(rec, full=full, ask=ask)
+    return said(TRAINING.name, rec, full=full, ask=ask)
 
 
-def _started(reading):
+def _started(name: str, reading):
     """A supervised kind's part (the measurement's, the regeneration's): its record as its verbs
     module reads it, once its run has started."""
 
     def part(h, r, full: bool, ask: str) -> tuple[str, list | None] | None:
         if r.record is None or not r.record.started_at:
             return None  # never seen, or not started: "progress?" does not say it
-        return reading(r, full), None
+        return said(name, r.record, full=full, ask=ask) if r.fresh else (reading(r, full), None)
 
     return part
 
@@ -41,18 +70,20 @@ def _started(reading):
 # each other kind: its word, whether its config asks for it, its reader on the handlers, its part
 PARTS = (
     ("train", lambda cfg: bool(cfg.train.python), "train_live", _training),
-    ("measure", measure.wanted, "measure_live", _started(measure.reading)),
-    ("regenerate", regenerate.wanted, "regenerate_live", _started(regenerate.reading)),
+    ("measure", measure.wanted, "measure_live", _started(MEASURING.name, measure.reading)),
+    ("regenerate", regenerate.wanted, "regenerate_live", _started(REGENERATING.name, regenerate.reading)),
 )
 
 
 def _pipeline(h, r, full: bool, ask: str) -> tuple[str, list | None]:
     """The pipeline alone (each stage's own part follows as its kind's), started or not."""
+    if r.fresh:
+        return said(PIPELINE.name, r.record, full=full, ask=ask)
     return pipeline.reading(r, full, pipeline.brief), None
 
 
 def progress(h, user: str, operator: bool | None = None) -> Reply:
-    parts = [(word, getattr(h, live), said) for word, on, live, said in PARTS if on(h.cfg)]
+    parts = [(word, getattr(h, live), part_of) for word, on, live, part_of in PARTS if on(h.cfg)]
     first = [("pipeline", h.pipeline_live, _pipeline)] if h.cfg.pipeline.stages else []
     if not parts and not first:
         return h.handle(Command("status"), user, operator)
@@ -65,12 +96,12 @@ def progress(h, user: str, operator: bool | None = None) -> Reply:
     rec = reply.extra.get("record")
     if first and rec is not None and rec.phase.value == "stopped" and rec.reason == NOT_STARTED:
         texts, blocks = [], []  # a pipeline's extraction not reached yet: the pipeline says so
-    for (word, live, said), k in zip(first + parts, kicked, strict=True):
+    for (word, live, part_of), k in zip(first + parts, kicked, strict=True):
         r = live.read(max(0.0, timing.current().status_answer_s - (time.monotonic() - t0)), k)
-        part = said(h, r, full, ask)
+        part = part_of(h, r, full, ask)
         if part is None:
             continue
-        said_blocks = part[1] or [summary.asking(b, ask) for b in summary.text_blocks(part[0])]
+        said_blocks = part[1] or plain(part[0], ask)[1]
         if word == "pipeline":  # it begins the answer
             texts.insert(0, part[0])
             blocks[:0] = said_blocks

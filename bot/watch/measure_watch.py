@@ -17,25 +17,18 @@ from __future__ import annotations
 
 import copy
 import datetime as dt
+import functools
 
 from bot.slack.slack_out import Action
 from bot.verbs.table import MEASURING
-from bot.watch.posted import MAX_KEYS, Posted, look
+from bot.watch import supervised
+from bot.watch.posted import MAX_KEYS, Posted
 from runner.contract.measure import MeasureRecord
-from runner.contract.status import age_s
-from runner.text.human import human_duration
 from runner.text.measure import render_measure, setting_line
 
 KEY = MEASURING.key
 
-
-def _post(kind: str, head: str, rec: MeasureRecord, now: dt.datetime, key: str, why: str = "",
-          tail: str = "", **kw) -> Action:  # fmt: skip
-    """The channel's text without paths, the box's words or the serve command; the operators'
-    with them (``why`` after the head), when they differ."""
-    text = f"{head}\n{render_measure(rec, now, full=False)}{tail}"
-    private = f"{head}{why}\n{render_measure(rec, now)}{tail}"
-    return Action(kind, text, key=key, private=private if private != text else "", **kw)
+_post = functools.partial(supervised.post, render_measure)  # the serve command for operators only
 
 
 def _measured(rec: MeasureRecord) -> list[dict]:
@@ -45,16 +38,8 @@ def _measured(rec: MeasureRecord) -> list[dict]:
 
 
 def _stalled(rec: MeasureRecord, stall_s: float, now: dt.datetime) -> tuple[str, str] | None:
-    if rec.phase != "measuring":
-        return None
-    quiet = age_s(rec.heartbeat, now)  # written with each request's line
-    if quiet is None or quiet <= stall_s:
-        return None
-    head = (
-        f":warning: Measurement STALLED: no request finished for {human_duration(quiet)} "
-        f"at {rec.setting or '?'} ({rec.done:,} / {rec.total:,})"
-    )
-    return f"{KEY}stalled:{rec.started_at}:{rec.done}", head
+    where = f" at {rec.setting or '?'} ({rec.done:,} / {rec.total:,})"  # its heartbeat: each request's line
+    return supervised.stalled(MEASURING, rec, "measuring", stall_s, now, "no request finished", where)
 
 
 def judge(st, rec: MeasureRecord, now: dt.datetime | None = None, stall_s: float = 300.0):
@@ -65,21 +50,9 @@ def judge(st, rec: MeasureRecord, now: dt.datetime | None = None, stall_s: float
         return [], st
     p = st.kinds.setdefault(MEASURING.name, Posted())
     run = rec.started_at
-    found: list[Action] = []
-    if rec.phase in ("crashed", "failed"):
-        episode = rec.pid if rec.phase == "crashed" else rec.ended_at
-        head = f":rotating_light: Measurement {rec.phase.upper()}"
-        found.append(_post("alert", head, rec, now, f"{KEY}{rec.phase}:{run}:{episode}",
-                           why=f": {rec.reason or 'no reason given'}", resume=True))  # fmt: skip
-    if rec.restarts:
-        head = f":warning: Measurement's server restarted ({rec.restarts} so far)"
-        found.append(_post("alert", head, rec, now, f"{KEY}restarts:{run}:{rec.restarts}"))
-    if stalled := _stalled(rec, stall_s, now):
-        tail = (
-            "\nthe supervisor still runs, so `/measure resume` is refused; if it stays silent: "
-            "`/measure stop`, then `/measure resume` (finished requests are kept)"
-        )
-        found.append(_post("alert", stalled[1], rec, now, stalled[0], tail=tail))
+    found = supervised.alerts(
+        MEASURING, rec, now, _post, _stalled(rec, stall_s, now), "finished requests are kept"
+    )
     for s in _measured(rec) if rec.phase != "done" else []:  # done names every setting
         head = f":bar_chart: Measured {setting_line(s)}"
         found.append(Action("milestone", head, key=f"{KEY}setting:{run}:{s.get('setting')}"))
@@ -88,7 +61,3 @@ def judge(st, rec: MeasureRecord, now: dt.datetime | None = None, stall_s: float
     out = [a for a in found if a.key not in p.active]
     p.active = (p.active + [a.key for a in out])[-MAX_KEYS:]
     return out, st
-
-
-def watch_measuring(box, st, now: dt.datetime | None = None, stall_s: float = 300.0):
-    return look(box.measure_status, judge, st, now, "measurement", stall_s=stall_s)

@@ -18,7 +18,7 @@ import re
 
 from bot.slack.slack_out import Action
 from bot.verbs.table import PIPELINE
-from bot.watch.posted import MAX_KEYS, Posted, look
+from bot.watch.posted import MAX_KEYS, Posted
 from runner.text.pipeline import render_pipeline
 
 KEY = PIPELINE.key
@@ -83,7 +83,3 @@ def judge(st, d: dict, now: dt.datetime | None = None):
     p.active = (p.active + [a.key for a in out])[-MAX_KEYS:]
     later = [a] if (a := _started(d, p, run)) else []
     return out + later, st
-
-
-def watch_pipeline(box, st, now: dt.datetime | None = None):
-    return look(box.pipeline_status, judge, st, now, "pipeline")

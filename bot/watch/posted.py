@@ -5,26 +5,12 @@ it in a subclass (train_watch's)."""
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass, field, fields
 
 from bot.slack.slack_out import Action
 from bot.verbs.table import kind_of_key
-from remote.errors import RemoteError
 
 MAX_KEYS = 500  # alert keys kept
-log = logging.getLogger("hsx.watcher")
-
-
-def look(read, judge, st, now, word: str, **kw):
-    """One look at a kind's own record (``read``), judged; a box that cannot say is the
-    extraction's alert to give, so this kind says nothing this tick."""
-    try:
-        rec = read()
-    except RemoteError as e:
-        log.warning("could not read the %s record: %s", word, e)
-        return [], st
-    return judge(st, rec, now, **kw)
 
 
 @dataclass

@@ -18,39 +18,23 @@ from __future__ import annotations
 
 import copy
 import datetime as dt
+import functools
 
-from bot.slack.slack_out import Action
 from bot.verbs.table import REGENERATING
-from bot.watch.posted import MAX_KEYS, Posted, look
+from bot.watch import supervised
+from bot.watch.posted import MAX_KEYS, Posted
 from runner.contract.regenerate import RegenerateRecord
-from runner.contract.status import age_s
-from runner.text.human import human_duration
 from runner.text.regenerate import render_regenerate
 
 KEY = REGENERATING.key
 MILESTONE_PCT = 25  # 25, 50, 75; done says the 100
 
-
-def _post(kind: str, head: str, rec: RegenerateRecord, now: dt.datetime, key: str, why: str = "",
-          tail: str = "", **kw) -> Action:  # fmt: skip
-    """The channel's text without paths or the box's words; the operators' with them (``why``
-    after the head), when they differ."""
-    text = f"{head}\n{render_regenerate(rec, now, full=False)}{tail}"
-    private = f"{head}{why}\n{render_regenerate(rec, now)}{tail}"
-    return Action(kind, text, key=key, private=private if private != text else "", **kw)
+_post = functools.partial(supervised.post, render_regenerate)  # the paths for operators only
 
 
 def _stalled(rec: RegenerateRecord, stall_s: float, now: dt.datetime) -> tuple[str, str] | None:
-    if rec.phase != "regenerating":
-        return None
-    quiet = age_s(rec.heartbeat, now)  # written as rows commit
-    if quiet is None or quiet <= stall_s:
-        return None
-    head = (
-        f":warning: Regeneration STALLED: no row committed for {human_duration(quiet)} "
-        f"({rec.done:,} / {rec.total:,} rows)"
-    )
-    return f"{KEY}stalled:{rec.started_at}:{rec.done}", head
+    where = f" ({rec.done:,} / {rec.total:,} rows)"  # its heartbeat: written as rows commit
+    return supervised.stalled(REGENERATING, rec, "regenerating", stall_s, now, "no row committed", where)
 
 
 def judge(st, rec: RegenerateRecord, now: dt.datetime | None = None, stall_s: float = 300.0):
@@ -62,21 +46,9 @@ def judge(st, rec: RegenerateRecord, now: dt.datetime | None = None, stall_s: fl
     p = st.kinds.setdefault(REGENERATING.name, Posted())
     run = rec.started_at  # kept by a resume: the run's milestones are said once
     p.start(run)
-    found: list[Action] = []
-    if rec.phase in ("crashed", "failed"):
-        episode = rec.pid if rec.phase == "crashed" else rec.ended_at
-        head = f":rotating_light: Regeneration {rec.phase.upper()}"
-        found.append(_post("alert", head, rec, now, f"{KEY}{rec.phase}:{run}:{episode}",
-                           why=f": {rec.reason or 'no reason given'}", resume=True))  # fmt: skip
-    if rec.restarts:
-        head = f":warning: Regeneration's server restarted ({rec.restarts} so far)"
-        found.append(_post("alert", head, rec, now, f"{KEY}restarts:{run}:{rec.restarts}"))
-    if stalled := _stalled(rec, stall_s, now):
-        tail = (
-            "\nthe supervisor still runs, so `/regenerate resume` is refused; if it stays silent: "
-            "`/regenerate stop`, then `/regenerate resume` (committed rows are kept)"
-        )
-        found.append(_post("alert", stalled[1], rec, now, stalled[0], tail=tail))
+    found = supervised.alerts(
+        REGENERATING, rec, now, _post, _stalled(rec, stall_s, now), "committed rows are kept"
+    )
     later = []
     if rec.phase != "done" and rec.total and (reached := p.reached(rec.done, rec.total, MILESTONE_PCT)):
         head = f"Regeneration {reached}% reached"
@@ -90,7 +62,3 @@ def judge(st, rec: RegenerateRecord, now: dt.datetime | None = None, stall_s: fl
     out = [a for a in found if a.key not in p.active]
     p.active = (p.active + [a.key for a in out])[-MAX_KEYS:]
     return out + later, st
-
-
-def watch_regenerating(box, st, now: dt.datetime | None = None, stall_s: float = 300.0):
-    return look(box.regenerate_status, judge, st, now, "regeneration", stall_s=stall_s)

@@ -24,11 +24,13 @@ from __future__ import annotations
 
 import copy
 import datetime as dt
+import functools
 from dataclasses import dataclass, field
 
 from bot.slack.slack_out import Action
 from bot.verbs.table import TRAINING
-from bot.watch.posted import MAX_KEYS, Posted, look
+from bot.watch import supervised
+from bot.watch.posted import MAX_KEYS, Posted
 from runner.contract.config import Config
 from runner.contract.status import age_s, parse_iso
 from runner.contract.train import EXPORT_PENDING, TrainRecord
@@ -104,13 +106,7 @@ def _quiet(rec: TrainRecord, lim: TrainLimits, now: dt.datetime) -> tuple[str, s
     )
 
 
-def _post(kind: str, head: str, rec: TrainRecord, now: dt.datetime | None, key: str, tail: str = "",
-          why: str = "", **kw) -> Action:  # fmt: skip
-    """One post: the channel's text without paths or the trainer's words (``why``, said after the
-    head); the operators' with them, when they differ."""
-    text = f"{head}\n{render_train(rec, now, full=False)}{tail}"
-    private = f"{head}{why}\n{render_train(rec, now)}{tail}"
-    return Action(kind, text, key=key, private=private if private != text else "", **kw)
+_post = functools.partial(supervised.post, render_train)  # the paths and the trainer's words for operators
 
 
 def _moving_again(p: TrainPosted, rec: TrainRecord) -> list[Action]:
@@ -184,7 +180,3 @@ def judge(st, rec: TrainRecord, now: dt.datetime | None = None, lim: TrainLimits
     out = [a for a in found if a.key not in p.active]
     p.active = (p.active + [a.key for a in out])[-MAX_KEYS:]
     return moved + out + later, st
-
-
-def watch_training(box, st, now: dt.datetime | None = None, lim: TrainLimits | None = None):
-    return look(box.train_status, judge, st, now, "training", lim=lim)

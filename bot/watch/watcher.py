@@ -1,11 +1,13 @@
 """The watcher: poll the GPU box, post milestones and crash alerts, keep one progress message.
 
 `decide(state, observation)` is pure: what happened → what to post and the next state; it
-keeps the box's own parts (unreachable, unreadable, the progress message, a background verb's
-result) and asks the extraction's judge (extraction_watch), whose record is the box's status.
-`Watcher.tick()` observes, decides, asks each other kind's judge (train_watch, measure_watch,
-regenerate_watch, pipeline_watch) that reads its own record, delivers, and saves the state
-atomically, so a restart neither repeats an alert nor misses a new one. What each kind posted is its part of the state (posted.py).
+keeps the box's own parts (unreachable, unreadable, a background verb's result) and asks the
+extraction's judge (extraction_watch), whose record is the box's status.
+`Watcher.tick()` observes, decides, reads each other kind's own record and asks its judge
+(train_watch, measure_watch, regenerate_watch, pipeline_watch), then the pinned progress message
+(pinned.py) from the records this tick read, delivers, and saves the state atomically, so a
+restart neither repeats an alert nor misses a new one. What each kind posted is its part of the
+state (posted.py).
 """
 
 from __future__ import annotations
@@ -25,13 +27,18 @@ from bot.slack.slack_out import Action, resume_button
 from bot.verbs import regenerate
 from bot.verbs.audit import ask_operators
 from bot.verbs.table import EXTRACTION, MEASURING, PIPELINE, REGENERATING, TRAINING, kind_of_key
-from bot.watch import extraction_watch, history
+from bot.watch import (
+    extraction_watch,
+    history,
+    measure_watch,
+    pinned,
+    pipeline_watch,
+    regenerate_watch,
+    train_watch,
+)
 from bot.watch.extraction_watch import Limits
-from bot.watch.measure_watch import watch_measuring
-from bot.watch.pipeline_watch import watch_pipeline
 from bot.watch.posted import Posted
-from bot.watch.regenerate_watch import watch_regenerating
-from bot.watch.train_watch import TrainLimits, TrainPosted, watch_training
+from bot.watch.train_watch import TrainLimits, TrainPosted
 from remote.errors import BadReply, BrokenFile, RemoteError
 from remote.live import LiveStatus
 from runner.contract import status
@@ -52,11 +59,13 @@ class WatchState:
     background: str = ""  # the background job whose result was posted (verb:started_at)
     errors: int | None = None  # the extraction's errors_this_run at the last poll
     run: str = ""  # started_at of the extraction's run last seen
-    phase: str = ""
+    phase: str = ""  # the extraction's at the last poll
     unreachable_since: str | None = None
     progress_channel: str = ""
     progress_ts: str = ""
     progress_at: str | None = None
+    progress_of: list[str] = field(default_factory=list)  # the kinds the pinned message shows (pinned.py)
+    progress_phases: str = ""  # ... and their phases: a change edits it at once
     kinds: dict[str, Posted] = field(default_factory=dict)  # what each kind posted, by its KINDS name
 
     @classmethod
@@ -180,14 +189,6 @@ def decide(prev: WatchState, obs: Observation, lim: Limits) -> tuple[list[Action
     actions += _answered(st, now) + _readable(st, rec, text)
     alerts, later = extraction_watch.judge(st, rec, lim, now, text)  # milestones go in the thread
     actions += alerts
-
-    last = status.parse_iso(st.progress_at)
-    due = last is None or (now - last).total_seconds() >= lim.progress_update_s or st.phase != rec.phase.value
-    if due:
-        actions.append(
-            Action("progress", text, blocks=summary.render_blocks(rec, now, lim.heartbeat_stale_s))
-        )
-        st.progress_at = _iso(now)
     bg = rec.background or {}
     key = f"{bg.get('verb')}:{bg.get('started_at')}"
     if extraction.background_result(rec) and st.background != key:  # its result, once
@@ -206,20 +207,25 @@ class Watcher:
     def __init__(self, box, cfg: Config, client, clock=None, live: LiveStatus | None = None):
         self.box, self.cfg, self.client = box, cfg, client
         self.lim = Limits.from_config(cfg)
-        # the other kinds' judges, each reading its own record: the training's when [train] is set,
-        # the measurement's when there is a draft to measure (one trained here, or [measure] draft),
-        # the regeneration's when a [regenerate] key is set, the pipeline's when it has stages
-        train = functools.partial(watch_training, lim=TrainLimits.from_config(cfg))
-        measure = functools.partial(watch_measuring, stall_s=cfg.watcher.stall_after_s)
-        self.judges = {TRAINING.name: train} if cfg.train.python else {}
+        # the other kinds' judges, each with the read of its own record: the training's when
+        # [train] is set, the measurement's when there is a draft to measure (one trained here, or
+        # [measure] draft), the regeneration's when a [regenerate] key is set, the pipeline's when
+        # it has stages
+        stall_s = cfg.watcher.stall_after_s
+        train = functools.partial(train_watch.judge, lim=TrainLimits.from_config(cfg))
+        self.judges = {TRAINING.name: (box.train_status, train)} if cfg.train.python else {}
         if cfg.train.python or cfg.measure.draft:
-            self.judges[MEASURING.name] = measure
+            self.judges[MEASURING.name] = (
+                box.measure_status,
+                functools.partial(measure_watch.judge, stall_s=stall_s),
+            )
         if regenerate.wanted(cfg):
-            self.judges[REGENERATING.name] = functools.partial(
-                watch_regenerating, stall_s=cfg.watcher.stall_after_s
+            self.judges[REGENERATING.name] = (
+                box.regenerate_status,
+                functools.partial(regenerate_watch.judge, stall_s=stall_s),
             )
         if cfg.pipeline.stages:
-            self.judges[PIPELINE.name] = watch_pipeline
+            self.judges[PIPELINE.name] = (box.pipeline_status, pipeline_watch.judge)
         self.path = history.state_path(cfg)
         self.clock = clock or (lambda: dt.datetime.now(dt.timezone.utc))
         self.live = live if live is not None else LiveStatus(box, clock=self.clock)
@@ -246,18 +252,32 @@ class Watcher:
                 history.append(self.cfg, obs.record)
             except Exception:
                 log.exception("could not append to the chart's history")
+        seen = {}  # each record read and judged this tick, by its kind: what the pinned message says
         try:
             actions, st = decide(prev, obs, self.lim)
+            if obs.record is not None:
+                seen[EXTRACTION.name] = obs.record
         except Exception as e:  # a record the renderers cannot read: reported as unreadable
             log.exception("could not judge the status record")
             why = BadReply(f"the record could not be read ({type(e).__name__}: {str(e)[:200]})")
             actions, st = decide(prev, Observation(obs.now, error=why), self.lim)
-        for name, judge in self.judges.items():
+        for name, (read, judge) in self.judges.items():
             try:
-                more, st = judge(self.box, st, obs.now)
+                rec = read()
+                more, st = judge(st, rec, obs.now)
                 actions += more
+                seen[name] = rec
+            except RemoteError as e:  # a box that cannot say is the extraction's alert to give
+                log.warning("could not read the %s record: %s", name, e)
             except Exception:
                 log.exception("could not judge the %s record", name)
+        try:
+            ask = ask_operators(self.cfg.slack.operators)
+            more, st = pinned.judge(st, seen, obs.now, self.lim, ask, read=[EXTRACTION.name, *self.judges])
+            thread = next((i for i, a in enumerate(actions) if a.kind in ("milestone", "done")), len(actions))
+            actions[thread:thread] = more  # posted before what goes in its thread
+        except Exception:
+            log.exception("could not say the progress message")
         done = []
         for a in actions:
             try:

@@ -10,7 +10,7 @@ import time
 
 from slack_sdk import WebClient
 
-from bot.watch import history
+from bot.watch import history, pinned
 from bot.watch.watcher import Limits, Observation, Watcher, WatchState, decide, start_watcher
 from remote.errors import BadReply, Unreachable
 from runner.contract.status import StatusRecord
@@ -154,15 +154,24 @@ def test_unreachable_alerts_after_the_limit_once_then_recovers():
     assert "recovered" in kinds(acts) and st.unreachable_since is None
 
 
-def test_progress_message_is_throttled():
+def test_progress_message_is_throttled_but_for_a_phase_that_changed():
     st = WatchState()
     r = rec(heartbeat_at=T0.isoformat())
-    acts, st = decide(st, Observation(T0, record=r), LIM)
-    assert "progress" in kinds(acts)
-    acts, st = decide(st, Observation(T0 + dt.timedelta(seconds=20), record=r), LIM)
+
+    def progress(st, when, r=r):
+        return pinned.judge(st, {"extraction": r}, T0 + dt.timedelta(seconds=when), LIM, read=["extraction"])
+
+    acts, st = progress(st, 0)
+    assert kinds(acts) == ["progress"] and acts[0].text == extraction.render_text(
+        r, T0, LIM.heartbeat_stale_s
+    )
+    acts, st = progress(st, 20)
     assert "progress" not in kinds(acts)
-    acts, st = decide(st, Observation(T0 + dt.timedelta(seconds=61), record=r), LIM)
+    acts, st = progress(st, 61)
     assert "progress" in kinds(acts)
+    acts, st = progress(st, 70, rec(heartbeat_at=T0.isoformat(), phase="paused"))
+    assert "progress" in kinds(acts)  # at once
+    assert "progress" not in kinds(decide(WatchState(), Observation(T0, record=r), LIM)[0])  # pinned's alone
 
 
 def _watcher(fake, cfg, api, when):

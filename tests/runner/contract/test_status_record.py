@@ -9,6 +9,7 @@ import json
 import pytest
 
 from bot.render import summary
+from bot.watch import pinned
 from bot.watch.watcher import Limits, Observation, WatchState, decide
 from runner.contract.errors import StatusError
 from runner.contract.status import EXTRACTION_PHASES, Phase, StatusRecord
@@ -116,8 +117,9 @@ def test_every_record_it_accepts_renders_and_is_judged(phase, extreme):
     extraction.render_detail(rec, NOW)
     summary.render_blocks(rec, NOW)
     state = WatchState(run=rec.started_at or "", errors=0, progress_at="2029-01-01T00:00:00Z")
-    actions, _ = decide(state, Observation(NOW, record=rec), Limits())
-    assert any(a.kind == "progress" for a in actions)
+    _, state = decide(state, Observation(NOW, record=rec), Limits())
+    actions, _ = pinned.judge(state, {"extraction": rec}, NOW, Limits(), read=["extraction"])
+    assert [a.kind for a in actions] == ["progress"] and actions[0].blocks
 
 
 def test_one_phase_enum_each_kind_its_own_words_of_it():

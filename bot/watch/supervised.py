@@ -1,0 +1,62 @@
+"""What the judges of the kinds a supervisor runs share (train_watch, measure_watch,
+regenerate_watch), each parametrised by its kind: a post in two sets of words, the channel's and the
+operators'; and, for a run whose record's heartbeat is written as its work commits (the
+measurement's, the regeneration's), its stall and its alerts."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from bot.slack.slack_out import Action
+from bot.verbs.table import Kind
+from runner.contract.status import age_s
+from runner.text.human import human_duration
+
+
+def post(render, kind: str, head: str, rec, now: dt.datetime | None, key: str, why: str = "", tail: str = "",
+         **kw) -> Action:  # fmt: skip
+    """One post of a kind whose record ``render(rec, now, full)`` draws: the channel's text without
+    paths or the box's own words; the operators' with them (``why`` after the head), when they
+    differ."""
+    text = f"{head}\n{render(rec, now, full=False)}{tail}"
+    private = f"{head}{why}\n{render(rec, now)}{tail}"
+    return Action(kind, text, key=key, private=private if private != text else "", **kw)
+
+
+def stalled(of: Kind, rec, working: str, stall_s: float, now: dt.datetime, quiet_for: str,
+            where: str) -> tuple[str, str] | None:  # fmt: skip
+    """(key, headline) when the run of ``of``, in its phase ``working``, has written no heartbeat
+    for over ``stall_s``: "Measurement STALLED: ``quiet_for`` for 6m00s``where``". The key names
+    the quiet stretch by what was done when it began."""
+    if rec.phase != working:
+        return None
+    quiet = age_s(rec.heartbeat, now)
+    if quiet is None or quiet <= stall_s:
+        return None
+    head = f":warning: {of.name.capitalize()} STALLED: {quiet_for} for {human_duration(quiet)}{where}"
+    return f"{of.key}stalled:{rec.started_at}:{rec.done}", head
+
+
+def alerts(of: Kind, rec, now: dt.datetime, say, stall: tuple[str, str] | None, kept: str) -> list[Action]:
+    """The alerts of a run ``of`` a supervisor holds (the measurement's, the regeneration's), each
+    keyed by its episode: a crash (by the launch's pid) or a failure, with the reason for operators
+    and a Resume button; a server restart, by its count; a ``stall`` (``stalled``), without a
+    button: the supervisor still holds the run, so the alert says to stop first (``kept``: what
+    a resume keeps). ``say``: the kind's ``post``."""
+    name, run, out = of.name.capitalize(), rec.started_at, []
+    if rec.phase in ("crashed", "failed"):
+        episode = rec.pid if rec.phase == "crashed" else rec.ended_at
+        out.append(say("alert", f":rotating_light: {name} {rec.phase.upper()}", rec, now,
+                       f"{of.key}{rec.phase}:{run}:{episode}", why=f": {rec.reason or 'no reason given'}",
+                       resume=True))  # fmt: skip
+    if rec.restarts:
+        head = f":warning: {name}'s server restarted ({rec.restarts} so far)"
+        out.append(say("alert", head, rec, now, f"{of.key}restarts:{run}:{rec.restarts}"))
+    if stall:
+        resume = f"`{of.slash} {of.resume}`"
+        tail = (
+            f"\nthe supervisor still runs, so {resume} is refused; if it stays silent: "
+            f"`{of.slash} stop`, then {resume} ({kept})"
+        )
+        out.append(say("alert", stall[1], rec, now, stall[0], tail=tail))
+    return out
