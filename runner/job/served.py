@@ -90,12 +90,13 @@ class Served:
         return not server.alive()
 
 
-def main(argv: list[str], make) -> int:
+def main(argv: list[str], make, lock_name: str = ".lock") -> int:
     """A served run's process: ``python -m MODULE RUN_DIR CONFIG``. It claims the run's lock
-    (LockedError: another supervisor holds it), runs ``make(root, cfg)``'s ``run()`` with SIGTERM
-    as a stop, and ends the record with the phase it ended in and why."""
+    (``lock_name`` in the run dir; LockedError: another supervisor holds it), runs
+    ``make(root, cfg)``'s ``run()`` with SIGTERM as a stop, and ends the record with the phase it
+    ended in and why."""
     root, config = os.path.abspath(argv[0]), argv[1]
-    lock = JobLock(os.path.join(root, ".lock"))
+    lock = JobLock(os.path.join(root, lock_name))
     lock.acquire()
     run = make(root, load(config))
     signal.signal(signal.SIGTERM, run.on_term)
