@@ -121,7 +121,7 @@ def _all_committed(cfg, root, source, total, ranges, active, verb) -> Reply:
         return refused(verb, f"the regeneration in {root} is done: {output}")
     if active:  # the last rank may be writing it this moment
         return refused(verb, f"every rank is done; {len(active)} still ending in Slurm: ask status again")
-    committed.finish(cfg, source, committed.read_ranks(root, ranges), total)
+    committed.finish_ranks(cfg, root, source, total, ranges)
     text = f"every row was committed, nothing to submit; the output is written now: {output}"
     return Reply({"started": True, "verb": verb, "written": True, "ranks": [], "output": output}, text, OK)
 

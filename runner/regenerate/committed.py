@@ -16,7 +16,7 @@ from ..contract.atomic import fsync_path, write_atomic
 from ..contract.config import Config
 from ..contract.regenerate import ROWS
 from ..output import jsonl
-from . import control
+from . import control, record
 
 
 def append(path: str, entry: dict) -> None:
@@ -52,6 +52,15 @@ def read_ranks(root: str, ranges: list[tuple[int, int]]) -> dict[int, dict]:
     for r, (lo, hi) in enumerate(ranges):
         done.update(read(os.path.join(root, jsonl.rank_file(ROWS, r)), hi, lo, repair=False))
     return done
+
+
+def finish_ranks(cfg: Config, root: str, source: str, total: int, ranges: list[tuple[int, int]]) -> bool:
+    """The one output from every rank's rows, once every rank's record says done (each writes it
+    only with all its rows committed); False, nothing written, while one does not."""
+    if not record.ranks_done(root, len(ranges)):
+        return False
+    finish(cfg, source, read_ranks(root, ranges), total)
+    return True
 
 
 def finish(cfg: Config, source: str, done: dict[int, dict], total: int) -> None:

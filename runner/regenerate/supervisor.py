@@ -256,9 +256,7 @@ class Regenerate(Served):
         least writes the output; both may, with the same bytes (committed.finish)."""
         self.rec.update(phase="done")
         self.rec.write()
-        if record.ranks_done(self.root, self.world):
-            ranges = ranks.even(total, self.world)
-            committed.finish(self.cfg, source, committed.read_ranks(self.root, ranges), total)
+        committed.finish_ranks(self.cfg, self.root, source, total, ranks.even(total, self.world))
 
 
 def main(argv: list[str]) -> int:
