@@ -60,6 +60,7 @@ class RegenerateRecord:
     last_death: str | None = None
     disk_path: str | None = None
     disk_free: int | None = None  # bytes free where the output goes
+    committed_at: str | None = None  # the last row committed, or regenerating began: the stall clock
     ranks: list[RankEntry] | None = None  # on Slurm only: one entry per rank
 
     @classmethod
@@ -73,7 +74,7 @@ class RegenerateRecord:
             if not isinstance(d["ranks"], list):
                 raise StatusError(f"{WHERE} field 'ranks' is not a list of objects")
             kw["ranks"] = [RankEntry.from_dict(r) for r in d["ranks"]]
-        for k in ("heartbeat", "started_at", "ended_at", "server_since"):
+        for k in ("heartbeat", "started_at", "ended_at", "server_since", "committed_at"):
             if kw.get(k) is not None and parse_iso(kw[k]) is None:
                 raise StatusError(f"{WHERE} field {k!r} is not an ISO time (got {short(kw[k])})")
         for k in ("done", "total", "failed", "tokens", "restarts"):

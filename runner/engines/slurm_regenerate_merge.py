@@ -80,13 +80,20 @@ def _newest(es, field: str) -> str | None:
     return f"rank {rank}: {text}"[:500]
 
 
+def _progress(r: RegenerateRecord) -> str | None:
+    """When a rank last moved on: its last commit while it regenerates (a rank's heartbeat is
+    written every few seconds besides, so the watcher's stall clock reads this), else its record."""
+    return (r.committed_at or r.heartbeat) if r.phase == "regenerating" else r.heartbeat
+
+
 def merge(i: Inputs, base: RegenerateRecord) -> RegenerateRecord:
-    """The ranks as one record; ``base`` carries what the config names (the paths)."""
+    """The ranks as one record; ``base`` carries what the config names (the paths). Its heartbeat
+    is the newest progress of any rank, as a box's record is written as rows commit."""
     es = entries(i)
     rows = [e for e, _ in es]
     recs = [r for _, r in es if r is not None]
     live = [r for e, r in es if e.state in LIVE and r is not None]
-    beats = [r.heartbeat for r in recs if r.heartbeat]
+    beats = [_progress(r) for r in recs if _progress(r)]
     left = [e for e in rows if e.state is not RankState.DONE]
     etas = [e.eta_s for e in left]
     newest = max(recs, key=lambda r: r.heartbeat or "", default=None)

@@ -173,6 +173,7 @@ class Regenerate(Served):
             i = todo.popleft()
             entry = await self._row(http, server, i, raws)
             committed.append(self.log, entry)
+            self.rec.update(committed_at=now_iso())
             done[i] = entry
             self.rows_now += 1
             self.tokens_now += int(entry.get("tokens") or 0)
@@ -186,7 +187,23 @@ class Regenerate(Served):
                 self.failures_in_a_row = 0
             self._figures(done, total)
 
+    async def _beat(self) -> None:
+        """A Slurm rank's heartbeat while it works: read from another node, where its lock tells
+        nothing, its record's age says whether it still runs (a server loading for minutes, a
+        long answer, are no commits)."""
+        while True:
+            await asyncio.sleep(self.cfg.job.status_interval_s)
+            self.rec.write()
+
     async def run(self) -> str:
+        beat = asyncio.ensure_future(self._beat()) if self.rank is not None else None
+        try:
+            return await self._run()
+        finally:
+            if beat is not None:
+                beat.cancel()
+
+    async def _run(self) -> str:
         cfg = self.cfg
         source = self.rec.d.get("source") or control.source(cfg)
         offsets = line_offsets(source)
@@ -214,7 +231,7 @@ class Regenerate(Served):
             server = server_for(cfg, self.root, self.rank)
             try:
                 await self.up(server)
-                self.rec.update(phase="regenerating", server_activity="ready")
+                self.rec.update(phase="regenerating", server_activity="ready", committed_at=now_iso())
                 self.rec.write()
                 self.t0 = time.monotonic()
                 timeout = aiohttp.ClientTimeout(total=cfg.job.request_timeout_s)

@@ -148,3 +148,29 @@ def test_the_ranks_history_is_one_series_in_time_order():
     assert h[1]["tokens_per_s"] == 18.0  # both ranks' latest points are recent
     assert h[3]["tokens_per_s"] == 9.0  # rank 0's last point is 35 s older: its rate no longer counts
     assert history([r0, r1], 2) == h[-2:]
+
+
+def test_a_ranks_beat_says_it_runs_and_the_stall_clock_is_its_last_commit():
+    """A rank writes its record every few seconds (its lock is on another node): a fresh beat is a
+    running rank even when Slurm does not answer; the watcher's STALLED reads the last commit."""
+    from bot.watch.regenerate_watch import judge
+    from bot.watch.watcher import WatchState
+
+    stuck = [rec(done=5, beat=1.0, committed_at=ago(400)), rec(done=7, beat=2.0, committed_at=ago(350))]
+    m = merged({}, stuck)  # squeue did not answer: Slurm says nothing of either
+    assert [r.state for r in m.ranks] == [RankState.RUNNING] * 2 and m.phase == "regenerating"
+    assert m.heartbeat == ago(350)
+    said, _ = judge(WatchState(), m, NOW, stall_s=300.0)
+    assert [a.text.splitlines()[0] for a in said if "STALLED" in a.text] == [
+        ":warning: Regeneration STALLED: no row committed for 5m50s (12 / 100 rows)"
+    ]
+    moving = [stuck[0], rec(done=8, beat=2.0, committed_at=ago(20))]
+    assert merged({}, moving).heartbeat == ago(20)
+    assert not [
+        a for a in judge(WatchState(), merged({}, moving), NOW, stall_s=300.0)[0] if "STALLED" in a.text
+    ]
+    loading = [
+        stuck[0],
+        rec("starting_server", beat=3.0, committed_at=ago(900)),
+    ]  # a resumed rank's server loads
+    assert merged({}, loading).heartbeat == ago(3.0)
