@@ -57,13 +57,19 @@ class Served:
             self.rec.write()
 
     async def again(self, server: Server, why: str) -> bool:
-        """A restart, if the cap allows one: counted and its cause kept; the old server ended."""
+        """A restart, if the cap allows one: counted and its cause kept; the old server ended.
+        A stop asked meanwhile is no death (Slurm's scancel signals the server with this
+        process): Stopped, nothing counted."""
+        if self.stop_asked:
+            raise Stopped
         restarts = self.rec.d.get("restarts") or 0
         if restarts >= self.cfg.server.max_restarts:
             return False
+        await asyncio.to_thread(server.stop)
+        if self.stop_asked:
+            raise Stopped
         self.rec.update(restarts=restarts + 1, last_death=why)
         self.rec.write()
-        await asyncio.to_thread(server.stop)
         return True
 
     async def restart(self, server: Server, why: str) -> None:

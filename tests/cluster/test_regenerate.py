@@ -99,6 +99,7 @@ def test_two_ranks_stopped_then_one_killed_and_resumed_end_as_a_one_box_run(
     assert code == 0 and rep["stopped"], rep
     st = _status(conf)
     assert st["phase"] == "stopped" and [r["state"] for r in st["ranks"]] == ["stopped", "stopped"], st
+    assert st["restarts"] == 0, st["last_death"]  # scancel ends each server with its rank: no death
     assert not os.path.exists(st["output"])
 
     code, rep = _regen(conf, "resume")
