@@ -5,6 +5,9 @@ Alerts, each posted once per episode:
 - a crash (the supervisor gone: one per launch, by its pid) or a failure (the restart cap spent,
   too many rows failing in a row), with the reason for operators and a Resume button that runs
   `/regenerate resume`: committed rows are kept;
+- on Slurm, each rank that fails, is cancelled, times out or vanishes, at once, once per rank and
+  task, with a Resume button (resume submits that rank while the others run on); the run's own
+  failure is then its ranks' alerts, as the extraction's;
 - a server restart (why it died, for operators);
 - silence: regenerating, and no row committed for ``[watcher] stall_after_s`` (the record's
   heartbeat is written as rows commit). The supervisor holds the run, so the alert says
@@ -22,6 +25,7 @@ import datetime as dt
 from bot.slack.slack_out import Action
 from bot.verbs.table import REGENERATING
 from bot.watch.posted import MAX_KEYS, Posted, look
+from runner.contract.ranks import ALERTING
 from runner.contract.regenerate import RegenerateRecord
 from runner.contract.status import age_s
 from runner.text.human import human_duration
@@ -63,7 +67,13 @@ def judge(st, rec: RegenerateRecord, now: dt.datetime | None = None, stall_s: fl
     run = rec.started_at  # kept by a resume: the run's milestones are said once
     p.start(run)
     found: list[Action] = []
-    if rec.phase in ("crashed", "failed"):
+    bad = [r for r in rec.ranks or [] if r.state in ALERTING]
+    for r in bad:  # on Slurm: said when it happens, not when the last rank ends
+        where = f" (node {r.node})" if r.node else ""
+        found.append(_post("alert", f":rotating_light: Regeneration rank {r.rank} {r.word()}{where}", rec, now,
+                           f"{KEY}rank:{run}:{r.rank}:{r.job}:{r.state.value}",
+                           why=f": {r.reason or 'its supervisor said nothing'}", resume=True))  # fmt: skip
+    if rec.phase in ("crashed", "failed") and not bad:
         episode = rec.pid if rec.phase == "crashed" else rec.ended_at
         head = f":rotating_light: Regeneration {rec.phase.upper()}"
         found.append(_post("alert", head, rec, now, f"{KEY}{rec.phase}:{run}:{episode}",
