@@ -259,11 +259,13 @@ def cmd_measure(args, cfg: Config) -> int:
 
 
 def cmd_regenerate(args, cfg: Config) -> int:
-    from .regenerate import control
+    from .regenerate import control as via
 
+    if cfg.cluster.engine == "slurm":  # the rows split across [cluster] ranks, one sbatch array
+        from .engines import slurm_regenerate as via
     if args.action == "stop":
-        return _answer(args, control.stop(cfg, args.wait))
-    return _answer(args, getattr(control, args.action)(cfg))
+        return _answer(args, via.stop(cfg, args.wait))
+    return _answer(args, getattr(via, args.action)(cfg))
 
 
 def cmd_pipeline(args, cfg: Config) -> int:

@@ -5,6 +5,9 @@ Alerts, each posted once per episode:
 - a crash (the supervisor gone: one per launch, by its pid) or a failure (the restart cap spent,
   too many rows failing in a row), with the reason for operators and a Resume button that runs
   `/regenerate resume`: committed rows are kept;
+- on Slurm, each rank that fails, is cancelled, times out or vanishes, at once, once per rank and
+  task, with a Resume button (resume submits that rank while the others run on); the run's own
+  failure is then its ranks' alerts, as the extraction's;
 - a server restart (why it died, for operators);
 - silence: regenerating, and no row committed for ``[watcher] stall_after_s`` (the record's
   heartbeat is written as rows commit). The supervisor holds the run, so the alert says
@@ -23,6 +26,7 @@ import functools
 from bot.verbs.table import REGENERATING
 from bot.watch import supervised
 from bot.watch.posted import MAX_KEYS, Posted
+from runner.contract.ranks import ALERTING
 from runner.contract.regenerate import RegenerateRecord
 from runner.text.regenerate import render_regenerate
 
@@ -46,8 +50,15 @@ def judge(st, rec: RegenerateRecord, now: dt.datetime | None = None, stall_s: fl
     p = st.kinds.setdefault(REGENERATING.name, Posted())
     run = rec.started_at  # kept by a resume: the run's milestones are said once
     p.start(run)
-    found = supervised.alerts(
-        REGENERATING, rec, now, _post, _stalled(rec, stall_s, now), "committed rows are kept"
+    found = []
+    bad = [r for r in rec.ranks or [] if r.state in ALERTING]
+    for r in bad:  # on Slurm: said when it happens, not when the last rank ends
+        where = f" (node {r.node})" if r.node else ""
+        found.append(_post("alert", f":rotating_light: Regeneration rank {r.rank} {r.word()}{where}", rec, now,
+                           f"{KEY}rank:{run}:{r.rank}:{r.job}:{r.state.value}",
+                           why=f": {r.reason or 'its supervisor said nothing'}", resume=True))  # fmt: skip
+    found += supervised.alerts(
+        REGENERATING, rec, now, _post, _stalled(rec, stall_s, now), "committed rows are kept", ended=not bad
     )
     later = []
     if rec.phase != "done" and rec.total and (reached := p.reached(rec.done, rec.total, MILESTONE_PCT)):

@@ -37,14 +37,16 @@ def stalled(of: Kind, rec, working: str, stall_s: float, now: dt.datetime, quiet
     return f"{of.key}stalled:{rec.started_at}:{rec.done}", head
 
 
-def alerts(of: Kind, rec, now: dt.datetime, say, stall: tuple[str, str] | None, kept: str) -> list[Action]:
+def alerts(of: Kind, rec, now: dt.datetime, say, stall: tuple[str, str] | None, kept: str,
+           ended: bool = True) -> list[Action]:  # fmt: skip
     """The alerts of a run ``of`` a supervisor holds (the measurement's, the regeneration's), each
     keyed by its episode: a crash (by the launch's pid) or a failure, with the reason for operators
     and a Resume button; a server restart, by its count; a ``stall`` (``stalled``), without a
     button: the supervisor still holds the run, so the alert says to stop first (``kept``: what
-    a resume keeps). ``say``: the kind's ``post``."""
+    a resume keeps). ``say``: the kind's ``post``; ``ended``: False where the run's crash or
+    failure is already its ranks' alerts (on Slurm)."""
     name, run, out = of.name.capitalize(), rec.started_at, []
-    if rec.phase in ("crashed", "failed"):
+    if ended and rec.phase in ("crashed", "failed"):
         episode = rec.pid if rec.phase == "crashed" else rec.ended_at
         out.append(say("alert", f":rotating_light: {name} {rec.phase.upper()}", rec, now,
                        f"{of.key}{rec.phase}:{run}:{episode}", why=f": {rec.reason or 'no reason given'}",

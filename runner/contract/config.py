@@ -140,7 +140,7 @@ class DeployConfig:
 @dataclass
 class ClusterConfig:
     engine: str = "local"  # "local": this box; "slurm": one array task per rank
-    ranks: int = 4  # array tasks; never more than the job's 2000-sample shards
+    ranks: int = 4  # array tasks; at most the extraction's 2000-sample shards, the regeneration's rows
     partition: str = ""
     gpus_per_node: int = 8  # sbatch --gpus-per-node (0: not asked for)
     time_limit: str = ""  # sbatch --time, e.g. "2-00:00:00"

@@ -11,6 +11,10 @@ from typing import Any
 from .errors import StatusError
 from .fields import check, plain, short
 
+# A cluster run's world, ranges and each rank's Slurm job: in the extraction's output directory,
+# in the regeneration's run dir.
+STATE_FILE = "cluster.json"
+
 
 class RankState(str, enum.Enum):
     PENDING = "pending"  # queued in Slurm

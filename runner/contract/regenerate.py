@@ -6,6 +6,10 @@ earlier turns). A row is committed whole, with its index, as one line of ``rows.
 dir (appended and fsynced: a kill -9 loses at most the rows in flight and never writes one twice);
 a resume plans only the rows missing there. At the end the new dataset is written beside the input
 in input order, with what cannot be regenerated listed, each row with its reason.
+
+On Slurm (``[cluster] engine = "slurm"``) the rows are dealt to ``[cluster] ranks`` array tasks,
+each with its own server and its own ``rows.rankR.jsonl`` and ``status.rankR.json``; the status is
+the ranks merged, with a ``ranks`` list (``contract.ranks``) as the extraction's.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from typing import Any
 
 from .errors import StatusError
 from .fields import plain, short
+from .ranks import RankEntry
 from .status import Phase, parse_iso
 
 ACTIONS = ("start", "resume", "stop", "status")  # hsx-runner regenerate ACTION
@@ -55,6 +60,8 @@ class RegenerateRecord:
     last_death: str | None = None
     disk_path: str | None = None
     disk_free: int | None = None  # bytes free where the output goes
+    committed_at: str | None = None  # the last row committed, or regenerating began: the stall clock
+    ranks: list[RankEntry] | None = None  # on Slurm only: one entry per rank
 
     @classmethod
     def from_dict(cls, d: Any) -> RegenerateRecord:
@@ -62,8 +69,12 @@ class RegenerateRecord:
             raise StatusError(f"{WHERE} is not a JSON object")
         if d.get("phase") not in PHASES:
             raise StatusError(f"{WHERE} has unknown phase {short(d.get('phase'))}")
-        kw = plain(cls, d, WHERE)
-        for k in ("heartbeat", "started_at", "ended_at", "server_since"):
+        kw = plain(cls, d, WHERE, skip=("ranks",))
+        if d.get("ranks") is not None:
+            if not isinstance(d["ranks"], list):
+                raise StatusError(f"{WHERE} field 'ranks' is not a list of objects")
+            kw["ranks"] = [RankEntry.from_dict(r) for r in d["ranks"]]
+        for k in ("heartbeat", "started_at", "ended_at", "server_since", "committed_at"):
             if kw.get(k) is not None and parse_iso(kw[k]) is None:
                 raise StatusError(f"{WHERE} field {k!r} is not an ISO time (got {short(kw[k])})")
         for k in ("done", "total", "failed", "tokens", "restarts"):
@@ -72,7 +83,11 @@ class RegenerateRecord:
         return cls(**kw)
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        d = dataclasses.asdict(self)
+        d.pop("ranks")
+        if self.ranks is not None:  # absent unless there is one
+            d["ranks"] = [r.to_dict() for r in self.ranks]
+        return d
 
     @property
     def active(self) -> bool:

@@ -92,12 +92,6 @@ class SlurmEngine(Engine):
         except OSError as e:
             raise HsxError(f"cannot read the dataset {self.cfg.job.dataset}: {e}") from None
 
-    def _active(self, st: dict | None) -> dict[int, Task]:
-        """Ranks whose task Slurm has queued or running."""
-        if not st:
-            return {}
-        return {r: t for r, t in slurm_io.query_ranks(task_ids(st)).items() if t.state in QUEUED | RUNNING}
-
     def _incomplete(self, total: int, ranges: list) -> list[int]:
         """Ranks whose range is not fully committed or failed with a reason (a full plan each)."""
         store = Store(self.out)
@@ -107,29 +101,29 @@ class SlurmEngine(Engine):
         """Submit every rank that is not complete and not already queued or running."""
         cfg, out = self.cfg, self.out
         if resume and (msg := self.nothing_to_resume()):
-            return _refused("resume", msg)
+            return refused("resume", msg)
         verb = "resume" if resume else "start"
         total = self._dataset_total()
         if total == 0:
-            return _refused(verb, "the dataset is empty")
+            return refused(verb, "the dataset is empty")
         st = slurm_io.load_state(out) or {}
         ranges = (
             [tuple(x) for x in st["ranges"]] if st.get("ranges") else ranks.split(total, cfg.cluster.ranks)
         )
         if sum(hi - lo for lo, hi in ranges) != total:
-            return _refused(
+            return refused(
                 verb,
                 f"{out} was split for {sum(h - lo for lo, h in ranges)} samples; the dataset has {total}",
             )
         incomplete = self._incomplete(total, ranges)
         if not incomplete:  # even while a finished rank's task still ends in Slurm (COMPLETING)
-            return _refused(
+            return refused(
                 verb, "nothing to do: every rank's samples are committed or failed with a reason", ranks=[]
             )
-        active = self._active(st)
+        active = active_ranks(st)
         todo = [r for r in incomplete if r not in active]
         if not todo:
-            return _refused(
+            return refused(
                 verb, f"already running: {len(active)} rank(s) queued or running", ranks=sorted(active)
             )
         os.makedirs(os.path.join(out, "logs"), exist_ok=True)
@@ -160,23 +154,36 @@ class SlurmEngine(Engine):
         return Reply(obj, text, OK)
 
     def stop(self, wait: float) -> Reply:
-        out = self.out
-        st = slurm_io.load_state(out)
-        active = self._active(st)
-        if not active:
-            return Reply({"stopped": False, "reason": "not running"}, "not running", REFUSED)
-        st["stop_requested_at"] = now_iso()
-        slurm_io.save_state(out, st)
-        jobs = sorted({st["tasks"][str(r)]["job"] for r in active})
-        slurm_io.scancel(jobs)
-        deadline = time.monotonic() + wait
-        while time.monotonic() < deadline and self._active(st):
-            time.sleep(timing.current().cluster_stop_poll_s)
-        gone = not self._active(st)
-        msg = f"cancelled Slurm job(s) {', '.join(jobs)}" + ("" if gone else "; ranks still draining")
-        # scancel was sent: the stop is under way even while ranks still drain
-        return Reply({"stopped": gone, "jobs": jobs, "ranks": sorted(active), "signalled": True}, msg, OK)
+        return stop_array(self.out, wait)
 
 
-def _refused(verb: str, reason: str, **extra) -> Reply:
+def active_ranks(st: dict | None) -> dict[int, Task]:
+    """Ranks whose task Slurm has queued or running."""
+    if not st:
+        return {}
+    return {r: t for r, t in slurm_io.query_ranks(task_ids(st)).items() if t.state in QUEUED | RUNNING}
+
+
+def stop_array(where: str, wait: float) -> Reply:
+    """scancel of the ranks queued or running, as ``where``'s cluster.json names them (the
+    extraction's output, the regeneration's run dir), the stop noted there first; then up to
+    ``wait`` seconds for Slurm to say they ended."""
+    st = slurm_io.load_state(where)
+    active = active_ranks(st)
+    if not active:
+        return Reply({"stopped": False, "reason": "not running"}, "not running", REFUSED)
+    st["stop_requested_at"] = now_iso()
+    slurm_io.save_state(where, st)
+    jobs = sorted({st["tasks"][str(r)]["job"] for r in active})
+    slurm_io.scancel(jobs)
+    deadline = time.monotonic() + wait
+    while time.monotonic() < deadline and active_ranks(st):
+        time.sleep(timing.current().cluster_stop_poll_s)
+    gone = not active_ranks(st)
+    msg = f"cancelled Slurm job(s) {', '.join(jobs)}" + ("" if gone else "; ranks still draining")
+    # scancel was sent: the stop is under way even while ranks still drain
+    return Reply({"stopped": gone, "jobs": jobs, "ranks": sorted(active), "signalled": True}, msg, OK)
+
+
+def refused(verb: str, reason: str, **extra) -> Reply:
     return Reply({"started": False, "verb": verb, "reason": reason, **extra}, reason, REFUSED)

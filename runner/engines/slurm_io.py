@@ -15,11 +15,11 @@ import sys
 from ..contract.atomic import write_atomic
 from ..contract.config import Config
 from ..contract.errors import HsxError, StatusError
+from ..contract.ranks import STATE_FILE
 from ..contract.status import StatusRecord, read_record
 from ..output import ranks
 from .slurm_merge import Task
 
-STATE_FILE = "cluster.json"  # in the output directory: world, ranges, each rank's Slurm job
 SCRIPT = os.path.join(".slurm", "hsx-rank.sh")
 
 
@@ -120,23 +120,29 @@ def query_ranks(ids: dict[int, str]) -> dict[int, Task]:
 
 # --- submitting and cancelling ---------------------------------------------------------------
 def write_script(cfg: Config, world: int) -> str:
-    path = os.path.join(cfg.job.out, SCRIPT)
+    cmd = ["-m", "runner.cli", "run", "--config", os.path.abspath(cfg.path)]
+    return array_script(cfg, os.path.join(cfg.job.out, SCRIPT), cmd, world, "start/resume")
+
+
+def array_script(cfg: Config, path: str, cmd: list[str], world: int, verbs: str) -> str:
+    """One array task = one rank: ``[cluster] python`` running ``cmd`` with the task's rank."""
     os.makedirs(os.path.dirname(path), exist_ok=True)
-    py = cfg.cluster.python or sys.executable
-    cmd = [py, "-m", "runner.cli", "run", "--config", os.path.abspath(cfg.path)]
+    cmd = [cfg.cluster.python or sys.executable, *cmd]
     text = (
-        "#!/bin/bash\n# hsx: one array task = one rank; written by hsx-runner start/resume\n"
+        f"#!/bin/bash\n# hsx: one array task = one rank; written by hsx-runner {verbs}\n"
         f'exec {shlex.join(cmd)} --rank "$SLURM_ARRAY_TASK_ID" --world {world}\n'
     )
     write_atomic(path, text)
     return path
 
 
-def sbatch_argv(cfg: Config, todo: list[int], script: str) -> list[str]:
-    c, out = cfg.cluster, cfg.job.out
+def sbatch_argv(cfg: Config, todo: list[int], script: str, out: str = "", name: str = "") -> list[str]:
+    """The array of ranks ``todo``; ``out``: where its logs/ go (default [job] out), ``name``: the
+    job's name (default hsx-[job] name)."""
+    c, out = cfg.cluster, out or cfg.job.out
     spec = ",".join(map(str, todo)) + (f"%{c.max_concurrent}" if c.max_concurrent else "")
     argv = [
-        "sbatch", "--parsable", f"--job-name=hsx-{cfg.job.name}", f"--array={spec}",
+        "sbatch", "--parsable", f"--job-name={name or f'hsx-{cfg.job.name}'}", f"--array={spec}",
         f"--output={os.path.join(out, 'logs', 'slurm-%A_%a.out')}", "--open-mode=append",
         "--nodes=1", "--ntasks=1", f"--chdir={os.path.dirname(os.path.abspath(cfg.path))}",
     ]  # fmt: skip

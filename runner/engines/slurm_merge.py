@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from ..contract.ranks import ALERTING, LIVE, RankEntry, RankState
 from ..contract.status import STALE_S, Phase, StatusRecord, age_s, now_iso
@@ -34,6 +35,14 @@ class Task:
     state: str
     node: str = ""
     reason: str = ""
+
+
+class Seen(Protocol):
+    """What a rank's state reads of its record, whichever kind wrote it (the extraction's
+    StatusRecord; the regeneration's, seen through ``slurm_regenerate_merge``)."""
+
+    phase: Phase
+    heartbeat_age_s: float | None
 
 
 @dataclass
@@ -72,7 +81,7 @@ def complete(lo: int, hi: int, markers: set[str], rec: StatusRecord | None) -> b
     return rec is not None and rec.phase is Phase.DONE and rec.done + rec.failed >= hi - lo
 
 
-def rank_state(task: Task | None, rec: StatusRecord | None, complete: bool, stop_requested: bool,
+def rank_state(task: Task | None, rec: Seen | None, complete: bool, stop_requested: bool,
                submitted: bool) -> RankState:  # fmt: skip
     slurm = task.state if task else ""
     if slurm in QUEUED:

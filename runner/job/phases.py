@@ -4,7 +4,6 @@ then done / failed / stopped. Holds the lock for its whole life and keeps the re
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import logging
 import os
 import signal
@@ -65,11 +64,7 @@ def _step(name: str, hint: str, fn, *args):
 
 class Job:
     def __init__(self, cfg: Config, rank: int | None = None, world: int | None = None):
-        if rank is not None:  # each rank on a node has its own server port
-            cfg = dataclasses.replace(
-                cfg, server=dataclasses.replace(cfg.server, port=cfg.server.port + rank)
-            )
-        self.cfg = cfg
+        self.cfg = cfg = ranks.own_port(cfg, rank)
         self.out = cfg.job.out
         self.rank, self.world = rank, world
         self.paths = ranks.RunPaths(self.out, rank)

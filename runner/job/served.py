@@ -57,13 +57,19 @@ class Served:
             self.rec.write()
 
     async def again(self, server: Server, why: str) -> bool:
-        """A restart, if the cap allows one: counted and its cause kept; the old server ended."""
+        """A restart, if the cap allows one: counted and its cause kept; the old server ended.
+        A stop asked meanwhile is no death (Slurm's scancel signals the server with this
+        process): Stopped, nothing counted."""
+        if self.stop_asked:
+            raise Stopped
         restarts = self.rec.d.get("restarts") or 0
         if restarts >= self.cfg.server.max_restarts:
             return False
+        await asyncio.to_thread(server.stop)
+        if self.stop_asked:
+            raise Stopped
         self.rec.update(restarts=restarts + 1, last_death=why)
         self.rec.write()
-        await asyncio.to_thread(server.stop)
         return True
 
     async def restart(self, server: Server, why: str) -> None:
@@ -90,12 +96,13 @@ class Served:
         return not server.alive()
 
 
-def main(argv: list[str], make) -> int:
+def main(argv: list[str], make, lock_name: str = ".lock") -> int:
     """A served run's process: ``python -m MODULE RUN_DIR CONFIG``. It claims the run's lock
-    (LockedError: another supervisor holds it), runs ``make(root, cfg)``'s ``run()`` with SIGTERM
-    as a stop, and ends the record with the phase it ended in and why."""
+    (``lock_name`` in the run dir; LockedError: another supervisor holds it), runs
+    ``make(root, cfg)``'s ``run()`` with SIGTERM as a stop, and ends the record with the phase it
+    ended in and why."""
     root, config = os.path.abspath(argv[0]), argv[1]
-    lock = JobLock(os.path.join(root, ".lock"))
+    lock = JobLock(os.path.join(root, lock_name))
     lock.acquire()
     run = make(root, load(config))
     signal.signal(signal.SIGTERM, run.on_term)

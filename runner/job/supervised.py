@@ -17,7 +17,7 @@ from ..contract import fields, timing
 from ..contract.atomic import read_object, write_atomic
 from ..contract.errors import BrokenFileError, StatusError
 from ..contract.replies import OK, REFUSED, Reply
-from ..contract.status import NOT_STARTED, age_s, gone, now_iso
+from ..contract.status import NOT_STARTED, STATUS, age_s, gone, now_iso
 from ..output.lock import is_held_at
 from . import detach
 
@@ -44,14 +44,14 @@ class Kind:
 
 
 class Record:
-    """The writer's side of a run's status.json."""
+    """The writer's side of a run's status.json (a Slurm rank's: ``name``, status.rankR.json)."""
 
-    def __init__(self, kind: Kind, root: str, d: dict | None = None):
-        self.kind, self.root, self.d = kind, root, dict(d or {})
+    def __init__(self, kind: Kind, root: str, d: dict | None = None, name: str = STATUS):
+        self.kind, self.root, self.d, self.name = kind, root, dict(d or {}), name
 
     @classmethod
-    def load(cls, kind: Kind, root: str) -> Record:
-        return cls(kind, root, read_object(os.path.join(root, "status.json")) or {})
+    def load(cls, kind: Kind, root: str, name: str = STATUS) -> Record:
+        return cls(kind, root, read_object(os.path.join(root, name)) or {}, name)
 
     def update(self, **kw) -> None:
         """Typed as the reader's record: an unknown field, a wrong kind or another kind's phase
@@ -60,7 +60,7 @@ class Record:
 
     def write(self) -> None:
         self.d["heartbeat"] = now_iso()
-        write_atomic(os.path.join(self.root, "status.json"), json.dumps(self.d) + "\n")
+        write_atomic(os.path.join(self.root, self.name), json.dumps(self.d) + "\n")
 
 
 def read(kind: Kind, root: str) -> Any:

@@ -29,10 +29,16 @@ def repair_tail(path: str) -> None:
             f.seek(max(0, size - 1))
             if f.read(1) == b"\n":
                 return
-            f.seek(max(0, size - 65536))
-            tail = f.read()
-            cut = tail.rfind(b"\n")
-            f.truncate(size - len(tail) + cut + 1 if cut >= 0 else 0)
+            end = size  # back a chunk at a time: a torn line can be longer than one (a whole conversation)
+            while end > 0:
+                start = max(0, end - 65536)
+                f.seek(start)
+                cut = f.read(end - start).rfind(b"\n")
+                if cut >= 0:
+                    f.truncate(start + cut + 1)
+                    return
+                end = start
+            f.truncate(0)  # one line, torn
     except FileNotFoundError:
         pass
 

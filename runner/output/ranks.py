@@ -3,14 +3,17 @@
 A rank is an ordinary single-box run restricted to its range, with its own server port, lock,
 status record, events and logs, all in the job's one output directory. Ranges follow the
 ``rows_{g}-{g+2000}`` layout, so no two ranks ever write the same shard directory; a job
-therefore has at most as many ranks as shards."""
+therefore has at most as many ranks as shards. The regeneration's ranks write no shard: its rows
+are dealt evenly (``even``), at most one rank per row."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import socket
 from dataclasses import dataclass
 
+from ..contract.config import Config
 from ..contract.errors import ConfigError
 from ..contract.status import EVENTS, STATUS
 from .jsonl import rank_file
@@ -42,6 +45,31 @@ def rank_range(total: int, rank: int, world: int) -> tuple[int, int]:
     if not 0 <= rank < world:
         raise ConfigError(f"--rank {rank} is outside 0..{world - 1}")
     return ranges[rank]
+
+
+def even(total: int, world: int) -> list[tuple[int, int]]:
+    """[lo, hi) per rank of a job whose ranks share no directory (the regeneration's rows):
+    contiguous, sizes within one of each other, min(world, total) ranks (one for no rows)."""
+    if world < 1:
+        raise ConfigError("the number of ranks must be at least 1")
+    n = max(1, min(world, total))
+    return [(r * total // n, (r + 1) * total // n) for r in range(n)]
+
+
+def even_range(total: int, rank: int, world: int) -> tuple[int, int]:
+    ranges = even(total, world)
+    if len(ranges) != world:
+        raise ConfigError(f"--world {world}: {total:,} rows are at most {len(ranges)} ranks")
+    if not 0 <= rank < world:
+        raise ConfigError(f"--rank {rank} is outside 0..{world - 1}")
+    return ranges[rank]
+
+
+def own_port(cfg: Config, rank: int | None) -> Config:
+    """A rank's config: its server on [server] port + rank, so ranks sharing a node never collide."""
+    if rank is None:
+        return cfg
+    return dataclasses.replace(cfg, server=dataclasses.replace(cfg.server, port=cfg.server.port + rank))
 
 
 @dataclass(frozen=True)

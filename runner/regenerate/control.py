@@ -8,6 +8,7 @@ import os
 
 from ..contract.atomic import read_jsonl
 from ..contract.config import Config
+from ..contract.ranks import STATE_FILE
 from ..contract.regenerate import FAILED_SUFFIX, META_SUFFIX, ROWS
 from ..contract.replies import OK, Reply
 from ..contract.stages import regenerated_path
@@ -39,14 +40,17 @@ def meta(cfg: Config) -> str:
     return output(cfg).removesuffix(".jsonl") + META_SUFFIX
 
 
-def _cheap(cfg: Config, root: str) -> Reply | None:
-    if reply := supervised.running(KIND, root):
-        return reply
+def refusal(cfg: Config) -> Reply | None:
+    """What the config itself refuses, wherever the regeneration runs (this box, or Slurm)."""
     if not os.path.isfile(source(cfg)):
         return refused(f"no dataset at {source(cfg)} ([regenerate] input, else [job] dataset)")
     if output(cfg) == source(cfg):
         return refused("[regenerate] output is the input dataset: name another file")
     return None
+
+
+def _cheap(cfg: Config, root: str) -> Reply | None:
+    return supervised.running(KIND, root) or refusal(cfg)
 
 
 def start(cfg: Config) -> Reply:
@@ -57,6 +61,8 @@ def start(cfg: Config) -> Reply:
         return refused(
             f"{root} holds a regeneration: resume it (hsx-runner regenerate resume), or move it aside"
         )
+    if os.path.exists(os.path.join(root, STATE_FILE)):
+        return refused(f'{root} holds a regeneration on Slurm: resume it there ([cluster] engine = "slurm")')
     if os.path.exists(output(cfg)):
         return refused(f"{output(cfg)} exists: move it aside, or name another [regenerate] output")
     os.makedirs(root, exist_ok=True)

@@ -5,11 +5,15 @@ the target's own earlier answers), and commits each row whole the moment it ends
 is committed it writes the new dataset in input order. SIGTERM stops it at once: rows in flight are
 not committed and a resume sends them again.
 
-``python -m runner.regenerate.supervisor RUN_DIR CONFIG``
+``python -m runner.regenerate.supervisor RUN_DIR CONFIG [--rank R --world W]``: with a rank, one
+Slurm array task's share of the rows (runner/engines/slurm_regenerate.py), its own files
+(rows.rankR.jsonl, status.rankR.json, .lock.rankR) and server (port + R); the rank that ends
+and finds every rank's record done writes the one output from all their rows.
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import collections
 import json
@@ -27,7 +31,8 @@ from ..contract.status import now_iso
 from ..data.dataset import RowError, line_offsets, load_tokenizer, parse_row
 from ..job import served
 from ..job.served import Served, Stopped
-from ..output import jsonl
+from ..output import jsonl, ranks
+from ..output.jsonl import rank_file
 from ..output.ranks import RunPaths  # the server's log, pid and shared memory, as a job's
 from ..serve import plain
 from ..serve.server import Server
@@ -37,19 +42,20 @@ FIGURES_S = 2.0  # the record's figures at most this often
 HISTORY_S = 10.0  # a progress point for the chart this often
 
 
-def server_for(cfg: Config, root: str) -> Server:
+def server_for(cfg: Config, root: str, rank: int | None = None) -> Server:
     """The target as [server] serves it: SGLang plain (no dump), or the reference backend."""
-    paths = RunPaths(root)
+    paths = RunPaths(root, rank)
     if cfg.server.backend == "sglang":
         return Server(cfg, [], "", paths, argv=plain.argv(cfg, "", "none"), env=plain.env(cfg))
-    return Server(cfg, [], os.path.join(root, "server-dump"), paths)  # never asked to dump
+    return Server(cfg, [], os.path.join(root, rank_file("server-dump", rank)), paths)  # never asked to dump
 
 
 class Regenerate(Served):
-    def __init__(self, root: str, cfg: Config):
-        super().__init__(cfg, record.load(root))
-        self.root = root
-        self.log = os.path.join(root, ROWS)
+    def __init__(self, root: str, cfg: Config, rank: int | None = None, world: int | None = None):
+        super().__init__(ranks.own_port(cfg, rank), record.load(root, rank))
+        self.root, self.rank, self.world = root, rank, world
+        self.log = os.path.join(root, rank_file(ROWS, rank))
+        self.history = os.path.join(root, rank_file(control.HISTORY, rank))
         self.tok = load_tokenizer(cfg.job.tokenizer or cfg.job.model, cfg.job.trust_remote_code)
         self.trim = set(self.tok.all_special_ids)
         self.generation = 0  # the server's: bumped by each restart, so one death restarts it once
@@ -160,13 +166,14 @@ class Regenerate(Served):
             self.pointed = now
             point = {"t": now_iso(), "done": len(done), "failed": len(failed),
                      "tokens_per_s": self.rec.d.get("tokens_per_s"), "rows_per_s": rate}  # fmt: skip
-            jsonl.append(os.path.join(self.root, control.HISTORY), json.dumps(point).encode())
+            jsonl.append(self.history, json.dumps(point).encode())
 
     async def _worker(self, http, server, todo, raws, done: dict, total: int) -> None:
         while todo and not self.stop_asked:
             i = todo.popleft()
             entry = await self._row(http, server, i, raws)
             committed.append(self.log, entry)
+            self.rec.update(committed_at=now_iso())
             done[i] = entry
             self.rows_now += 1
             self.tokens_now += int(entry.get("tokens") or 0)
@@ -180,17 +187,35 @@ class Regenerate(Served):
                 self.failures_in_a_row = 0
             self._figures(done, total)
 
+    async def _beat(self) -> None:
+        """A Slurm rank's heartbeat while it works: read from another node, where its lock tells
+        nothing, its record's age says whether it still runs (a server loading for minutes, a
+        long answer, are no commits)."""
+        while True:
+            await asyncio.sleep(self.cfg.job.status_interval_s)
+            self.rec.write()
+
     async def run(self) -> str:
+        beat = asyncio.ensure_future(self._beat()) if self.rank is not None else None
+        try:
+            return await self._run()
+        finally:
+            if beat is not None:
+                beat.cancel()
+
+    async def _run(self) -> str:
         cfg = self.cfg
         source = self.rec.d.get("source") or control.source(cfg)
         offsets = line_offsets(source)
         total = len(offsets) - 1
-        done = committed.read(self.log, total)
+        lo, hi = (0, total) if self.rank is None else ranks.even_range(total, self.rank, self.world)
+        share = hi - lo  # a rank's record counts its own rows
+        done = committed.read(self.log, hi, lo)
         self.rec.update(
-            total=total, source=source, output=control.output(cfg), failures=control.failures(cfg)
+            total=share, source=source, output=control.output(cfg), failures=control.failures(cfg)
         )
-        self._figures(done, total, force=True)
-        todo = collections.deque(i for i in range(total) if i not in done)  # popped from the left: O(1)
+        self._figures(done, share, force=True)
+        todo = collections.deque(i for i in range(lo, hi) if i not in done)  # popped from the left: O(1)
         if todo:
             f = open(source, "rb")  # noqa: SIM115 - closed below
 
@@ -203,17 +228,17 @@ class Regenerate(Served):
                 f.seek(offsets[i])
                 return f.read(size)
 
-            server = server_for(cfg, self.root)
+            server = server_for(cfg, self.root, self.rank)
             try:
                 await self.up(server)
-                self.rec.update(phase="regenerating", server_activity="ready")
+                self.rec.update(phase="regenerating", server_activity="ready", committed_at=now_iso())
                 self.rec.write()
                 self.t0 = time.monotonic()
                 timeout = aiohttp.ClientTimeout(total=cfg.job.request_timeout_s)
                 # aiohttp's own default of 100 connections would cap [regenerate] concurrency
                 conn = aiohttp.TCPConnector(limit=cfg.regenerate.concurrency + 2)
                 async with aiohttp.ClientSession(timeout=timeout, connector=conn) as http:
-                    workers = [self._worker(http, server, todo, raws, done, total)
+                    workers = [self._worker(http, server, todo, raws, done, share)
                                for _ in range(min(cfg.regenerate.concurrency, len(todo)))]  # fmt: skip
                     tasks = [asyncio.ensure_future(w) for w in workers]
                     while not all(t.done() for t in tasks):
@@ -230,26 +255,38 @@ class Regenerate(Served):
                 return "stopped"
             finally:
                 f.close()
-                self._figures(done, total, force=True)
+                self._figures(done, share, force=True)
                 await asyncio.to_thread(server.stop)
             if self.stop_asked:
                 return "stopped"
         self.rec.update(phase="regenerating", server_activity=None)
-        r = cfg.regenerate
-        how = {"source": source, "rows": total, "regenerated": total - self.rec.d["failed"],
-               "not_regenerated": self.rec.d["failed"], "failures": control.failures(cfg),
-               "model": cfg.job.model, "backend": cfg.server.backend, "max_new_tokens": r.max_new_tokens,
-               "temperature": r.temperature, "top_p": r.top_p, "top_k": r.top_k, "seed": r.seed,
-               "reasoning": r.reasoning, "max_length": cfg.job.max_length}  # fmt: skip
-        committed.write_output(
-            done, total, control.output(cfg), control.failures(cfg), control.meta(cfg), how
-        )
-        self._figures(done, total, force=True)
+        if self.rank is None:
+            committed.finish(cfg, source, done, total)
+        else:
+            self._rank_done(source, total)
+        self._figures(done, share, force=True)
         return "done"
+
+    def _rank_done(self, source: str, total: int) -> None:
+        """A rank's rows all committed: its record says done first, then it reads the others'.
+        Of two ranks ending at once, the later to say done sees the other's, so one of them at
+        least writes the output; both may, with the same bytes (committed.finish)."""
+        self.rec.update(phase="done")
+        self.rec.write()
+        committed.finish_ranks(self.cfg, self.root, source, total, ranks.even(total, self.world))
 
 
 def main(argv: list[str]) -> int:
-    return served.main(argv, Regenerate)
+    p = argparse.ArgumentParser(prog="python -m runner.regenerate.supervisor")
+    p.add_argument("run_dir")
+    p.add_argument("config")
+    p.add_argument("--rank", type=int, default=None, help="a Slurm array task: this rank's share of the rows")
+    p.add_argument("--world", type=int, default=None, help="the number of ranks the rows are split into")
+    a = p.parse_args(argv)
+    if (a.rank is None) != (a.world is None):
+        p.error("--rank and --world go together")
+    lock = os.path.basename(RunPaths(a.run_dir, a.rank).lock)
+    return served.main([a.run_dir, a.config], lambda root, cfg: Regenerate(root, cfg, a.rank, a.world), lock)
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ from __future__ import annotations
 import datetime as dt
 
 from ..contract.ranks import NAMED, QUIET
+from ..contract.regenerate import RegenerateRecord
 from ..contract.replies import AdoptReport, CompactReport, PreflightReport, VerifyReport
 from ..contract.status import (
     HANDOFF_PENDING,
@@ -238,8 +239,9 @@ def _phase_lines(rec: StatusRecord, now: dt.datetime) -> list[str]:
     return [f"phase {p.value}", progress_line(rec)]  # pragma: no cover - every phase is handled
 
 
-def ranks_line(rec: StatusRecord) -> str:
-    """A cluster run, when something is off: 'ranks: 7 running, 1 failed — NODE_FAIL on gpu-3'."""
+def ranks_line(rec: StatusRecord | RegenerateRecord) -> str:
+    """A cluster run (the extraction's, the regeneration's), when something is off:
+    'ranks: 7 running, 1 failed — NODE_FAIL on gpu-3'."""
     ranks = rec.ranks or []
     if not ranks or all(r.state in QUIET for r in ranks):
         return ""

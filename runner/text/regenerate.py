@@ -8,6 +8,7 @@ import datetime as dt
 
 from ..contract.regenerate import RegenerateRecord
 from ..contract.status import parse_iso
+from .extraction import ranks_line
 from .human import human_bytes, human_duration, now_utc
 from .training import WITHHELD
 
@@ -53,6 +54,8 @@ def render_regenerate(rec: RegenerateRecord, now: dt.datetime | None = None, ful
         rate.append(f"ETA ~{human_duration(rec.eta_s)}")
     if rate:
         lines.append(" · ".join(rate))
+    if ranks_line(rec):  # on Slurm, when a rank is not running or done: 'ranks: 1 done, 1 failed — …'
+        lines.append(ranks_line(rec))
     if rec.failed:
         last = f" (the last: {rec.last_error})" if full and rec.last_error else ""
         rows = "1 row" if rec.failed == 1 else f"{rec.failed:,} rows"

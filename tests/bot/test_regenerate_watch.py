@@ -50,6 +50,39 @@ def test_a_crash_alerts_once_per_launch_with_resume_and_the_reason_for_operators
     assert run([failed, failed]) == [("alert", ":rotating_light: Regeneration FAILED", True)]
 
 
+def _rank(r: int, state: str, job: str = "9", **kw) -> dict:
+    return {
+        "rank": r,
+        "lo": 32 * r,
+        "hi": 32 * (r + 1),
+        "state": state,
+        "job": f"{job}_{r}",
+        "total": 32,
+        **kw,
+    }
+
+
+def test_on_slurm_a_lost_rank_alerts_at_once_and_the_runs_failure_is_that_alert():
+    """A rank killed while the other runs on: said now (the run reads regenerating until the other
+    ends, maybe hours later), once per rank and task, with Resume; the run's failed that follows
+    is the same story; the rank resubmitted and lost again is a new one."""
+    lost = _rank(
+        1, "failed", slurm="FAILED", node="gpu-2", reason="ServerError: restart cap 3 spent at /data/x"
+    )
+    live = {**RUNNING, "ranks": [_rank(0, "running", slurm="RUNNING", node="gpu-1"), lost]}
+    ended = {**live, "phase": "failed", "ended_at": "2026-12-01T12:09:00Z", "reason": "rank 1 FAILED on gpu-2",
+             "ranks": [_rank(0, "done"), lost]}  # fmt: skip
+    said = ("alert", ":rotating_light: Regeneration rank 1 FAILED (node gpu-2)", True)
+    assert run([live, live, ended]) == [said]
+    (a,) = [a for a in judge(WatchState(), RegenerateRecord.from_dict(live), NOW)[0] if a.kind == "alert"]
+    assert "restart cap 3 spent at /data/x" in a.private and "/data" not in a.text
+    again = {**ended, "ranks": [_rank(0, "done"), {**lost, "job": "12_1"}]}
+    assert run([ended, again]) == [said, said]
+    unwritten = {**RUNNING, "phase": "crashed", "reason": "every row is committed but the output is not written",
+                 "ranks": [_rank(0, "done"), _rank(1, "done")]}  # fmt: skip
+    assert run([unwritten]) == [("alert", ":rotating_light: Regeneration CRASHED", True)]
+
+
 def test_a_server_restart_alerts_once_per_count_its_death_for_operators():
     died = {**RUNNING, "restarts": 1, "last_death": "rank 0 died: CUDA error at /data/log"}
     posted = run([RUNNING, died, died])
