@@ -18,6 +18,7 @@ from remote.client import GpuBox
 from remote.connect import open_box
 from remote.errors import AuthFailed, CommandTimeout, HostKeyMismatch, Unreachable
 from remote.ssh import MAX_COMMAND_BYTES, SSHTransport
+from runner.contract import timing
 from runner.contract.config import from_dict
 from runner.contract.status import Phase, StatusRecord, write_record
 from tests import sshd
@@ -154,8 +155,13 @@ def test_hostile_arguments_never_reach_a_shell(shared_pair, closing, tmp_path):
         t.run(["/bin/echo", "a\0b"], 10)
 
 
-def test_threads_share_one_connection(shared_pair, closing):
-    t = make(shared_pair)
+def test_threads_share_one_connection(shared_pair, closing, monkeypatch):
+    # The product's probe (2 s, not the fast profile's 1 s): on a starved box a probe answered
+    # late is a hop declared gone and a second connection, which is the keepalive's promise,
+    # not a thread's own connection. Each such loss is a retry, counted below.
+    monkeypatch.setenv(timing.ENV, "production")
+    records: list = []
+    t = make(shared_pair, records)
     closing.append(t)
     before = log_count(shared_pair.target, "Accepted publickey")
     results: dict[int, list[str]] = {}
@@ -169,7 +175,9 @@ def test_threads_share_one_connection(shared_pair, closing):
     for th in threads:
         th.join(60)
     assert results == {n: [f"{n}-{i}\n" for i in range(4)] for n in range(6)}
-    assert log_count(shared_pair.target, "Accepted publickey") == before + 1
+    # one connection for the six threads; another only after a loss that a retry said
+    logins = log_count(shared_pair.target, "Accepted publickey") - before
+    assert 1 <= logins <= 1 + len(records), (logins, [str(r) for r in records])
 
 
 def test_status_over_the_two_hop_path(shared_pair, tmp_path):
