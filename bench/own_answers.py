@@ -50,17 +50,24 @@ def _wait(kind: str, conf: str) -> dict:
 
 
 def _bench_config(conf: str, run_dir: str, prompts: int, tokens: int, setting: str) -> str:
-    """The demo's config with its [measure] section (the file's last) set for this bench."""
+    """The demo's config with its [measure] section's keys set for this bench (its other sections,
+    [pipeline] among them, as they are)."""
     text = open(conf).read()
-    head, sep, _ = text.partition("\n[measure]")
-    if not sep:
+    start = text.find("\n[measure]")
+    if start < 0:
         raise SystemExit(f"{conf} has no [measure] section: was the demo run with --backend sglang?")
+    end = text.find("\n[", start + 1)
+    end = len(text) if end < 0 else end
     measure = (f'\n[measure]\nrun_dir = "{run_dir}"\nsamples = {prompts}\nmax_new_tokens = {tokens}\n'
                f'settings = ["{setting}"]\n')  # fmt: skip
     out = os.path.join(os.path.dirname(conf), "hsx-bench.toml")
     with open(out, "w") as f:
-        f.write(head + measure)
+        f.write(text[:start] + measure + text[end:])
     return out
+
+
+def _f(v: float | None, fmt: str = ".3f") -> str:
+    return "?" if v is None else format(v, fmt)
 
 
 def _acc(root: str) -> tuple[float | None, float | None]:
@@ -125,10 +132,10 @@ def main(argv: list[str] | None = None) -> int:
         f"{a.samples} samples, {a.prompts} held-out prompts x {a.max_new_tokens} tokens, greedy, at {a.setting}"
     )
     for r in rows:
-        print(f"{r['arm']:>8}: acc {r['acc_first']:.3f} -> {r['acc_last']:.3f} (mean of the first and last "
-              f"{ACC_WINDOW} steps), simulated ~{r['simulated']:.2f}, measured accept length "
-              f"{r['accept_length']:.3f} (the demo's 4 prompts: {r['demo_accept_length']:.3f}), "
-              f"tokens/s x{r['speedup']:.2f}, {r['same']} outputs as the target alone's, {r['differ']} not")  # fmt: skip
+        print(f"{r['arm']:>8}: acc {_f(r['acc_first'])} -> {_f(r['acc_last'])} (mean of the first and last "
+              f"{ACC_WINDOW} steps), simulated ~{_f(r['simulated'], '.2f')}, measured accept length "
+              f"{_f(r['accept_length'])} (the demo's 4 prompts: {_f(r['demo_accept_length'])}), tokens/s "
+              f"x{_f(r['speedup'], '.2f')}, {r['same']} outputs as the target alone's, {r['differ']} not")  # fmt: skip
     ratio = rows[0]["accept_length"] / rows[1]["accept_length"]
     print(f"measured accept length, own answers / original: {ratio:.3f}")
     print(f"load average {' '.join(f'{x:.2f}' for x in load0)} at the start, "
