@@ -20,7 +20,6 @@ from ..contract.checks import refusal
 from ..contract.config import Config
 from ..contract.errors import BrokenFileError, ConfigError
 from ..contract.replies import NOT_OK, OK, REFUSED, Reply
-from ..contract.train import ACC_WINDOW
 from ..job import detach
 from ..lanes import BuildError, building
 from ..output.lock import is_held_at, try_ofd
@@ -407,9 +406,7 @@ def status(cfg: Config, rec: dict | None = None) -> Reply:
     d["python"] = d["python"] or cfg.train.python
     step = f"step {d['step']}/{d['total_steps']}" if d.get("total_steps") else ""
     bits = [d["phase"], step, f"loss {d['loss']:.4g}" if d.get("loss") is not None else "",
-            f"acc {d['acc']:.3f}" if d.get("acc") is not None and d.get("acc_mean") is None else "",
-            f"acc {d['acc_mean']:.3f} (running mean" + (f"; {d['acc_start']:.3f} over the first {ACC_WINDOW})"
-            if d.get("acc_start") is not None else ")") if d.get("acc_mean") is not None else "",
+            f"acc {d['acc']:.3f}" if d.get("acc") is not None else "",
             f"val acc {d['val_acc']:.3g}" if d.get("val_acc") is not None else "",
             simulated(d["acc_len"]) if d.get("acc_len") is not None else "",
             f"checkpoint step {d['checkpoint_step']}" if d.get("checkpoint_step") is not None else "",
