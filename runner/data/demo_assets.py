@@ -170,8 +170,25 @@ def _runner_path() -> str:
 
 
 def _free_port() -> int:
+    """A port free now, below the kernel's ephemeral range: the config keeps it for every
+    server the demo starts, and a port in that range is any outgoing connection's meanwhile (a
+    busy box's client took one between the regeneration's server and the extraction's)."""
+    import random
     import socket
 
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            low = int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 32768
+    for _ in range(50):
+        port = random.randrange(min(20000, low - 1000), low)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]

@@ -33,6 +33,8 @@ if TYPE_CHECKING:
     from ..output.ranks import RunPaths
 
 READY_LINE = "The server is fired up and ready to roll!"
+# uvicorn's line when the port is taken; the server then hangs in its shutdown instead of exiting
+BIND_RE = re.compile(r"error while attempting to bind on address \(([^)]*)\): ([^\n]*)")
 # What a starting server is doing, from its log: weight loading and its progress bars.
 ACTIVITY_RE = re.compile(
     r"(Load weight begin.*|Load weight end.*|(?:Multi-thread loading shards|Loading safetensors checkpoint shards):\s*\d+% Completed \| \d+/\d+|Capture cuda graph.*|Init torch distributed.*)"
@@ -200,6 +202,7 @@ class Server:
         self.restarts = 0
         self.started_at: float | None = None
         self.activity = ""
+        self.bind_failed = ""  # what uvicorn said when its port was taken
 
     async def bring_up(self, recorder) -> None:
         """Start and wait until ready; a server that dies while starting is restarted like one
@@ -247,7 +250,7 @@ class Server:
         log.write(f"\n=== hsx: starting server: {' '.join(self.argv)}\n".encode())
         log.flush()
         self._log_pos = self._start_pos = log.tell()
-        self.ranks, self.dead_ranks = {}, []
+        self.ranks, self.dead_ranks, self.bind_failed = {}, [], ""
         self.shm.begin()
         self.proc = subprocess.Popen(
             self.argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=self.env,
@@ -319,6 +322,9 @@ class Server:
         self.ranks.update((r, int(pid)) for r, pid in RANK_RE.findall(text))
         if READY_LINE in text:
             ready = True
+        if m := BIND_RE.search(text):
+            where = m.group(1).replace("'", "").replace(", ", ":")
+            self.bind_failed = f"could not listen on {where}: {m.group(2)}"
         return ready
 
     def log_tail(self, n: int = 15) -> str:
@@ -342,6 +348,12 @@ class Server:
                         f"server exited with code {code} during start-up; log tail:\n{self.log_tail()}"
                     )
                 seen_line = self._scan_log() or seen_line
+                if self.bind_failed:  # it would wait out start_timeout_s; a restart may find the port free
+                    await asyncio.to_thread(self.stop)
+                    raise ServerExited(
+                        f"server {self.bind_failed} ([server] port {self.cfg.server.port}: another "
+                        f"process holds it); log tail:\n{self.log_tail()}"
+                    )
                 if seen_line:
                     try:
                         async with http.get(self.url + "/health") as r:

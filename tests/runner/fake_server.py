@@ -2,7 +2,8 @@
 of a backend (``[server] python`` points at a wrapper that runs this with a mode), or served
 in this process by ``InProcess`` for tests of the extractor alone.
 
-Modes: never_ready, bad_dump (ready, but the dump has the wrong shape), die_on_request,
+Modes: never_ready, bind_taken (says uvicorn's bind error, then hangs, as SGLang's server does when
+its port was taken after hsx checked it), bad_dump (ready, but the dump has the wrong shape), die_on_request,
 good_once (one well-shaped dump of zeros, then it dies on the next request),
 dies_first_start (exits during its first start, then serves well-shaped zeros), flaky (every
 second request writes its data file but no sidecar, as a server that died mid-dump),
@@ -22,7 +23,7 @@ import time
 from aiohttp import web
 
 # These end the process: a test of them needs a real child (see tests/runner/serve/test_lifecycle.py).
-PROCESS_ONLY = ("never_ready", "dies_first_start", "die_on_request", "good_once")
+PROCESS_ONLY = ("never_ready", "bind_taken", "dies_first_start", "die_on_request", "good_once")
 
 
 def make_app(mode: str, dump_dir: str) -> web.Application:
@@ -116,6 +117,11 @@ def main() -> None:
             open(marker, "w").close()
             sys.exit(1)
     if mode == "never_ready":
+        time.sleep(3600)
+    if mode == "bind_taken":  # SGLang 0.5.23's uvicorn, word for word; it then waits in its shutdown
+        print(f"[2026-12-05 05:10:01] ERROR:    [Errno 98] error while attempting to bind on address "
+              f"('127.0.0.1', {args.port}): address already in use", flush=True)  # fmt: skip
+        print("[2026-12-05 05:10:01] INFO:     Waiting for application shutdown.", flush=True)
         time.sleep(3600)
     from runner.contract import dump
 

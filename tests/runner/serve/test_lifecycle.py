@@ -213,6 +213,24 @@ def test_a_multimodal_wrapper_is_served_text_only(tmp_path):
 
 
 @pytest.mark.slow
+def test_a_port_taken_after_the_check_ends_the_start_at_once_not_at_its_timeout(job, tmp_path):
+    """The port was free when hsx looked, and taken (a busy box's outgoing connection) by the time
+    the server bound it: SGLang's uvicorn says so and hangs instead of exiting. The start ends at
+    that line, the server is ended, and each try is a restart, counted, the port named."""
+    conf = job(samples=5, server__python=fake(tmp_path, "bind_taken"), server__start_timeout_s=600.0,
+               server__max_restarts=1)  # fmt: skip
+    assert runner("run", "--config", conf, timeout=120).returncode == 1
+    st = status(conf)
+    port = st["server"]["url"].rsplit(":", 1)[1]
+    assert st["phase"] == "failed" and st["server"]["restarts"] == 1, st
+    assert "restart cap 1 spent" in st["reason"] and "not ready after" not in st["reason"], st["reason"]
+    assert (
+        f"could not listen on 127.0.0.1:{port}: address already in use ([server] port {port}" in st["reason"]
+    )
+    assert done_count(conf) == 0
+
+
+@pytest.mark.slow
 def test_a_port_another_process_listens_on_fails_the_start_at_once_saying_so(job):
     """Not a server started into a bind error and restarted to the cap: a copied demo, a second
     job or a stray server on [server] port is named before anything is launched."""
