@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..contract.status import HANDOFF_PENDING, NOT_STARTED
+from ..contract.train import ACC_WINDOW
 
 WAIT = "wait"  # a done stage still handing on (the extraction's verify): asked again
 
@@ -88,10 +89,19 @@ class Stage:
         return not (d.get("phase") == "stopped" and d.get("reason") == NOT_STARTED)
 
 
+def _trained_said(d: dict) -> str:
+    """The hand-off's words: the draft's top-1 acc where it started and ended (whether it
+    learned), and where it was exported."""
+    start, end = d.get("acc_start"), d.get("acc_mean")
+    acc = (f" (draft top-1 acc {100 * start:.1f}% over its first {ACC_WINDOW} steps, {100 * end:.1f}% "
+           f"at the end)" if isinstance(start, float) and isinstance(end, float) else "")  # fmt: skip
+    return f"the draft trained{acc} and exported to {d.get('export_dir')}"
+
+
 STAGES = {
     "regenerate": Stage("regenerate", ("regenerate",), _regenerated,
                         lambda d: f"{d.get('total', 0) - d.get('failed', 0):,} rows regenerated into {d.get('output')}"),
     "extract": Stage("extract", (), _extracted, lambda d: f"{d.get('done', 0):,} samples extracted and verified"),
-    "train": Stage("train", ("train",), _trained, lambda d: f"the draft trained and exported to {d.get('export_dir')}"),
+    "train": Stage("train", ("train",), _trained, lambda d: _trained_said(d)),
     "measure": Stage("measure", ("measure",), lambda d: None, lambda d: _measured(d)),
 }  # fmt: skip

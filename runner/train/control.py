@@ -20,6 +20,7 @@ from ..contract.checks import refusal
 from ..contract.config import Config
 from ..contract.errors import BrokenFileError, ConfigError
 from ..contract.replies import NOT_OK, OK, REFUSED, Reply
+from ..contract.train import ACC_WINDOW
 from ..job import detach
 from ..lanes import BuildError, building
 from ..output.lock import is_held_at, try_ofd
@@ -394,6 +395,16 @@ def disk(root: str) -> dict:
     return {"run_bytes": _blocks(root), "disk_free": shutil.disk_usage(root).free, "disk_path": mount}
 
 
+def _acc(d: dict) -> str:
+    """The draft's top-1 acc: the running mean and where it started once logged, else the last
+    batch's (a record from before the mean was kept)."""
+    if d.get("acc_mean") is None:
+        return f"acc {d['acc']:.3f}" if d.get("acc") is not None else ""
+    if d.get("acc_start") is None:
+        return f"acc {d['acc_mean']:.3f} (running mean)"
+    return f"acc {d['acc_mean']:.3f} (running mean; {d['acc_start']:.3f} over the first {ACC_WINDOW})"
+
+
 def status(cfg: Config, rec: dict | None = None) -> Reply:
     """``rec``: the record as read (the Slurm engine's, with Slurm's word on a launch that waits)."""
     root = runspec.run_dir(cfg)
@@ -406,7 +417,7 @@ def status(cfg: Config, rec: dict | None = None) -> Reply:
     d["python"] = d["python"] or cfg.train.python
     step = f"step {d['step']}/{d['total_steps']}" if d.get("total_steps") else ""
     bits = [d["phase"], step, f"loss {d['loss']:.4g}" if d.get("loss") is not None else "",
-            f"acc {d['acc']:.3f}" if d.get("acc") is not None else "",
+            _acc(d),
             f"val acc {d['val_acc']:.3g}" if d.get("val_acc") is not None else "",
             simulated(d["acc_len"]) if d.get("acc_len") is not None else "",
             f"checkpoint step {d['checkpoint_step']}" if d.get("checkpoint_step") is not None else "",

@@ -84,3 +84,15 @@ def test_the_text_names_the_stage_first_then_each_stage():
     assert "ETA ~30s" in text and "handed on: regenerate: 16 rows" in text
     assert "/x" not in render_pipeline(d, full=False)
     assert render_pipeline({"phase": "stopped"}) == "pipeline: not started (`/pipeline start`)"
+
+
+def test_the_trainings_hand_off_says_whether_the_draft_learned():
+    """The pipeline's end is where a newcomer of `hsx demo --headless` reads the training: its
+    top-1 acc where it started and at the end, beside the export."""
+    said = STAGES["train"].said
+    d = {"export_dir": "/w/out-train/export", "acc_start": 0.0855, "acc_mean": 0.2624}
+    assert said(d) == (
+        "the draft trained (draft top-1 acc 8.6% over its first 10 steps, 26.2% at the end) "
+        "and exported to /w/out-train/export"
+    )
+    assert said({"export_dir": "/e", "acc_mean": 0.3}) == "the draft trained and exported to /e"  # < 10 steps

@@ -83,6 +83,9 @@ def test_the_demo_trains_its_draft_to_the_end_and_exports_it(tmp_path):
     assert 0 <= st["acc_mean"] <= 1 and f"{100 * st['acc_start']:.1f}% over the first 10" in render_train(
         TrainRecord.from_dict(st)
     )
+    # hsx-runner train status says the same two figures on its one line
+    line = runner("train", "status", "--config", conf, check=True).stdout
+    assert f"acc {st['acc_mean']:.3f} (running mean; {st['acc_start']:.3f} over the first 10)" in line, line
     said = render_train(TrainRecord.from_dict(st))
     assert (
         f"val acc {100 * st['val_acc']:.1f}% (first draft token) · simulated accept length ~{st['acc_len'] + 1:.2f} ("
