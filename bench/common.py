@@ -2,15 +2,7 @@
 
 from __future__ import annotations
 
-import socket
 import statistics
-
-
-def free_port() -> int:
-    """A TCP port free on 127.0.0.1 now (a server a bench starts listens there)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def mb_s(nbytes: int, seconds) -> float | None:

@@ -18,7 +18,6 @@ import time
 
 from aiohttp import web
 
-from bench.common import free_port
 from runner.contract import dump
 from runner.contract.config import Config
 from runner.data.dataset import Dataset
@@ -26,6 +25,7 @@ from runner.job.extractor import Extractor
 from runner.job.record import Recorder
 from runner.output.ranks import RunPaths
 from runner.output.store import Store
+from runner.ports import free_port
 
 
 class FixedLatencyServer:

@@ -49,9 +49,9 @@ import urllib.request
 
 import aiohttp
 
-from bench.common import free_port
 from runner import sglang_cpu
 from runner.contract import dump
+from runner.ports import free_port
 from runner.serve.server import READY_LINE
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

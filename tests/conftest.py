@@ -11,13 +11,13 @@ import json
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 
 import pytest
 
 from runner.contract import timing
+from runner.ports import free_port
 
 try:
     import tomllib
@@ -39,13 +39,6 @@ def pytest_collection_modifyitems(items):
     for item in items:
         if SLOW_FIXTURES.intersection(item.fixturenames):
             item.add_marker(pytest.mark.slow)
-
-
-def free_port(addr: str = "127.0.0.1") -> int:
-    """A port free on ``addr`` now: the one helper every test's daemon and server takes its port from."""
-    with socket.socket() as s:
-        s.bind((addr, 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="session")

@@ -160,7 +160,7 @@ class TwoHop:
     def __init__(self, root: str, user: str | None = None):
         self.root = os.path.abspath(root)
         self.user = user or getpass.getuser()
-        from tests.conftest import free_port  # here: sshd runs this file as its keys command
+        from runner.ports import free_port  # here: sshd runs this file as its keys command
 
         self.jump = Hop("jump", JUMP_ADDR, free_port(JUMP_ADDR), os.path.join(self.root, "jump"))
         self.target = Hop("target", TARGET_ADDR, free_port(TARGET_ADDR), os.path.join(self.root, "target"))

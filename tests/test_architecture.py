@@ -43,6 +43,7 @@ STAGES = (
 # runner's top-level modules a stage may import: leaves that import nothing of ours but the contract.
 TOP_LEAVES = {
     "runner.lanes",
+    "runner.ports",
     "runner.procs",
     "runner.sglang_cpu",
     "runner.specforge_cpu",

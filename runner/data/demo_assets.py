@@ -9,6 +9,7 @@ import os
 import re
 from collections.abc import Callable
 
+from ..ports import free_port
 from .tiny import build_model, build_tokenizer, make_conversations
 
 # `hsx demo` sets it for the reference server it starts: each answer comes no sooner than this
@@ -78,7 +79,7 @@ rate_window_s = 30.0
 
 [server]
 {_server_toml(server)}
-port = {_free_port()}
+port = {free_port()}
 
 [remote]
 transport = "local"  # the job is this file: the directory can be copied or moved
@@ -153,7 +154,7 @@ def relocate(workdir: str) -> str | None:
         text = f.read()
     text = re.sub(r"(?m)^runner_config = .*\n", "", text)
     # A fresh port too: the original may be running, and its server holds the one copied.
-    write_atomic(conf, re.sub(r"(?m)^port = \d+$", f"port = {_free_port()}", text))
+    write_atomic(conf, re.sub(r"(?m)^port = \d+$", f"port = {free_port()}", text))
     if desc:
         moved = {k: getattr(cfg.job, k) for k in ("model", "tokenizer", "dataset")}
         write_atomic(pinned, json.dumps({**desc, **moved}, indent=1) + "\n")
@@ -167,31 +168,6 @@ def _runner_path() -> str:
 
     here = os.path.join(os.path.dirname(sys.executable), "hsx-runner")
     return here if os.path.exists(here) else (shutil.which("hsx-runner") or "hsx-runner")
-
-
-def _free_port() -> int:
-    """A port free now, below the kernel's ephemeral range: the config keeps it for every
-    server the demo starts, and a port in that range is any outgoing connection's meanwhile (a
-    busy box's client took one between the regeneration's server and the extraction's)."""
-    import random
-    import socket
-
-    try:
-        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
-            low = int(f.read().split()[0])
-    except (OSError, ValueError, IndexError):
-        low = 32768
-    for _ in range(50):
-        port = random.randrange(min(20000, low - 1000), low)
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return port
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def build(

@@ -13,7 +13,8 @@ import pytest
 from bot.slack.app import build_app, run_bot
 from runner.contract.config import load
 from runner.contract.errors import ConfigError
-from tests.conftest import BIN, free_port
+from runner.ports import free_port
+from tests.conftest import BIN
 from tests.runner.helpers import wait_for
 
 from .http_bot import OPERATOR, SECRET, STRANGER, Bot, serve

@@ -13,7 +13,7 @@ import socket
 import subprocess
 import time
 
-from tests.conftest import free_port
+from runner.ports import free_port
 
 SBIN = ("/usr/sbin", "/usr/bin")
 

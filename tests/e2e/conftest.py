@@ -17,9 +17,10 @@ import uuid
 
 import pytest
 
+from runner.ports import free_port
 from tests import sshd
 from tests.bot.http_bot import serve
-from tests.conftest import free_port, write_config, write_job
+from tests.conftest import write_config, write_job
 
 HSX = os.path.join(os.path.dirname(sys.executable), "hsx")
 REQUIRE_ENV = sshd.REQUIRE_ENV

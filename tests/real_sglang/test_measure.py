@@ -19,8 +19,9 @@ import time
 import pytest
 
 from runner import sglang_cpu
+from runner.ports import free_port
 from runner.serve import pidfile
-from tests.conftest import free_port, runner, write_config
+from tests.conftest import runner, write_config
 from tests.real_sglang import eagle3_draft
 from tests.real_sglang.conftest import KERNELS
 

@@ -180,8 +180,8 @@ def test_a_stop_while_a_server_loads_ends_the_wait_at_once_and_the_server(tmp_pa
     import sys
 
     from runner.measure.supervisor import Measure
+    from runner.ports import free_port
     from runner.serve import pidfile
-    from tests.conftest import free_port
 
     never = [sys.executable, "-c", "import time; time.sleep(600)"]  # a server that never gets ready
     monkeypatch.setattr(serving, "argv", lambda *a: never)
