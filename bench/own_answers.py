@@ -23,6 +23,7 @@ import sys
 import tempfile
 import time
 
+from bot.render.train_chart import ends
 from runner.contract.train import ACC_WINDOW
 
 BIN = os.path.dirname(sys.executable)
@@ -71,16 +72,10 @@ def _f(v: float | None, fmt: str = ".3f") -> str:
 
 
 def _acc(root: str) -> tuple[float | None, float | None]:
-    accs = []
+    """The logged steps' top-1 acc: the means of the first and the last ACC_WINDOW, as the chart's caption."""
     with open(os.path.join(root, "history.jsonl")) as f:
-        for line in f:
-            r = json.loads(line)
-            if r.get("kind") == "step" and r.get("acc") is not None:
-                accs.append(r["acc"])
-    if not accs:
-        return None, None
-    n = min(ACC_WINDOW, len(accs))
-    return sum(accs[:n]) / n, sum(accs[-n:]) / n
+        steps = [json.loads(x) for x in f if x.strip()]
+    return ends([r.get("acc") for r in steps if r.get("kind") == "step"], ACC_WINDOW)
 
 
 def arm(work: str, name: str, a) -> dict:

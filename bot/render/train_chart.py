@@ -108,7 +108,7 @@ def title(s: TrainStory) -> str:
     return f"{name}: step {s.step if s.step is not None else '?'} — {phase}"
 
 
-def _ends(values: list[float | None], n: int = 1) -> tuple[float | None, float | None]:
+def ends(values: list[float | None], n: int = 1) -> tuple[float | None, float | None]:
     """The first and the last known value; with ``n``, the means of the first and the last n."""
     known = [v for v in values if v is not None]
     if not known:
@@ -128,8 +128,8 @@ def rolling(values: list[float | None], n: int = ACC_WINDOW) -> list[float]:
 def caption(s: TrainStory) -> str:
     pts = s.points
     parts = [title(s)]
-    l0, l1 = _ends([p.loss for p in pts])
-    a0, a1 = _ends([p.acc for p in pts], ACC_WINDOW)
+    l0, l1 = ends([p.loss for p in pts])
+    a0, a1 = ends([p.acc for p in pts], ACC_WINDOW)
     parts.append(
         f"loss {_fmt(l0)} → {_fmt(l1)}, acc {_fmt(a0, '.3f')} → {_fmt(a1, '.3f')} (mean of the first and "
         f"the last {ACC_WINDOW} logged) over steps {pts[0].step:,} → {pts[-1].step:,}"
