@@ -253,11 +253,15 @@ class Extractor:
             code = self.server.proc.returncode if self.server.proc else None
             why = f"server died (exit code {code})"
             rank = await asyncio.to_thread(self.server.death_reason)
+            if self.stopping.is_set():  # the stop's signal reached the server too (Slurm's scancel)
+                return
             if rank:
                 why += f": {rank}"
             self.recorder.record.server.last_death = rank or f"the server exited with code {code}"
             if not await self.server.restart_allowed(self.recorder, why):
                 self.abort(f"{why}, and the restart cap ({cap}) is spent")
+                return
+            if self.stopping.is_set():  # asked during the back-off: no server started for it
                 return
             try:
                 await asyncio.to_thread(self.server.stop, 5.0)

@@ -62,3 +62,69 @@ def test_samples_failing_in_a_row_stop_the_job_with_the_last_reason(tmp_path, du
     assert len(retried(caplog)) == 4  # two retries for each of the two samples
     assert store.manifest() == {} and os.listdir(store.tmp) == []
     assert sorted(store.plan(6).remaining) == list(range(6))  # transient failures stay to do
+
+
+class _DyingServer:
+    """A server found dead; ``signal``: when the stop's SIGTERM (Slurm's scancel signals the server
+    and the supervisor at once) reaches the extractor: as the death is seen, or while its reason
+    is read; else never."""
+
+    def __init__(self, signal: str):
+        self.signal, self.ex = signal, None
+        self.proc = type("Proc", (), {"returncode": -15, "pid": 1})()
+        self.counted = self.starts = 0
+
+    def alive(self) -> bool:
+        if self.signal == "seen":
+            self.ex.stop()
+        return False
+
+    def death_reason(self) -> str:
+        if self.signal == "reading":
+            self.ex.loop.call_soon_threadsafe(self.ex.stop)
+            import time
+
+            time.sleep(0.2)  # the signal's callback runs on the loop meanwhile
+        return ""
+
+    async def restart_allowed(self, recorder, why: str) -> bool:
+        self.counted += 1
+        recorder.record.server.restarts = self.counted
+        return self.counted <= 1
+
+    def stop(self, wait: float = 0) -> None:
+        pass
+
+    async def start(self) -> None:
+        self.starts += 1
+        self.ex.stop()  # the test's end: one restart is enough to see
+
+    async def wait_ready(self, said) -> None:
+        pass
+
+
+@pytest.mark.parametrize("signal", ["seen", "reading", ""])
+def test_a_server_death_during_a_stop_is_the_stops_not_a_restart(tmp_path, signal):
+    """A death while the stop is asked is the stop's: no restart counted or started, no last
+    death for the watcher to call a server restart; without a stop, the death is one restart."""
+    import asyncio
+
+    from runner.job.extractor import Extractor
+    from runner.job.record import Recorder
+    from runner.output.ranks import RunPaths
+
+    cfg = from_dict({"job": {"name": "t", "dataset": "d", "out": str(tmp_path / "out")}})
+    os.makedirs(cfg.job.out)
+    server = _DyingServer(signal)
+    rec = Recorder(RunPaths(cfg.job.out), "t", 1, 30.0)
+
+    async def monitor():
+        ex = Extractor(cfg, None, None, rec, server, str(tmp_path))
+        server.ex, ex.loop = ex, asyncio.get_running_loop()
+        await asyncio.wait_for(ex._monitor(), 30)
+
+    asyncio.run(monitor())
+    if signal:
+        assert (server.counted, server.starts, rec.record.server.last_death) == (0, 0, "")
+    else:
+        assert server.counted == server.starts == 1 and "code -15" in rec.record.server.last_death
