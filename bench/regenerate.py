@@ -109,8 +109,8 @@ async def _hsx(conf: str) -> dict:
     cpu = time.process_time() - g.cpu
     log = os.path.join(root, "rows.jsonl")
     done = committed.read(log, g.rec.d["total"])
-    assert end == "done" and all("data" in e for e in done.values()), (end, g.rec.d.get("last_error"))
-    tokens = sum(e["tokens"] for e in done.values())
+    assert end == "done" and done.failed == 0, (end, g.rec.d.get("last_error"))
+    tokens = done.tokens
     span = os.stat(log).st_mtime - g.first
     return {"tokens": tokens, "s": span, "tokens_per_s": tokens / span, "cpu_s": cpu,
             "record_tokens_per_s": g.rec.d["tokens_per_s"]}  # fmt: skip

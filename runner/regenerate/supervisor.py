@@ -140,12 +140,11 @@ class Regenerate(Served):
 
     # --- the run ---------------------------------------------------------------------------
 
-    def _figures(self, done: dict, total: int, force: bool = False) -> None:
+    def _figures(self, done: committed.Rows, total: int, force: bool = False) -> None:
         now = time.monotonic()
         if not force and now - self.figured_at < FIGURES_S:
             return
         self.figured_at = now
-        failed = [e for e in done.values() if "reason" in e]
         spent = now - self.t0
         rate = self.rows_now / spent if self.rows_now and spent > 0 else None
         out = os.path.dirname(self.rec.d.get("output") or self.root)
@@ -154,27 +153,25 @@ class Regenerate(Served):
         except OSError:
             free = None
         self.rec.update(
-            done=len(done), total=total, failed=len(failed),
-            tokens=sum(int(e.get("tokens") or 0) for e in done.values()),
+            done=len(done), total=total, failed=done.failed, tokens=done.tokens,
             tokens_per_s=self.tokens_now / spent if self.tokens_now and spent > 0 else None,
             rows_per_s=rate, eta_s=(total - len(done)) / rate if rate else None,
-            last_error=f"row {failed[-1]['row']}: {failed[-1]['reason']}"[:500] if failed else None,
+            last_error=f"row {last['row']}: {last['reason']}"[:500] if (last := done.last_failure) else None,
             disk_path=out, disk_free=free,
         )  # fmt: skip
         self.rec.write()
         if now - self.pointed >= HISTORY_S or force:
             self.pointed = now
-            point = {"t": now_iso(), "done": len(done), "failed": len(failed),
+            point = {"t": now_iso(), "done": len(done), "failed": done.failed,
                      "tokens_per_s": self.rec.d.get("tokens_per_s"), "rows_per_s": rate}  # fmt: skip
             jsonl.append(self.history, json.dumps(point).encode())
 
-    async def _worker(self, http, server, todo, raws, done: dict, total: int) -> None:
+    async def _worker(self, http, server, todo, raws, done: committed.Rows, total: int) -> None:
         while todo and not self.stop_asked:
             i = todo.popleft()
             entry = await self._row(http, server, i, raws)
-            committed.append(self.log, entry)
+            done.add(i, entry, committed.append(self.log, entry))
             self.rec.update(committed_at=now_iso())
-            done[i] = entry
             self.rows_now += 1
             self.tokens_now += int(entry.get("tokens") or 0)
             if "reason" in entry:

@@ -4,6 +4,7 @@ target's answers, the thinking kept or cut, the commit log's whole lines, the co
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
@@ -122,3 +123,34 @@ def test_one_row_not_regenerated_is_said_in_the_singular():
 
     rec = RegenerateRecord(phase="done", started_at="2026-12-05T00:00:00Z", done=3, total=3, failed=1)
     assert "1 row not regenerated, each listed with its reason" in render_regenerate(rec)
+
+
+def test_the_commit_log_is_read_and_written_out_without_holding_its_conversations(tmp_path):
+    """Millions of whole conversations are committed over a run: reading the log back on a
+    resume and writing the output at the end keep where each row's line is, not the row."""
+    import tracemalloc
+
+    path, n, answer = str(tmp_path / "rows.jsonl"), 4000, "x" * 4000
+    order = [i ^ 1 for i in range(n)]  # committed out of input order, as rows in flight end
+    with open(path, "w") as f:
+        for i in order:
+            e = {"row": i, "id": i, "reason": "too long"} if i % 100 == 7 else {"row": i, "id": i, "data": {"a": f"{i}{answer}"}, "tokens": 5}  # fmt: skip
+            f.write(json.dumps(e) + "\n")
+    size = os.path.getsize(path)
+    tracemalloc.start()
+    try:
+        done = committed.read(path, n)
+        held = tracemalloc.get_traced_memory()[0]
+        out, fails, meta = (str(tmp_path / x) for x in ("o.jsonl", "o.failed.jsonl", "o.meta.json"))
+        tracemalloc.reset_peak()
+        committed.write_output(done, n, out, fails, meta, {})
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert held < size / 100 and peak < size / 20, (held, peak, size)
+    # the figures kept as the rows were read, as a recount gives them
+    assert (len(done), done.failed, done.tokens) == (n, n // 100, 5 * (n - n // 100))
+    assert done.last_failure == {"row": [i for i in order if i % 100 == 7][-1], "reason": "too long"}
+    lines = open(out).read().splitlines()
+    assert [json.loads(x)["a"][:4].rstrip("x") for x in lines] == [str(i) for i in range(n) if i % 100 != 7]
+    assert [json.loads(x)["row"] for x in open(fails)] == [i for i in range(n) if i % 100 == 7]
