@@ -202,13 +202,19 @@ def test_rate_and_eta_count_only_extracted_samples(tmp_path):
     rec.write()
     r = rec.record
     assert r.adopted == 6 and r.done == 7 and r.rate is None and r.eta_s is None
-    for _ in range(3):
-        rec.extracted(10, 100)
+    before = time.monotonic()
+    rec.extracted(10, 100)
+    after = time.monotonic()
+    for _ in range(2):
         time.sleep(0.05)
+        rec.extracted(10, 100)
+    written = time.monotonic()
     rec.write()
+    end = time.monotonic()
     assert r.done == 10 and r.done_this_run == 3 and r.adopted == 6
-    span_rate = 2 / 0.1  # two intervals between three extractions, ~0.05 s each
-    assert 0.5 * span_rate < r.rate < 1.2 * span_rate
+    # the three extractions' two intervals (no adopted sample among them) over the span from the
+    # first to the write, as the record's own clock read it between these bounds
+    assert 2 / (end - before) <= r.rate <= 2 / (written - after)
     assert r.eta_s == pytest.approx((20 - 10) / r.rate)
 
 
