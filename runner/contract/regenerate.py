@@ -46,6 +46,7 @@ class RegenerateRecord:
     total: int = 0  # rows in the input
     failed: int = 0  # rows that cannot be regenerated (each with its reason in the failures file)
     tokens: int = 0  # completion tokens of the rows regenerated
+    cut: int = 0  # rows regenerated with an answer that ran into its token limit (kept, cut there)
     tokens_per_s: float | None = None  # since this launch's first answer
     rows_per_s: float | None = None
     eta_s: float | None = None  # at rows_per_s
@@ -77,7 +78,7 @@ class RegenerateRecord:
         for k in ("heartbeat", "started_at", "ended_at", "server_since", "committed_at"):
             if kw.get(k) is not None and parse_iso(kw[k]) is None:
                 raise StatusError(f"{WHERE} field {k!r} is not an ISO time (got {short(kw[k])})")
-        for k in ("done", "total", "failed", "tokens", "restarts"):
+        for k in ("done", "total", "failed", "tokens", "cut", "restarts"):
             if kw.get(k, 0) < 0:
                 raise StatusError(f"{WHERE} field {k!r} is negative")
         return cls(**kw)

@@ -100,7 +100,7 @@ def merge(i: Inputs, base: RegenerateRecord) -> RegenerateRecord:
     m = dataclasses.replace(
         base, ranks=rows, started_at=i.state.get("started_at") or i.state.get("submitted_at"),
         heartbeat=max(beats) if beats else None, done=sum(e.done for e in rows), total=sum(e.total for e in rows),
-        failed=sum(e.failed for e in rows), tokens=sum(r.tokens for r in recs),
+        failed=sum(e.failed for e in rows), tokens=sum(r.tokens for r in recs), cut=sum(r.cut for r in recs),
         restarts=sum(r.restarts for r in recs), tokens_per_s=_sum(r.tokens_per_s for r in live),
         rows_per_s=_sum(r.rows_per_s for r in live),
         eta_s=max(etas) if left and all(x is not None for x in etas) else None,

@@ -30,7 +30,7 @@ class Rows:
 
     def __init__(self) -> None:
         self._parts: list[tuple[int, int, str, array]] = []  # lo, hi, log, each row's offset or -1
-        self.count = self.failed = self.tokens = 0
+        self.count = self.failed = self.tokens = self.cut = 0
         self.last_failure: dict | None = None
 
     def cover(self, path: str, lo: int, hi: int) -> None:
@@ -52,6 +52,7 @@ class Rows:
         part[1][part[2]] = offset
         self.count += 1
         self.tokens += int(entry.get("tokens") or 0)
+        self.cut += bool(entry.get("cut"))
         if "data" not in entry:
             self.failed += 1
             self.last_failure = {"row": i, "reason": entry.get("reason")}
@@ -160,6 +161,7 @@ def finish(cfg: Config, source: str, done: Rows, total: int) -> None:
         )
     r = cfg.regenerate
     how = {"source": source, "rows": total, "regenerated": total - done.failed, "not_regenerated": done.failed,
+           "cut_at_limit": done.cut,
            "failures": control.failures(cfg), "model": cfg.job.model, "backend": cfg.server.backend,
            "max_new_tokens": r.max_new_tokens, "temperature": r.temperature, "top_p": r.top_p, "top_k": r.top_k,
            "seed": r.seed, "reasoning": r.reasoning, "max_length": cfg.job.max_length}  # fmt: skip

@@ -82,7 +82,10 @@ class Regenerate(Served):
             p["sampling_seed"] = r.seed + i
         return p
 
-    async def _answer(self, http, server: Server, i: int, turn: int, msgs: list[dict]) -> tuple[str, int]:
+    async def _answer(
+        self, http, server: Server, i: int, turn: int, msgs: list[dict]
+    ) -> tuple[str, int, bool]:
+        """The target's answer to ``msgs``, its tokens, and whether it ran into its token limit."""
         ids = self._prompt(msgs)
         room = self.cfg.job.max_length - len(ids)
         if room < 1:
@@ -103,8 +106,12 @@ class Regenerate(Served):
                 while out and out[-1] in self.trim:  # the end-of-turn and end-of-sequence ids
                     out.pop()
                 text = self.tok.decode(out, skip_special_tokens=False)
-                return rows.reasoning(text, self.cfg.regenerate.reasoning).strip(), len(
-                    got.get("output_ids") or []
+                finish = (got.get("meta_info") or {}).get("finish_reason")
+                cut = isinstance(finish, dict) and finish.get("type") == "length"
+                return (
+                    rows.reasoning(text, self.cfg.regenerate.reasoning).strip(),
+                    len(got.get("output_ids") or []),
+                    cut,
                 )
             except (aiohttp.ClientError, asyncio.TimeoutError, OSError, ValueError) as e:
                 why = f"row {i} turn {turn}: {type(e).__name__}: {str(e)[:300]}"
@@ -125,16 +132,17 @@ class Regenerate(Served):
             row = parse_row(raws(i))
             rid = row.get("id") if isinstance(row.get("id"), (str, int)) else None
             t = rows.read(row)
-            msgs, written, tokens = [], [], 0
+            msgs, written, tokens, cut = [], [], 0, 0
             for j in range(len(t.messages) + 1):
                 if j in t.answers:
-                    text, n = await self._answer(http, server, i, len(written) + 1, msgs)
+                    text, n, at_limit = await self._answer(http, server, i, len(written) + 1, msgs)
                     written.append(text)
-                    tokens += n
+                    tokens, cut = tokens + n, cut + at_limit
                     msgs.append({"role": "assistant", "content": text})
                 elif j < len(t.messages):
                     msgs.append(t.messages[j])
-            return {"row": i, "id": rid, "data": rows.rebuild(t, written), "tokens": tokens}
+            entry = {"row": i, "id": rid, "data": rows.rebuild(t, written), "tokens": tokens}
+            return entry | {"cut": cut} if cut else entry  # the turns that ran into their token limit
         except RowError as e:
             return {"row": i, "id": rid, "reason": str(e)}
 
@@ -153,7 +161,7 @@ class Regenerate(Served):
         except OSError:
             free = None
         self.rec.update(
-            done=len(done), total=total, failed=done.failed, tokens=done.tokens,
+            done=len(done), total=total, failed=done.failed, tokens=done.tokens, cut=done.cut,
             tokens_per_s=self.tokens_now / spent if self.tokens_now and spent > 0 else None,
             rows_per_s=rate, eta_s=(total - len(done)) / rate if rate else None,
             last_error=f"row {last['row']}: {last['reason']}"[:500] if (last := done.last_failure) else None,

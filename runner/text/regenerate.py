@@ -60,6 +60,10 @@ def render_regenerate(rec: RegenerateRecord, now: dt.datetime | None = None, ful
         last = f" (the last: {rec.last_error})" if full and rec.last_error else ""
         rows = "1 row" if rec.failed == 1 else f"{rec.failed:,} rows"
         lines.append(f"{rows} not regenerated, each listed with its reason{last}")
+    if rec.cut:
+        rows = "1 row" if rec.cut == 1 else f"{rec.cut:,} rows"
+        lines.append(f"{rows} kept with an answer cut at its token limit ([regenerate] max_new_tokens, "
+                     "or the room [job] max_length left)")  # fmt: skip
     if rec.phase == "starting_server":
         since = parse_iso(rec.server_since)
         age = f" for {human_duration(max(0.0, (now - since).total_seconds()))}" if since else ""

@@ -12,6 +12,7 @@ import signal
 import pytest
 
 from runner.data import demo_assets
+from runner.regenerate import control
 from tests.runner.helpers import runner_json, wait_for
 
 pytestmark = pytest.mark.slow  # a real server and supervisor, each importing torch
@@ -128,12 +129,13 @@ def test_each_answer_is_the_targets_and_turn_two_follows_the_targets_own_turn_on
     turns = out[multi]["conversations"]
     assert [t["role"] for t in turns] == [t["role"] for t in src[multi]["conversations"]]
     assert {k for k in out[multi]} == {k for k in src[multi]}
-    msgs = []
+    msgs, cut = [], 0
     for t in turns:
         if t["role"] == "assistant":  # what the target says to the turns before, the target's own among them
             ids = tok(tok.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True),
                       add_special_tokens=False)["input_ids"]  # fmt: skip
-            got, _ = model.generate(ids, Sampling({"max_new_tokens": 12, "temperature": 0}))
+            got, finish = model.generate(ids, Sampling({"max_new_tokens": 12, "temperature": 0}))
+            cut += finish["type"] == "length"
             got = (
                 [x for x in got if x not in tok.all_special_ids]
                 if got and got[-1] in tok.all_special_ids
@@ -143,6 +145,12 @@ def test_each_answer_is_the_targets_and_turn_two_follows_the_targets_own_turn_on
         msgs.append({"role": t["role"], "content": t["content"]})
     originals = [t["content"] for t in src[multi]["conversations"] if t["role"] == "assistant"]
     assert originals != [t["content"] for t in turns if t["role"] == "assistant"]
+    # the turns that ran into max_new_tokens, kept on the row's line and counted by rows
+    (line,) = [e for e in _lines(conf) if e["row"] == multi]
+    assert line.get("cut", 0) == cut
+    st = _status(conf)  # the rows cut among those regenerated: the same count in the record and the meta
+    meta = json.load(open(control.meta(load(conf))))
+    assert st["cut"] == sum(1 for e in _lines(conf) if e.get("cut")) == meta["cut_at_limit"] > 0
 
 
 def test_bad_rows_are_listed_with_their_reasons_and_a_server_killed_mid_row_loses_nothing(whole, tmp_path):

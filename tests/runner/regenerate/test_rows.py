@@ -123,6 +123,11 @@ def test_one_row_not_regenerated_is_said_in_the_singular():
 
     rec = RegenerateRecord(phase="done", started_at="2026-12-05T00:00:00Z", done=3, total=3, failed=1)
     assert "1 row not regenerated, each listed with its reason" in render_regenerate(rec)
+    said = render_regenerate(RegenerateRecord(phase="regenerating", done=3, total=9, cut=2))
+    assert "2 rows kept with an answer cut at its token limit ([regenerate] max_new_tokens" in said
+    assert "cut at" not in render_regenerate(rec)  # none cut: nothing said
+    with pytest.raises(StatusError, match="'cut' is negative"):
+        RegenerateRecord.from_dict({"phase": "done", "cut": -1})
 
 
 def test_the_commit_log_is_read_and_written_out_without_holding_its_conversations(tmp_path):
