@@ -89,6 +89,12 @@ class Stage:
         return not (d.get("phase") == "stopped" and d.get("reason") == NOT_STARTED)
 
 
+def _regenerated_said(d: dict) -> str:
+    """The hand-off's words: the rows written again, those cut at their token limit among them."""
+    cut = f" ({d['cut']:,} with an answer cut at the token limit)" if d.get("cut") else ""
+    return f"{d.get('total', 0) - d.get('failed', 0):,} rows regenerated{cut} into {d.get('output')}"
+
+
 def _trained_said(d: dict) -> str:
     """The hand-off's words: the draft's top-1 acc where it started and ended (whether it
     learned), and where it was exported."""
@@ -99,8 +105,7 @@ def _trained_said(d: dict) -> str:
 
 
 STAGES = {
-    "regenerate": Stage("regenerate", ("regenerate",), _regenerated,
-                        lambda d: f"{d.get('total', 0) - d.get('failed', 0):,} rows regenerated into {d.get('output')}"),
+    "regenerate": Stage("regenerate", ("regenerate",), _regenerated, lambda d: _regenerated_said(d)),
     "extract": Stage("extract", (), _extracted, lambda d: f"{d.get('done', 0):,} samples extracted and verified"),
     "train": Stage("train", ("train",), _trained, lambda d: _trained_said(d)),
     "measure": Stage("measure", ("measure",), lambda d: None, lambda d: _measured(d)),

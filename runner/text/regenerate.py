@@ -24,6 +24,8 @@ def line(rec: RegenerateRecord) -> str:
         bits.append(f"{rec.done:,}/{rec.total:,} rows")
     if rec.failed:
         bits.append(f"{rec.failed:,} not regenerated")
+    if rec.cut:
+        bits.append(f"{rec.cut:,} cut at the token limit")
     if rec.tokens_per_s is not None and rec.active:
         bits.append(f"{_rate(rec.tokens_per_s)} tokens/s")
     if rec.eta_s is not None and rec.active:

@@ -86,6 +86,14 @@ def test_the_text_names_the_stage_first_then_each_stage():
     assert render_pipeline({"phase": "stopped"}) == "pipeline: not started (`/pipeline start`)"
 
 
+def test_the_regenerations_hand_off_says_the_rows_cut_at_their_token_limit():
+    said = STAGES["regenerate"].said
+    assert said({"total": 9, "failed": 1, "output": "/o.jsonl"}) == "8 rows regenerated into /o.jsonl"
+    assert said({"total": 9, "failed": 1, "cut": 3, "output": "/o.jsonl"}) == (
+        "8 rows regenerated (3 with an answer cut at the token limit) into /o.jsonl"
+    )
+
+
 def test_the_trainings_hand_off_says_whether_the_draft_learned():
     """The pipeline's end is where a newcomer of `hsx demo --headless` reads the training: its
     top-1 acc where it started and at the end, beside the export."""

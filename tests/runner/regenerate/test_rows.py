@@ -119,13 +119,17 @@ def test_a_launch_under_way_is_not_a_crash_but_one_that_never_claimed_is(tmp_pat
 
 
 def test_one_row_not_regenerated_is_said_in_the_singular():
-    from runner.text.regenerate import render_regenerate
+    from runner.text.regenerate import line, render_regenerate
 
     rec = RegenerateRecord(phase="done", started_at="2026-12-05T00:00:00Z", done=3, total=3, failed=1)
     assert "1 row not regenerated, each listed with its reason" in render_regenerate(rec)
     said = render_regenerate(RegenerateRecord(phase="regenerating", done=3, total=9, cut=2))
     assert "2 rows kept with an answer cut at its token limit ([regenerate] max_new_tokens" in said
     assert "cut at" not in render_regenerate(rec)  # none cut: nothing said
+    assert (
+        line(RegenerateRecord(phase="done", done=9, total=9, cut=2))
+        == "done · 9/9 rows · 2 cut at the token limit"
+    )
     with pytest.raises(StatusError, match="'cut' is negative"):
         RegenerateRecord.from_dict({"phase": "done", "cut": -1})
 
