@@ -5,9 +5,9 @@ each verb has), and what its done record must say before the next stage starts."
 from __future__ import annotations
 
 import contextlib
-import io
 import json
 import os
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -22,18 +22,27 @@ Main = Callable[[list[str]], int]  # runner.cli.main
 
 def ask(main: Main, config: str, *argv: str) -> tuple[int, dict]:
     """``hsx-runner ARGV --json --config CONFIG``, answered in this process by ``main``."""
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = main([*argv, "--json", "--config", config])
+    # files, not StringIO: a verb's child writes to them by fd (a first train start builds the
+    # trainer's venv with pip's output on stderr; a StringIO has no fileno, and the stage failed)
+    with tempfile.TemporaryFile("w+") as out_f, tempfile.TemporaryFile("w+") as err_f:
+        with contextlib.redirect_stdout(out_f), contextlib.redirect_stderr(err_f):
+            code = main([*argv, "--json", "--config", config])
+        out, err = (_read(f) for f in (out_f, err_f))
     try:
-        reply = json.loads(out.getvalue().strip().splitlines()[-1])
+        reply = json.loads(out.strip().splitlines()[-1])
     except (ValueError, IndexError):
         reply = {}
     if not isinstance(reply, dict):
         reply = {}
     if code and not reply.get("reason"):
-        reply["reason"] = (err.getvalue().strip() or out.getvalue().strip())[-500:] or f"exit code {code}"
+        reply["reason"] = (err.strip() or out.strip())[-500:] or f"exit code {code}"
     return code, reply
+
+
+def _read(f) -> str:
+    f.flush()
+    f.seek(0)
+    return f.read()
 
 
 def _regenerated(d: dict) -> str | None:
