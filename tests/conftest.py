@@ -28,6 +28,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BIN = os.path.dirname(sys.executable)
 RUNNER = os.path.join(BIN, "hsx-runner")
 os.environ[timing.ENV] = "fast"  # short polls and backoffs, here and in every process a test starts
+pytest_plugins = ["tests.times"]  # --times=PATH: what each test costs, by lane and module
 
 
 SLOW_FIXTURES = frozenset(
