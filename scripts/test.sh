@@ -6,11 +6,12 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 # System packages: sshd for the SSH tests, a real single-node Slurm (slurm-wlm, munge) for
-# tests/cluster; the tests start and stop the daemons themselves.
+# tests/cluster, systemd's unit parser for deploy's unit; the tests start and stop the daemons themselves.
 missing=()
 [ -x /usr/sbin/sshd ] || command -v sshd >/dev/null 2>&1 || missing+=(openssh-server)
 { [ -x /usr/sbin/slurmctld ] || command -v slurmctld >/dev/null 2>&1; } || missing+=(slurm-wlm)
 { [ -x /usr/sbin/munged ] || command -v munged >/dev/null 2>&1; } || missing+=(munge)
+command -v systemd-analyze >/dev/null 2>&1 || missing+=(systemd)   # its unit parser checks deploy's unit
 if [ ${#missing[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ]; then
     apt-get update -qq
@@ -36,5 +37,5 @@ PY=${PYTHON:-python3}
 
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
-export HSX_REQUIRE_SSHD=1 HSX_REQUIRE_SGLANG_WHEEL=1 HSX_REQUIRE_SLURM=1 HSX_REQUIRE_SGLANG_CPU=1 HSX_REQUIRE_SPECFORGE=1 HSX_REQUIRE_SPECFORGE_TRAIN=1
+export HSX_REQUIRE_SSHD=1 HSX_REQUIRE_SGLANG_WHEEL=1 HSX_REQUIRE_SLURM=1 HSX_REQUIRE_SGLANG_CPU=1 HSX_REQUIRE_SPECFORGE=1 HSX_REQUIRE_SPECFORGE_TRAIN=1 HSX_REQUIRE_SYSTEMD=1
 .venv/bin/python -m pytest -q -p no:cacheprovider --durations=25 "$@"   # the slowest named: the run stays well inside CI's time

@@ -18,6 +18,7 @@ import pytest
 
 from runner.contract import timing
 from runner.ports import free_port
+from tests import sshd
 
 try:
     import tomllib
@@ -38,8 +39,31 @@ SLOW_FIXTURES = frozenset(
 
 def pytest_collection_modifyitems(items):
     for item in items:
-        if SLOW_FIXTURES.intersection(item.fixturenames):
+        if any(_starts(item, name) for name in SLOW_FIXTURES.intersection(item.fixturenames)):
             item.add_marker(pytest.mark.slow)
+
+
+def _starts(item, name: str) -> bool:
+    """Whether ``name`` is, for this test, the conftest fixture that starts a real thing: a
+    parametrize argument or a test module's own stub of the same name starts nothing."""
+    defs = item._fixtureinfo.name2fixturedefs.get(name) or ()
+    return bool(defs) and defs[-1].func.__module__.endswith("conftest")
+
+
+@pytest.fixture(scope="module")
+def shared_pair(tmp_path_factory):
+    """One jump + target for tests that leave the daemons as they found them."""
+    sshd.need_sshd()
+    with sshd.two_hop(str(tmp_path_factory.mktemp("sshd"))) as pair:
+        yield pair
+
+
+@pytest.fixture
+def pair(tmp_path):
+    """A fresh jump + target for a test that kills, pauses or re-keys them."""
+    sshd.need_sshd()
+    with sshd.two_hop(str(tmp_path / "sshd")) as p:
+        yield p
 
 
 @pytest.fixture(scope="session")

@@ -19,7 +19,6 @@ from bot.watch.watcher import start_watcher
 from remote.connect import open_box
 from runner.contract import timing
 from runner.contract.config import load
-from tests import sshd
 from tests.conftest import ROOT, write_config
 
 from .http_bot import STRANGER, serve
@@ -27,13 +26,6 @@ from .http_bot import STRANGER, serve
 PROMISE_S = 5.0  # what the README promises
 SLACK_S = 2.5  # 2 slow cores
 LAST = "25,581 / 37,312 — 68.6% done"  # the fixture record's counts
-
-
-@pytest.fixture
-def pair(tmp_path):
-    sshd.need_sshd()
-    with sshd.two_hop(str(tmp_path / "sshd")) as p:
-        yield p
 
 
 def bot_config(path, pair, fake, ops, **watcher) -> str:

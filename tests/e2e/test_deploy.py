@@ -14,6 +14,7 @@ from deploy import install
 from runner.contract.config import from_dict, load
 from runner.contract.errors import ConfigError
 from tests.runner.train.units import UNIFIED, _fake_python
+from tests.sshd import skip_or_fail
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -117,7 +118,7 @@ def test_systemd_reads_an_escaped_unit_as_meant(tmp_path):
     """systemd's own parser (`systemd-analyze verify`): the executable is found, every path absolute."""
     analyze = shutil.which("systemd-analyze")
     if analyze is None:
-        pytest.skip("systemd-analyze is not installed")
+        skip_or_fail("systemd-analyze is not installed (apt-get install systemd)", "HSX_REQUIRE_SYSTEMD")
     prefix = tmp_path / "my hsx%1 $x"
     (prefix / "venv" / "bin").mkdir(parents=True)
     exe = prefix / "venv" / "bin" / "hsx-runner"
