@@ -66,15 +66,21 @@ def _team_of(body: dict) -> str:
 
 
 def build_app(
-    cfg: Config, box=None, env: Mapping[str, str] = os.environ, http: bool = False
+    cfg: Config, box=None, env: Mapping[str, str] = os.environ, http: bool = False, listener_executor=None
 ) -> tuple[App, Runtime]:
+    """The app and its runtime. ``listener_executor`` runs every listener a request starts (Bolt's
+    own pool where None): the tests' tells when all of them have ended."""
     token = require_env(env, "SLACK_BOT_TOKEN", "the bot's xoxb- token")
     secret = (
         require_env(env, "SLACK_SIGNING_SECRET", "HTTP mode verifies request signatures") if http else None
     )
     client = WebClient(token=token, base_url=env.get("SLACK_API_URL") or WebClient.BASE_URL)
     app = App(
-        client=client, signing_secret=secret, request_verification_enabled=http, process_before_response=False
+        client=client,
+        signing_secret=secret,
+        request_verification_enabled=http,
+        process_before_response=False,
+        listener_executor=listener_executor,
     )
     in_group = _group_checker(client, cfg.slack.operator_group) if cfg.slack.operator_group else None
     rt = Runtime(

@@ -13,6 +13,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
+from concurrent.futures import ThreadPoolExecutor
 
 from bot.slack.app import build_app
 from bot.slack.http import make_http_server
@@ -79,10 +80,45 @@ def click_payload(
     }
 
 
+class Listeners(ThreadPoolExecutor):
+    """Bolt's listener pool, counting what it runs. Bolt hands every listener of a request
+    (the ack and the lazy ones) to it before the request is answered, so once answered and
+    idle, nothing more of that request will run: the proof of a "nothing happened"."""
+
+    def __init__(self):
+        super().__init__(max_workers=5)
+        self._busy = 0
+        self._cv = threading.Condition()
+
+    def submit(self, fn, /, *args, **kwargs):
+        with self._cv:
+            self._busy += 1
+        fut = super().submit(fn, *args, **kwargs)
+        fut.add_done_callback(self._done)
+        return fut
+
+    def _done(self, _fut):
+        with self._cv:
+            self._busy -= 1
+            self._cv.notify_all()
+
+    def idle(self, timeout: float = 60.0) -> None:
+        with self._cv:
+            assert self._cv.wait_for(lambda: self._busy == 0, timeout), "the bot's listeners did not end"
+
+
 class Bot:
-    def __init__(self, url: str, rec: slack_api.Recorder, api: str, fake, cfg):
+    def __init__(
+        self, url: str, rec: slack_api.Recorder, api: str, fake, cfg, listeners: Listeners | None = None
+    ):
         self.url, self.rec, self.api, self.fake, self.cfg = url, rec, api, fake, cfg
         self.response_url = api.replace("/api/", "/response/1")
+        self.listeners = listeners
+
+    def settled(self) -> None:
+        """Every listener the requests answered so far started has ended (a bot served here)."""
+        assert self.listeners is not None, "settled() needs the bot served by serve()"
+        self.listeners.idle()
 
     def post(self, body: bytes, ctype: str, ts: int | None = None, secret: str = SECRET, headers=None) -> int:
         ts = int(time.time()) if ts is None else ts
@@ -130,11 +166,13 @@ def serve(cfg, box=None, fake=None):
     api_server, api = slack_api.start(rec)
     env = {"SLACK_BOT_TOKEN": "xoxb-test", "SLACK_SIGNING_SECRET": SECRET, "SLACK_API_URL": api}
     try:
-        app, rt = build_app(cfg, box=box, env=env, http=True)
+        listeners = Listeners()
+        app, rt = build_app(cfg, box=box, env=env, http=True, listener_executor=listeners)
         server = make_http_server(app, 0, "127.0.0.1")
         try:
             threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()
-            yield Bot(f"http://127.0.0.1:{server.server_port}/slack/events", rec, api, fake, cfg), app, rt
+            url = f"http://127.0.0.1:{server.server_port}/slack/events"
+            yield Bot(url, rec, api, fake, cfg, listeners), app, rt
         finally:
             server.shutdown()
             server.server_close()

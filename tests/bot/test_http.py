@@ -39,13 +39,25 @@ def test_status_command_answers_with_the_summary_in_channel(bot):
 
 def test_bad_signature_is_401_and_runs_nothing(bot):
     assert bot.command("resume", secret="wrong-secret") == 401
-    time.sleep(0.3)
+    bot.settled()
     assert bot.fake.calls() == [] and bot.rec.named("response") == []
+
+
+def test_settled_waits_for_what_a_request_started(bot):
+    """The proof behind every "nothing happened" here: settled() returns only when the listeners
+    a request started have ended, so what they do is seen without a wait of its own."""
+    with open(os.path.join(bot.fake.folder, "status.sleep"), "w") as f:
+        f.write("1")
+    assert bot.command("status") == 200
+    assert bot.rec.named("response") == []  # answered at once; the box is still being asked
+    bot.settled()
+    (resp,) = bot.rec.named("response")
+    assert resp["text"].startswith("25,581 / 37,312") and bot.fake.verbs() == ["status"]
 
 
 def test_old_timestamp_is_refused(bot):
     assert bot.command("resume", ts=int(time.time()) - 6 * 60) == 401
-    time.sleep(0.3)
+    bot.settled()
     assert bot.fake.calls() == []
 
 
@@ -136,7 +148,7 @@ def test_progress_message_answered_once_even_when_slack_retries(bot):
     assert bot.event(event, "Ev0001") == 200
     assert bot.event(event, "Ev0001", retry=1) == 200
     (post,) = bot.rec.wait_for("chat.postMessage")
-    time.sleep(0.3)
+    bot.settled()
     assert len(bot.rec.named("chat.postMessage")) == 1
     assert post["channel"] == "C0PROGRESS" and post["text"].startswith("25,581 / 37,312")
     assert bot.fake.verbs() == ["status"]
@@ -145,7 +157,7 @@ def test_progress_message_answered_once_even_when_slack_retries(bot):
 def test_progress_in_an_unwatched_channel_is_ignored(bot):
     event = {"type": "message", "channel": "C0ELSEWHERE", "user": STRANGER, "text": "progress?", "ts": "1.6"}
     assert bot.event(event, "Ev0002") == 200
-    time.sleep(0.4)
+    bot.settled()
     assert bot.rec.named("chat.postMessage") == [] and bot.fake.calls() == []
 
 
@@ -256,7 +268,7 @@ def test_progress_without_a_question_mark_is_answered(bot):
     assert post["channel"] == "C0PROGRESS" and post["text"].startswith("25,581 / 37,312")
     event = {**event, "text": "progress report is late", "ts": "1.8"}  # not a question to the bot
     assert bot.event(event, "Ev0008") == 200
-    time.sleep(0.4)
+    bot.settled()
     assert len(bot.rec.named("chat.postMessage")) == 1
 
 
@@ -268,7 +280,7 @@ def test_direct_messages_are_answered_for_members_of_a_watched_channel_only(bot)
     assert post["channel"] == "D0DM" and post["text"].startswith("25,581 / 37,312")
     assert bot.rec.named("conversations.members")[0]["channel"] == "C0PROGRESS"
     assert bot.event({**dm, "user": "U0OUTSIDER", "ts": "2.2"}, "Ev0010") == 200
-    time.sleep(0.4)
+    bot.settled()
     assert len(bot.rec.named("chat.postMessage")) == 1 and bot.fake.verbs() == ["status"]
 
 

@@ -29,7 +29,7 @@ def test_commands_from_an_unwatched_channel_run_nothing(bot, text):
         assert bot.command(text, user=user, channel="C0ELSEWHERE") == 200
     for n in (1, 2):
         assert "only in <#C0PROGRESS>" in _refusal(bot, n)["text"]
-    time.sleep(0.3)
+    bot.settled()
     assert bot.fake.calls() == [] and bot.audit() == []
 
 
@@ -65,7 +65,7 @@ def test_logs_are_for_operators(bot):
 def test_a_click_from_an_unwatched_channel_stops_nothing(bot):
     assert bot.click("hsx_confirm", "stop", channel="C0ELSEWHERE") == 200
     assert "only in <#C0PROGRESS>" in _refusal(bot)["text"]
-    time.sleep(0.3)
+    bot.settled()
     assert bot.fake.calls() == [] and bot.audit() == []
 
 
@@ -82,7 +82,7 @@ def test_another_workspace_is_refused_when_team_id_is_set(fake, cfg):
             "ts": "1",
         }
         assert bot.event(progress, "Ev0100", team="T0OTHER") == 200
-        time.sleep(0.5)
+        bot.settled()
         assert bot.fake.calls() == [] and bot.rec.named("chat.postMessage") == []
         assert bot.rec.named("response") == [] and bot.audit() == []
         bot.command("status")  # its own workspace is answered
@@ -112,7 +112,7 @@ def test_a_replayed_command_runs_once_with_one_audit_record(bot):
     assert bot.post(body, ctype, ts=ts) == 200
     bot.rec.wait_for("response")
     assert bot.post(body, ctype, ts=ts) == 200  # the same signed bytes, inside the 5-minute window
-    time.sleep(0.5)
+    bot.settled()
     assert len(bot.rec.named("response")) == 1 and bot.fake.verbs() == ["resume"]
     assert [e["result"] for e in bot.audit()] == ["attempt", "ok"]
 
@@ -123,7 +123,7 @@ def test_a_replayed_click_acts_once(bot):
     for _ in range(2):
         assert bot.post(body, "application/x-www-form-urlencoded", ts=ts) == 200
     bot.rec.wait_for("response", 2)  # delete the ask, post the result
-    time.sleep(0.5)
+    bot.settled()
     assert bot.fake.verbs() == ["stop"] and len(bot.rec.named("response")) == 2
 
 

@@ -20,6 +20,7 @@ from remote.connect import open_box
 from runner.contract import timing
 from runner.contract.config import load
 from tests.conftest import ROOT, write_config
+from tests.ticks import Ticks
 
 from .http_bot import STRANGER, serve
 
@@ -181,6 +182,7 @@ def test_unreachable_alert_comes_at_its_time_once_then_back(pair, fake, tmp_path
     with serve(w.cfg, box=w.box, fake=fake) as (bot, _, rt):
         client = WebClient(token="xoxb-test", base_url=bot.api)
         scheduler = start_watcher(w.box, w.cfg, client, live=rt.handlers.live)
+        ticks = Ticks(scheduler)
         try:
             bot.rec.wait_for("pins.add", timeout=30)  # the first poll got through
             paused = time.monotonic()
@@ -200,14 +202,14 @@ def test_unreachable_alert_comes_at_its_time_once_then_back(pair, fake, tmp_path
             assert alert_s - 0.1 <= took < alert_s + poll_s + SLACK_S, took
             (alert,) = alerts("GPU box unreachable")
             assert "not answering since" in alert["text"] or "failing since" in alert["text"], alert["text"]
-            time.sleep(3)
+            ticks.wait(3)
             assert len(alerts("GPU box unreachable")) == 1  # once per episode
             pair.pause(pair.target, False)
             back = time.monotonic()
             while not alerts("reachable again"):
                 assert time.monotonic() - back < 60
                 time.sleep(0.05)
-            time.sleep(2)
+            ticks.wait(2)
             assert len(alerts("reachable again")) == 1
             assert len(alerts("GPU box unreachable")) == 1
         finally:

@@ -21,6 +21,7 @@ from runner.ports import free_port
 from tests import sshd
 from tests.bot.http_bot import serve
 from tests.conftest import write_config, write_job
+from tests.ticks import Ticks
 
 HSX = os.path.join(os.path.dirname(sys.executable), "hsx")
 REQUIRE_ENV = sshd.REQUIRE_ENV
@@ -113,6 +114,7 @@ class Ops:
         self._stack.callback(self.rt.handlers.box.close)
         self.rec = self.bot.rec
         self.scheduler = start_watcher(self.rt.handlers.box, self.cfg, app.client, live=self.rt.handlers.live)
+        self.ticks = Ticks(self.scheduler)
 
     def close(self) -> None:
         self.scheduler.shutdown(wait=True)

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import time
 
 import pytest
 
@@ -82,7 +81,7 @@ def test_full_disk_pauses_alerts_once_then_resume_finishes(gpu_box, demo_assets,
         # still paused a few watcher polls later, and alerted once
         done_at_pause = _done(out)
         wait_for(lambda: len(rec.named("chat.postMessage")) > 0, timeout=10)
-        time.sleep(6 * ops.cfg.watcher.interval_s)
+        ops.ticks.wait(6)
         assert _status(out)["phase"] == "paused" and _done(out) == done_at_pause
         assert len(ops.posts("C0ALERTS", ALERT)) == 1, ops.posts("C0ALERTS", ALERT)
 

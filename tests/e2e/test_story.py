@@ -10,7 +10,6 @@ import json
 import os
 import re
 import signal
-import time
 
 from bot.slack.slack_out import RESUME
 from tests.conftest import runner, write_job
@@ -99,7 +98,7 @@ def test_deploy_start_crash_resume_verify(gpu_box, demo_assets, tmp_path):
         # kill -9: one crash alert with a Resume button, however many times the watcher looks
         _kill9(first)
         alerts = wait_for(lambda: ops.posts("C0ALERTS", CRASH_ALERT), timeout=30, what="the crash alert")
-        time.sleep(4 * ops.cfg.watcher.interval_s)
+        ops.ticks.wait(4)
         assert len(ops.posts("C0ALERTS", CRASH_ALERT)) == 1
         button = alerts[0]["blocks"][-1]["elements"][0]
         assert button["action_id"] == RESUME
