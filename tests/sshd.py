@@ -371,6 +371,23 @@ def _tcp_table() -> list[tuple[str, str, str]]:
         return [(c[1], c[2], c[9]) for c in (line.split() for line in f.readlines()[1:])]
 
 
+def connections_to(addr: str, port: int) -> int:
+    """Established TCP connections to addr:port on this machine (a client's, or a jump's forward)."""
+    with open("/proc/net/tcp") as f:
+        rows = [line.split() for line in f.readlines()[1:]]
+    return sum(1 for c in rows if c[2] == _hex_addr(addr, port) and c[3] == "01")
+
+
+def running(argv: list[str]) -> bool:
+    """Whether a process with exactly this argv runs on this machine (a command on the target)."""
+    want = b"\0".join(a.encode() for a in argv) + b"\0"
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        with contextlib.suppress(OSError), open(f"/proc/{pid}/cmdline", "rb") as f:
+            if f.read() == want:
+                return True
+    return False
+
+
 def _socket_inodes(pid: int) -> set[str]:
     out = set()
     with contextlib.suppress(OSError):

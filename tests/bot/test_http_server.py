@@ -116,7 +116,10 @@ def test_connections_past_the_worker_bound_get_503_and_the_rest_still_answer(app
         for _ in range(2):  # each holds a worker, sending nothing
             stalled.append(_connect(server))
             stalled[-1].sendall(b"POST /slack/events HTTP/1.1\r\n")
-        time.sleep(0.3)  # both accepted
+        deadline = time.monotonic() + 10
+        while server.slots._value:  # both accepted, each holding its worker
+            assert time.monotonic() < deadline, "the stalled connections were not accepted"
+            time.sleep(0.01)
         with _connect(server) as s:  # answered before it sends a byte
             answer = _answer(s)
         assert answer.startswith(b"HTTP/1.1 503") or answer.startswith(b"HTTP/1.0 503"), answer

@@ -11,10 +11,12 @@ import pytest
 
 from remote.errors import RemoteError, Unreachable
 from runner.contract import timing
+from tests import sshd
 
 from .test_ssh import make
 
 SLACK_S = 3.0  # 2 slow cores
+SLEEP = ["/bin/sleep", "49.75"]  # its argv is this test's alone
 
 
 def noticed_within() -> float:
@@ -53,14 +55,14 @@ def test_a_command_whose_peer_hangs_mid_command_fails_within_the_keepalive(pair,
     def run() -> None:
         start = time.monotonic()
         try:
-            t.run(["/bin/sleep", "50"], 60)
+            t.run(SLEEP, 60)
         except RemoteError as e:
             got["error"] = e
         got["took"] = time.monotonic() - start
 
     th = threading.Thread(target=run)
     th.start()
-    time.sleep(0.5)  # the command is running
+    wait_until(lambda: sshd.running(SLEEP), 30)  # the command runs on the target
     paused_at = time.monotonic()
     pair.pause(pair.target)  # the whole box freezes mid-command
     try:
@@ -90,7 +92,8 @@ def test_close_does_not_wait_for_a_connect_to_a_hung_box(pair, closing):
 
     try:
         threading.Thread(target=run, daemon=True).start()
-        time.sleep(1.0)  # the handshake is under way
+        # the handshake is under way: the jump has forwarded the connection to the frozen target
+        wait_until(lambda: sshd.connections_to(pair.target.addr, pair.target.port) > 0, 30)
         start = time.monotonic()
         t.close()
         assert time.monotonic() - start < 1.5
