@@ -41,6 +41,18 @@ def pytest_collection_modifyitems(items):
     for item in items:
         if any(_starts(item, name) for name in SLOW_FIXTURES.intersection(item.fixturenames)):
             item.add_marker(pytest.mark.slow)
+    # Costliest modules first: with -n 2 --dist loadfile each worker takes the next module as it
+    # frees, so the long ones start early and the short ones fill in at the end (stable sort:
+    # a module's tests keep their order).
+    from tests import times
+
+    cost = times.module_costs()
+    items.sort(key=lambda item: -cost.get(item.nodeid.split("::")[0], _unknown_cost(item)))
+
+
+def _unknown_cost(item) -> float:
+    """A module not in tests/costs.json yet: a guess by lane, until the next --times run."""
+    return 30.0 if item.get_closest_marker("slow") else 1.0
 
 
 def _starts(item, name: str) -> bool:
@@ -186,3 +198,16 @@ def job(tmp_path, demo_assets):
 
 def copy_tree(src, dst):
     shutil.copytree(src, dst, dirs_exist_ok=True)
+
+
+def specforge_train_python() -> str:
+    """SpecForge's trainer on this CPU (its venv under .cache/, built by scripts/test.sh): its
+    python, or the test skipped (failed where CI sets HSX_REQUIRE_SPECFORGE_TRAIN=1)."""
+    from runner import specforge_cpu
+
+    py = specforge_cpu.python_of(os.path.join(ROOT, ".cache"))
+    if py is None:
+        sshd.skip_or_fail(
+            "no SpecForge CPU venv (python -m runner.specforge_cpu .cache)", "HSX_REQUIRE_SPECFORGE_TRAIN"
+        )
+    return py

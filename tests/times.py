@@ -145,5 +145,31 @@ def table(rows: list[dict]) -> list[str]:
     return out
 
 
+COSTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "costs.json")
+
+
+def module_costs() -> dict[str, float]:
+    """{module: wall seconds} of the last run written to tests/costs.json ({} where none is)."""
+    try:
+        with open(COSTS) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return {}
+
+
+def costs(rows: list[dict]) -> dict[str, float]:
+    out: dict[str, float] = defaultdict(float)
+    for r in rows:
+        out[r["nodeid"].split("::")[0]] += r["wall_s"]
+    return {m: round(s, 1) for m, s in sorted(out.items(), key=lambda kv: -kv[1])}
+
+
 if __name__ == "__main__":
-    print("\n".join(table(read(sys.argv[1]))))
+    # python -m tests.times PATH [--write-costs]: the table; with --write-costs, tests/costs.json
+    # from that run too (the order the modules are handed to the workers in)
+    rows = read(sys.argv[1])
+    print("\n".join(table(rows)))
+    if "--write-costs" in sys.argv[2:]:
+        with open(COSTS, "w") as f:
+            json.dump(costs(rows), f, indent=0)
+            f.write("\n")

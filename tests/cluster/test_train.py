@@ -13,13 +13,11 @@ import socket
 import subprocess
 import time
 
-from runner import specforge_cpu
 from runner.contract.config import load
 from runner.engines import slurm_train
 from runner.train import progress, runspec
 from tests.cluster.conftest import cluster_job
-from tests.conftest import ROOT, read_config, runner, write_config, write_job
-from tests.sshd import skip_or_fail
+from tests.conftest import read_config, runner, specforge_train_python, write_config, write_job
 
 
 def _train_section(python: str, **more) -> dict:
@@ -123,11 +121,7 @@ def test_a_slurm_extraction_hands_off_to_a_training_job_then_one_is_said_queued_
 ):
     """The extraction's array, its last rank's hand-off (verify, then after_extraction submits the
     training job), SpecForge's trainer under that job's supervisor to the end; then a held job."""
-    py = specforge_cpu.python_of(os.path.join(ROOT, ".cache"))
-    if py is None:
-        skip_or_fail(
-            "no SpecForge CPU venv (python -m runner.specforge_cpu .cache)", "HSX_REQUIRE_SPECFORGE_TRAIN"
-        )
+    py = specforge_train_python()
     conf = cluster_job(tmp_path / "t", demo_assets, samples=1)
     sections = read_config(conf)
     write_config(conf, **sections, train=_train_section(py, after_extraction=True, export_at_end=True))
@@ -210,11 +204,7 @@ def test_two_slurm_nodes_train_together_to_the_end(slurm_two_nodes, demo_assets,
     SpecForge's launcher once per node with its node rank, the first node as master and the job's
     own master port (torchrun's default held here), and the two torchruns train one run of two
     ranks (gloo) to the end."""
-    py = specforge_cpu.python_of(os.path.join(ROOT, ".cache"))
-    if py is None:
-        skip_or_fail(
-            "no SpecForge CPU venv (python -m runner.specforge_cpu .cache)", "HSX_REQUIRE_SPECFORGE_TRAIN"
-        )
+    py = specforge_train_python()
     conf = write_job(tmp_path / "t", demo_assets, samples=4)
     runner("run", "--config", conf, check=True, timeout=300)  # extracted here, trained on Slurm
     runner("verify", "--config", conf, check=True, timeout=120)

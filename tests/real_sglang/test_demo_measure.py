@@ -16,13 +16,11 @@ import subprocess
 import pytest
 
 from bot.render import measure_chart
-from runner import specforge_cpu
 from runner.contract.config import load
 from runner.contract.measure import MeasureRecord
 from runner.sglang_cpu import SPECULATIVE
 from runner.text.measure import render_measure
-from tests.conftest import BIN, ROOT, runner
-from tests.sshd import skip_or_fail
+from tests.conftest import BIN, runner, specforge_train_python
 
 pytestmark = pytest.mark.slow
 SAMPLES = 12
@@ -35,10 +33,7 @@ def _status(conf, kind) -> dict:
 
 
 def test_the_demo_runs_its_whole_pipeline_in_sglang_and_measures_its_draft(tmp_path, sglang_python):
-    if specforge_cpu.python_of(os.path.join(ROOT, ".cache")) is None:
-        skip_or_fail(
-            "no SpecForge CPU venv (python -m runner.specforge_cpu .cache)", "HSX_REQUIRE_SPECFORGE_TRAIN"
-        )
+    specforge_train_python()
     work = tmp_path / "d"
     p = subprocess.run([os.path.join(BIN, "hsx"), "demo", "--backend", "sglang", "--headless", "--workdir",
                         str(work), "--samples", str(SAMPLES)], capture_output=True, text=True, timeout=2400)  # fmt: skip

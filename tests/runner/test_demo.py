@@ -12,11 +12,9 @@ import subprocess
 
 import pytest
 
-from runner import specforge_cpu
 from runner.contract.status import parse_iso
-from tests.conftest import BIN, ROOT, runner
+from tests.conftest import BIN, runner, specforge_train_python
 from tests.runner.helpers import assert_same_tensors, done_count, status, tensors, verify, wait_for
-from tests.sshd import skip_or_fail
 
 pytestmark = pytest.mark.slow  # `hsx demo` runs real runner processes (torch)
 
@@ -184,10 +182,7 @@ def _trains_to_the_end_and_exports(conf: str, steps: int) -> None:
     """The demo's [train], cut to ``steps``: SpecForge's trainer on the output, then its export.
     Kimi's wrapper trains through a text-only view of its dir (SpecForge's target head, pointed
     at the wrapper's own, fails at once: its config has no top-level hidden_size)."""
-    if specforge_cpu.python_of(os.path.join(ROOT, ".cache")) is None:
-        skip_or_fail(
-            "no SpecForge CPU venv (python -m runner.specforge_cpu .cache)", "HSX_REQUIRE_SPECFORGE_TRAIN"
-        )
+    specforge_train_python()
     with open(conf) as f:
         text = f.read()
     with open(conf, "w") as f:

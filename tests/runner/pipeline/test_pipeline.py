@@ -11,13 +11,11 @@ import signal
 
 import pytest
 
-from runner import specforge_cpu
 from runner.contract.config import load
 from runner.contract.train import PACE_ENV as TRAIN_PACE_ENV
 from runner.data import demo_assets
-from tests.conftest import ROOT
+from tests.conftest import specforge_train_python
 from tests.runner.helpers import runner_json, wait_for
-from tests.sshd import skip_or_fail
 
 pytestmark = pytest.mark.slow  # real servers, supervisors and a trainer
 SAMPLES = 16
@@ -55,10 +53,7 @@ def _ended(conf, timeout=600.0) -> dict:
 
 
 def test_one_command_takes_the_prompts_to_a_trained_draft_through_a_kill_in_each_stage(tmp_path, monkeypatch):
-    if specforge_cpu.python_of(os.path.join(ROOT, ".cache")) is None:
-        skip_or_fail(
-            "no SpecForge CPU venv (python -m runner.specforge_cpu .cache)", "HSX_REQUIRE_SPECFORGE_TRAIN"
-        )
+    specforge_train_python()
     conf = demo_assets.build(str(tmp_path / "d"), SAMPLES, 0)
     text = (
         open(conf)

@@ -17,8 +17,7 @@ from runner.contract.train import TrainRecord
 from runner.output import verified
 from runner.text.training import render_train
 from runner.train import preflight, progress, split
-from tests.conftest import BIN, ROOT, runner
-from tests.sshd import skip_or_fail
+from tests.conftest import BIN, ROOT, runner, specforge_train_python
 
 pytestmark = pytest.mark.slow
 SAMPLES, HELD = 12, 3
@@ -31,10 +30,7 @@ def _train(conf, action, code=0) -> dict:
 
 
 def test_the_demo_trains_its_draft_to_the_end_and_exports_it(tmp_path):
-    if specforge_cpu.python_of(os.path.join(ROOT, ".cache")) is None:
-        skip_or_fail(
-            "no SpecForge CPU venv (python -m runner.specforge_cpu .cache)", "HSX_REQUIRE_SPECFORGE_TRAIN"
-        )
+    specforge_train_python()
     work = tmp_path / "d"
     p = subprocess.run([os.path.join(BIN, "hsx"), "demo", "--stages", "extract", "--workdir", str(work), "--samples", str(SAMPLES),
                         "--headless"], capture_output=True, text=True, timeout=300)  # fmt: skip

@@ -15,8 +15,7 @@ import pytest
 from runner import lanes, specforge_cpu
 from runner.contract.config import load
 from runner.data import demo_assets
-from tests.conftest import ROOT, runner, write_config
-from tests.sshd import skip_or_fail
+from tests.conftest import runner, specforge_train_python, write_config
 
 pytestmark = pytest.mark.slow
 
@@ -28,10 +27,7 @@ def _json(*args, code=0) -> dict:
 
 
 def test_a_start_during_the_extraction_answers_at_once_and_can_start_at_its_end(tmp_path, monkeypatch):
-    if specforge_cpu.python_of(os.path.join(ROOT, ".cache")) is None:
-        skip_or_fail(
-            "no SpecForge CPU venv (python -m runner.specforge_cpu .cache)", "HSX_REQUIRE_SPECFORGE_TRAIN"
-        )
+    specforge_train_python()
     conf = demo_assets.build(str(tmp_path / "d"), 24, 0)
     monkeypatch.setenv(demo_assets.PACE_ENV, "1.0")  # 24 samples, 4 at a time: some seconds to ask in
     # the same job with an interpreter of a lane not built yet: a start that built it would be minutes

@@ -18,8 +18,7 @@ import pytest
 from runner import procs, specforge_cpu
 from runner.contract.train import PACE_ENV
 from runner.train import progress
-from tests.conftest import ROOT, read_config, runner, write_config, write_job
-from tests.sshd import skip_or_fail
+from tests.conftest import ROOT, read_config, runner, specforge_train_python, write_config, write_job
 
 pytestmark = pytest.mark.slow
 SAMPLES, EPOCHS, SAVE, LOG = 12, 6, 6, 2
@@ -29,11 +28,7 @@ TOTAL = SAMPLES * EPOCHS
 
 @pytest.fixture(scope="module")
 def train_python():
-    py = specforge_cpu.python_of(os.path.join(ROOT, ".cache"))
-    if py is None:
-        skip_or_fail(
-            "no SpecForge CPU venv (python -m runner.specforge_cpu .cache)", "HSX_REQUIRE_SPECFORGE_TRAIN"
-        )
+    py = specforge_train_python()
     return py
 
 
