@@ -43,7 +43,9 @@ class Timing:
     # remote/live.py: a status question ("progress?", `hsx status`, a watcher poll) waits this
     # long for the box, then answers with the last record seen while the read goes on
     status_answer_s: float = 4.0
-    # bot/cli.py: `hsx demo --headless` re-reads the status this often
+    # bot/cli.py: `hsx demo --headless` re-reads the status this often: each read is an
+    # `hsx-runner ... status` process (~0.3 s of CPU), so the fast profile's is 1 s, not less
+    # (at 0.1 s the demo's own polls kept half a core busy beside the job they watched)
     headless_poll_s: float = 2.0
     # runner/engines, runner/job/background: how often a start looks for its child's lock and
     # record, a stop for the lock's release, a Slurm stop for its ranks' end
@@ -62,7 +64,7 @@ PRODUCTION = Timing()
 FAST = Timing(
     server_poll_s=0.05, monitor_s=0.05, backoff_initial_s=0.05, backoff_max_s=0.2, sweep_s=0.5,
     progress_event_s=1.0, rate_sample_s=1.0, background_write_s=0.1, keepalive_s=0.5, probe_s=1.0,
-    kill_grace_s=1, retry_first_wait_s=0.01, retry_max_wait_s=0.01, retry_jitter_s=0.0, headless_poll_s=0.1,
+    kill_grace_s=1, retry_first_wait_s=0.01, retry_max_wait_s=0.01, retry_jitter_s=0.0, headless_poll_s=1.0,
     answer_poll_s=0.02, stop_poll_s=0.02, cluster_stop_poll_s=0.1,
 )  # fmt: skip
 PROFILES = {"": PRODUCTION, "production": PRODUCTION, "fast": FAST}
