@@ -87,6 +87,10 @@ class FakeBox:
     def verbs(self) -> list[str]:
         return [c[0] for c in self.calls()]
 
+    def argv(self, kind: str, action: str) -> list[str]:
+        """What the box is asked for a kind's action (``regenerate start``), as the fake records it."""
+        return [kind, "--json", "--config", self.config, action]
+
     def box(self) -> GpuBox:
         return GpuBox(LocalTransport(), self.runner, self.config, timeout_s=20)
 
@@ -116,6 +120,16 @@ def fake(tmp_path) -> FakeBox:
     d = tmp_path / "gpu"
     d.mkdir()
     return FakeBox(str(d))
+
+
+@pytest.fixture
+def conf(fake, tmp_path) -> str:
+    """An ops config (`hsx --config`) whose box is the fake runner on this machine."""
+    path = tmp_path / "hsx.toml"
+    path.write_text(
+        f'[remote]\ntransport = "local"\nrunner = "{fake.runner}"\nrunner_config = "{fake.config}"\n'
+    )
+    return str(path)
 
 
 @pytest.fixture

@@ -4,20 +4,9 @@ from __future__ import annotations
 
 import json
 
-import pytest
-
 from bot import cli
 from tests.bot.conftest import EXTRACTING
 from tests.test_pipes import into_closed_pipe, quiet
-
-
-@pytest.fixture
-def conf(fake, tmp_path) -> str:
-    path = tmp_path / "hsx.toml"
-    path.write_text(
-        f'[remote]\ntransport = "local"\nrunner = "{fake.runner}"\nrunner_config = "{fake.config}"\n'
-    )
-    return str(path)
 
 
 def test_status_prints_the_chat_answer_or_the_record(fake, conf, capsys, patient):

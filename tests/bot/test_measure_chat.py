@@ -47,10 +47,6 @@ LOADING = {
 }  # fmt: skip
 
 
-def _argv(fake, action):
-    return ["measure", "--json", "--config", fake.config, action]
-
-
 def test_the_manifest_has_the_measure_slash_command():
     with open(os.path.join(ROOT, "deploy", "slack-manifest.yaml")) as f:
         assert MEASURING.manifest_entry() in f.read()
@@ -153,7 +149,7 @@ def test_measure_status_answers_measured_beside_simulated_and_the_loading_server
     assert lines[2].startswith("simulated accept length 1.59 (SGLang's units")
     assert "measured accept length 1.68 (3/1/4) · simulated 1.59" in member["text"]
     assert "/data" not in member["text"] and f"<@{OPERATOR}>" in member["text"]  # whom to ask
-    assert fake.calls() == [_argv(fake, "status")] * 2
+    assert fake.calls() == [fake.argv("measure", "status")] * 2
 
 
 def test_operator_measure_start_runs_the_fixed_verb_and_audits(fake, cfg):
@@ -164,7 +160,7 @@ def test_operator_measure_start_runs_the_fixed_verb_and_audits(fake, cfg):
         assert resp["response_type"] == "in_channel"
         assert "measurement started (pid 77)" in resp["text"]
         assert f"<@{OPERATOR}> `measure start` → ok" in resp["text"]
-        assert fake.calls() == [_argv(fake, "start")]
+        assert fake.calls() == [fake.argv("measure", "start")]
         audit = bot.audit()
     assert [(e["action"], e["result"]) for e in audit] == [
         ("measure start", "attempt"),
@@ -187,15 +183,6 @@ def test_measure_stop_asks_first(fake, cfg):
         bot.command("stop", command="/measure")
         (resp,) = bot.rec.wait_for("response")
     assert "Stop the measurement?" in json.dumps(resp) and fake.calls() == []
-
-
-@pytest.fixture
-def conf(fake, tmp_path) -> str:
-    path = tmp_path / "ops.toml"
-    path.write_text(
-        f'[remote]\ntransport = "local"\nrunner = "{fake.runner}"\nrunner_config = "{fake.config}"\n'
-    )
-    return str(path)
 
 
 def test_hsx_measure_status_json_and_a_refused_start_exits_1(fake, conf, capsys):

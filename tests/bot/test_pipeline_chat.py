@@ -104,10 +104,6 @@ def test_the_stage_under_way_is_said_in_its_own_kinds_words_or_by_its_phase():
     assert stage_text({**RUNNING, "current": None}) == ""
 
 
-def _argv(fake, action):
-    return ["pipeline", "--json", "--config", fake.config, action]
-
-
 def test_the_manifest_has_the_pipeline_slash_command():
     with open(os.path.join(ROOT, "deploy", "slack-manifest.yaml")) as f:
         assert PIPELINE.manifest_entry() in f.read()
@@ -145,7 +141,7 @@ def test_pipeline_status_tells_an_operator_the_paths_and_a_member_whom_to_ask(fa
     assert "`/pipeline start` resumes it where it stopped" in text
     assert "regeneration crashed — 30 / 64 rows (46.9%)" in text  # the stage's own, a member's
     assert "/data" not in text and "7070" not in text and "5151" not in text
-    assert fake.calls() == [_argv(fake, "status")] * 2
+    assert fake.calls() == [fake.argv("pipeline", "status")] * 2
 
 
 def test_operator_pipeline_start_runs_the_fixed_verb_and_audits(fake, cfg):
@@ -156,7 +152,7 @@ def test_operator_pipeline_start_runs_the_fixed_verb_and_audits(fake, cfg):
         assert resp["response_type"] == "in_channel"
         assert "pipeline resumed (pid 88)" in resp["text"]
         assert f"<@{OPERATOR}> `pipeline start` → ok" in resp["text"]
-        assert fake.calls() == [_argv(fake, "start")]
+        assert fake.calls() == [fake.argv("pipeline", "start")]
         audit = bot.audit()
     assert [(e["action"], e["result"]) for e in audit] == [
         ("pipeline start", "attempt"),
@@ -187,16 +183,7 @@ def test_pipeline_stop_asks_first_and_its_button_runs_the_stop(fake, cfg):
         assert bot.click(button["action_id"], button["value"], channel="C0PROGRESS") == 200
         done = bot.rec.wait_for("response", 3)[-1]
         assert "`pipeline stop`: pipeline-stop accepted" in done["text"]
-    assert fake.calls() == [_argv(fake, "stop")]
-
-
-@pytest.fixture
-def conf(fake, tmp_path) -> str:
-    path = tmp_path / "ops.toml"
-    path.write_text(
-        f'[remote]\ntransport = "local"\nrunner = "{fake.runner}"\nrunner_config = "{fake.config}"\n'
-    )
-    return str(path)
+    assert fake.calls() == [fake.argv("pipeline", "stop")]
 
 
 def test_hsx_pipeline_status_json_and_a_refused_start_exits_1(fake, conf, capsys):

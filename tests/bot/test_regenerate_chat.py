@@ -96,10 +96,6 @@ def test_the_chart_draws_rows_done_and_tokens_per_s_over_time_and_leaves_out_a_t
     assert regenerate_chart.render_png(told).startswith(b"\x89PNG")
 
 
-def _argv(fake, action):
-    return ["regenerate", "--json", "--config", fake.config, action]
-
-
 def test_the_manifest_has_the_regenerate_slash_command():
     with open(os.path.join(ROOT, "deploy", "slack-manifest.yaml")) as f:
         assert REGENERATING.manifest_entry() in f.read()
@@ -136,7 +132,7 @@ def test_regenerate_status_tells_an_operator_the_paths_and_a_member_whom_to_ask(
     assert text.startswith("regeneration crashed — 30 / 64 rows (46.9%)")
     assert "/data" not in text and "5151" not in text and f"<@{OPERATOR}>" in text  # whom to ask
     assert "`/regenerate resume` continues; committed rows are kept" in text
-    assert fake.calls() == [_argv(fake, "status")] * 2
+    assert fake.calls() == [fake.argv("regenerate", "status")] * 2
 
 
 def test_operator_regenerate_start_runs_the_fixed_verb_and_audits(fake, cfg):
@@ -147,7 +143,7 @@ def test_operator_regenerate_start_runs_the_fixed_verb_and_audits(fake, cfg):
         assert resp["response_type"] == "in_channel"
         assert "regeneration started (pid 77)" in resp["text"]
         assert f"<@{OPERATOR}> `regenerate start` → ok" in resp["text"]
-        assert fake.calls() == [_argv(fake, "start")]
+        assert fake.calls() == [fake.argv("regenerate", "start")]
         audit = bot.audit()
     assert [(e["action"], e["result"]) for e in audit] == [
         ("regenerate start", "attempt"),
@@ -172,15 +168,6 @@ def test_regenerate_stop_asks_first(fake, cfg):
         bot.command("stop", command="/regenerate")
         (resp,) = bot.rec.wait_for("response")
     assert "Stop the regeneration?" in json.dumps(resp) and fake.calls() == []
-
-
-@pytest.fixture
-def conf(fake, tmp_path) -> str:
-    path = tmp_path / "ops.toml"
-    path.write_text(
-        f'[remote]\ntransport = "local"\nrunner = "{fake.runner}"\nrunner_config = "{fake.config}"\n'
-    )
-    return str(path)
 
 
 def test_hsx_regenerate_status_json_and_a_refused_start_exits_1(fake, conf, capsys):

@@ -42,10 +42,6 @@ def train_cfg(cfg):
     return dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, python=sys.executable))
 
 
-def _argv(fake, action):
-    return ["train", "--json", "--config", fake.config, action]
-
-
 def test_the_manifest_has_the_train_slash_command():
     with open(os.path.join(ROOT, "deploy", "slack-manifest.yaml")) as f:
         assert TRAIN_KIND.manifest_entry() in f.read()
@@ -84,7 +80,7 @@ def test_train_status_answers_the_record(fake, train_cfg):
         (resp,) = bot.rec.wait_for("response")
     assert resp["response_type"] == "in_channel"
     assert resp["text"].startswith("training — step 60 / 120 (50.0%)")
-    assert fake.calls() == [_argv(fake, "status")]
+    assert fake.calls() == [fake.argv("train", "status")]
 
 
 def test_train_chart_uploads_the_historys_png(fake, train_cfg):
@@ -141,7 +137,7 @@ def test_operator_train_resume_runs_the_fixed_verb_and_audits(fake, train_cfg):
         (resp,) = bot.rec.wait_for("response")
         assert resp["response_type"] == "in_channel"
         assert "training resumed" in resp["text"] and f"<@{OPERATOR}> `train resume` → ok" in resp["text"]
-        assert fake.calls() == [_argv(fake, "resume")]
+        assert fake.calls() == [fake.argv("train", "resume")]
         assert [e["result"] for e in bot.audit()] == ["attempt", "ok"]
 
 
@@ -199,7 +195,7 @@ def test_hsx_train_status_json_prints_the_runners_record(fake, cfg, tmp_path, ca
     assert cli.main(["train", "status", "--json", "--config", str(conf)]) == 0
     assert json.loads(capsys.readouterr().out)["step"] == 60
     assert cli.main(["train", "stop", "--config", str(conf)]) == 0
-    assert fake.calls()[-1] == _argv(fake, "stop")
+    assert fake.calls()[-1] == fake.argv("train", "stop")
 
 
 def test_config_without_train_is_off():
