@@ -4,7 +4,8 @@
 # change that touches timing (a wait, a bound, a poll); each run names its failures (-rf).
 #   bash scripts/test-busy.sh [--runs N] [--sglang] [PYTEST ARGS...]
 #   bash scripts/test-busy.sh --runs 10 -m "not slow" -x     # the fast lane, ten times
-#   bash scripts/test-busy.sh --runs 3 --sglang              # the whole suite, three times
+#   bash scripts/test-busy.sh --runs 2 --sglang              # the whole suite, twice
+# Two workers, as scripts/test.sh runs the suite (HSX_TEST_WORKERS=0: one process).
 # Needs the machine set up by scripts/test.sh first (its venv, .cache's lanes).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -43,10 +44,13 @@ if [ "$sglang" = 1 ]; then
   demo=$!
 fi
 
+workers=${HSX_TEST_WORKERS:-2}   # as scripts/test.sh runs it
+par=()
+[ "$workers" = 0 ] || par=(-n "$workers" --dist loadfile --no-loadscope-reorder)
 failed=0
 for r in $(seq "$runs"); do
-  echo "== busy run $r/$runs: pytest ${args[*]:-}"
-  if ! .venv/bin/python -m pytest -q -p no:cacheprovider -rf "${args[@]}"; then
+  echo "== busy run $r/$runs: pytest ${par[*]:-} ${args[*]:-}"
+  if ! .venv/bin/python -m pytest -q -p no:cacheprovider -rf "${par[@]}" "${args[@]}"; then
     failed=$((failed + 1))
   fi
 done

@@ -172,9 +172,15 @@ def fake_specforge(tmp_path):
     (data / "__init__.py").write_text("")
     (data / "preprocessing.py").write_text(textwrap.dedent(FAKE_PREPROCESSING))
     (tmp_path / "sf" / "datasets").mkdir()  # SpecForge's checkout has one; it must not shadow anything
+    # the real SpecForge an earlier test of this process imported (the session's `specforge`) is
+    # put aside while the fake one is loaded, and back after
+    real = {
+        n: sys.modules.pop(n) for n in list(sys.modules) if n == "specforge" or n.startswith("specforge.")
+    }
     yield tmp_path / "sf"
     for name in [n for n in sys.modules if n == "specforge" or n.startswith("specforge.")]:
         del sys.modules[name]
+    sys.modules.update(real)
 
 
 def test_specforge_loader_reads_both_folders_from_the_checkout(fake_specforge, tmp_path):
