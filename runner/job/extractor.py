@@ -25,6 +25,7 @@ from ..data.dataset import Dataset, RowError
 from ..output.store import Store
 from ..serve.server import Server
 from .record import Recorder
+from .served import died
 
 log = logging.getLogger("hsx.extractor")
 
@@ -194,7 +195,7 @@ class Extractor:
                     raise Permanent(f"server refused ({r.status}): {(await r.text())[:300]}")
                 await r.read()
         except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError, OSError) as e:
-            if not self.server.alive():
+            if await died(self.http, self.server):  # its sockets close a moment before it ends
                 raise ServerDown from None
             raise Transient(f"connection to server failed: {e}") from None
         except asyncio.TimeoutError:

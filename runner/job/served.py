@@ -78,22 +78,23 @@ class Served:
             raise ServerError(f"restart cap {self.cfg.server.max_restarts} spent; {why}") from None
         await self.up(server)
 
-    async def died(self, http, server: Server) -> bool:
-        """After a failed request, whether its server died: a killed main process drops its
-        connections a moment before it ends, and after a rank's death it lingers a few seconds,
-        so this waits up to DEATH_S for its end, or for /health to say it lives."""
-        deadline = time.monotonic() + DEATH_S
-        while time.monotonic() < deadline:
-            if not server.alive():
-                return True
-            try:
-                async with http.get(server.url + "/health", timeout=aiohttp.ClientTimeout(total=5)) as r:
-                    if r.status == 200:
-                        return False
-            except (aiohttp.ClientError, asyncio.TimeoutError, OSError):
-                pass
-            await asyncio.sleep(timing.current().server_poll_s)
-        return not server.alive()
+
+async def died(http, server: Server) -> bool:
+    """After a failed request, whether its server died: a killed main process drops its
+    connections a moment before it ends, and after a rank's death it lingers a few seconds,
+    so this waits up to DEATH_S for its end, or for /health to say it lives."""
+    deadline = time.monotonic() + DEATH_S
+    while time.monotonic() < deadline:
+        if not server.alive():
+            return True
+        try:
+            async with http.get(server.url + "/health", timeout=aiohttp.ClientTimeout(total=5)) as r:
+                if r.status == 200:
+                    return False
+        except (aiohttp.ClientError, asyncio.TimeoutError, OSError):
+            pass
+        await asyncio.sleep(timing.current().server_poll_s)
+    return not server.alive()
 
 
 def main(argv: list[str], make, lock_name: str = ".lock") -> int:

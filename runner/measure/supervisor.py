@@ -123,7 +123,7 @@ class Measure(Served):
                 return await self._ask(http, server, setting, i, ids)
             except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as e:
                 why = f"request {i} at {setting}: {type(e).__name__}: {str(e)[:300]}"
-                if await self.died(http, server):
+                if await served.died(http, server):
                     await self.restart(server, why)
                     continue
                 failed += 1

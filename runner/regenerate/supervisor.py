@@ -118,7 +118,7 @@ class Regenerate(Served):
                 async with self.restarting:
                     if gen != self.generation:
                         continue  # another request saw this death; its server is up again
-                    if await self.died(http, server):
+                    if await served.died(http, server):
                         await self.restart(server, why)
                         self.generation += 1
                         continue

@@ -10,6 +10,7 @@ import os
 import pytest
 
 from runner.contract.config import from_dict
+from runner.ports import free_port
 from tests.runner.helpers import extract_in_process
 
 
@@ -128,3 +129,40 @@ def test_a_server_death_during_a_stop_is_the_stops_not_a_restart(tmp_path, signa
         assert (server.counted, server.starts, rec.record.server.last_death) == (0, 0, "")
     else:
         assert server.counted == server.starts == 1 and "code -15" in rec.record.server.last_death
+
+
+class _Ending:
+    """A server whose process is seen alive ``alive_for`` more times after its socket closed
+    (None: it lives, and answers /health at ``url``)."""
+
+    def __init__(self, alive_for: int | None, url: str = "http://127.0.0.1:9"):
+        self.left, self.url = alive_for, url
+
+    def alive(self) -> bool:
+        if self.left is None:
+            return True
+        self.left -= 1
+        return self.left >= 0
+
+
+@pytest.mark.parametrize("alive_for, died", [(0, True), (3, True), (None, False)])
+def test_a_dropped_connection_is_the_servers_death_when_its_process_ends_just_after(
+    tmp_path, dump_server, alive_for, died
+):
+    """A dying server's sockets close a moment before its process is seen gone: that is its death,
+    not the sample's failure (each death charged its in-flight samples an attempt: three deaths
+    burnt a sample into failed.jsonl on a busy box); a server whose /health answers lives."""
+    import asyncio
+
+    import aiohttp
+
+    from runner.job import served
+
+    live = dump_server("ok", str(tmp_path))
+
+    async def ask():
+        async with aiohttp.ClientSession() as http:
+            gone = f"http://127.0.0.1:{free_port()}"  # a dying server's /health: refused
+            return await served.died(http, _Ending(alive_for, live.url if alive_for is None else gone))
+
+    assert asyncio.run(ask()) is died
