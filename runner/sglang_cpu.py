@@ -9,7 +9,6 @@ and prints its python.
 
 from __future__ import annotations
 
-import glob
 import os
 import sys
 
@@ -77,25 +76,8 @@ def server_section(arch: str, python: str, kernels: str, tp: int = 1) -> dict:
         "python": python,
         "tp_size": tp,
         "extra_args": [*ARGS, *ATTENTION[arch], *(["--disable-custom-all-reduce"] if tp > 1 else [])],
-        "env": {**ENV, **tp_env(tp), **models_env(python), "PYTHONPATH": kernels},
+        "env": {**ENV, **tp_env(tp), "PYTHONPATH": kernels},
     }
-
-
-# The model modules this lane serves: the targets' (a Llama, DeepSeek-V3, Kimi-K2.5's wrapper)
-# and the EAGLE-3 draft's. SGLang's registry imports every other module of its ~250 at each
-# process's start (a third of a server's start here) unless SGLANG_DISABLED_MODEL_ARCHS names it.
-SERVED = frozenset({"llama", "llama_eagle3", "deepseek_v2", "kimi_k25"})
-
-
-def models_env(python: str) -> dict[str, str]:
-    """SGLANG_DISABLED_MODEL_ARCHS naming every model module of ``python``'s SGLang but those
-    SERVED ({} where that SGLang is not found: it then imports them all, as it would anyway)."""
-    venv = os.path.dirname(os.path.dirname(python))
-    found = glob.glob(
-        os.path.join(venv, "lib", "python3*", "site-packages", "sglang", "srt", "models", "*.py")
-    )
-    names = sorted({os.path.basename(f)[:-3] for f in found} - SERVED - {"__init__"})
-    return {"SGLANG_DISABLED_MODEL_ARCHS": ",".join(names)} if names else {}
 
 
 LANE = Lane("sglang-cpu", "SGLang CPU venv", MARKER)

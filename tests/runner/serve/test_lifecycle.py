@@ -244,17 +244,3 @@ def test_a_port_another_process_listens_on_fails_the_start_at_once_saying_so(job
     assert st["phase"] == "failed" and st["server"]["restarts"] == 0, st
     assert f"[server] port {port} on 127.0.0.1 is in use by another process" in st["reason"], st["reason"]
     assert done_count(conf) == 0
-
-
-def test_the_cpu_lane_keeps_sglang_from_importing_the_models_it_does_not_serve(tmp_path):
-    """SGLang imports every model module at each process's start unless
-    SGLANG_DISABLED_MODEL_ARCHS names it: the lane names all but the ones it serves."""
-    from runner import sglang_cpu
-
-    models = tmp_path / "venv" / "lib" / "python3.11" / "site-packages" / "sglang" / "srt" / "models"
-    models.mkdir(parents=True)
-    for name in ["__init__", "llama", "llama_eagle3", "deepseek_v2", "kimi_k25", "grok", "qwen3", "mamba"]:
-        (models / f"{name}.py").write_text("")
-    s = sglang_cpu.server_section("llama", str(tmp_path / "venv" / "bin" / "python"), "/kernels")
-    assert s["env"]["SGLANG_DISABLED_MODEL_ARCHS"] == "grok,mamba,qwen3"
-    assert sglang_cpu.models_env("/nowhere/bin/python") == {}  # not found: SGLang's own default
