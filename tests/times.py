@@ -82,6 +82,8 @@ class _Writer:
             "cpu_s": round(props.get("cpu_s", 0.0), 3),
             "slow": bool(props.get("slow", False)),
             "outcome": report.outcome,
+            "worker": getattr(getattr(report, "node", None), "gateway", None) and report.node.gateway.id,
+            "end": round(getattr(report, "stop", 0.0) - self.t0, 1),  # seconds into the session
         }
         self.f.write(json.dumps(row) + "\n")
         self.f.flush()

@@ -24,6 +24,7 @@ from runner.serve import pidfile
 from tests.conftest import runner, write_config
 from tests.real_sglang import eagle3_draft
 from tests.real_sglang.conftest import KERNELS
+from tests.runner.helpers import runner_json
 
 pytestmark = pytest.mark.slow
 SETTINGS = ["3/1/4", "5/4/8"]  # a chain, and the tree SGLang picks for a Llama (the verify tree mask)
@@ -31,9 +32,11 @@ SAMPLES = 3
 
 
 def _status(conf) -> dict:
-    p = runner("measure", "status", "--json", "--config", conf)
-    assert p.returncode == 0, p.stderr
-    return json.loads(p.stdout)
+    """`hsx-runner measure status`, in this process (a process per poll took a quarter of a core
+    from the servers under test)."""
+    code, st = runner_json("measure", conf, "status")
+    assert code == 0, st
+    return st
 
 
 def _until(conf, ok, timeout_s=900.0) -> dict:
