@@ -16,6 +16,7 @@ from runner import lanes, specforge_cpu
 from runner.contract.config import load
 from runner.data import demo_assets
 from tests.conftest import runner, specforge_train_python, write_config
+from tests.runner.helpers import runner_json, status
 
 pytestmark = pytest.mark.slow
 
@@ -24,6 +25,14 @@ def _json(*args, code=0) -> dict:
     p = runner(*args, "--json", timeout=600)
     assert p.returncode == code, f"{args} -> {p.returncode}\n{p.stdout}\n{p.stderr}"
     return json.loads(p.stdout)
+
+
+def _train_status(conf) -> dict:
+    """`train status` asked in this process: these loops poll it (a process per poll, and none
+    of sleep in one of them, kept a core busy beside the job under test)."""
+    code, st = runner_json("train", str(conf), "status")
+    assert code == 0, st
+    return st
 
 
 def test_a_start_during_the_extraction_answers_at_once_and_can_start_at_its_end(tmp_path, monkeypatch):
@@ -40,7 +49,7 @@ def test_a_start_during_the_extraction_answers_at_once_and_can_start_at_its_end(
     assert load(str(fresh)).train.python == unbuilt
     assert _json("start", "--config", conf)["started"]
     deadline = time.monotonic() + 120
-    while _json("status", "--config", conf)["phase"] != "extracting":
+    while status(conf)["phase"] != "extracting":
         assert time.monotonic() < deadline
         time.sleep(0.2)
     t0 = time.monotonic()
@@ -52,7 +61,7 @@ def test_a_start_during_the_extraction_answers_at_once_and_can_start_at_its_end(
     said = _json("train", "after-extraction", "--config", conf)
     assert said["arranged"] and "starts by itself when the extraction ends" in said["message"]
     deadline = time.monotonic() + 300
-    while (st := _json("status", "--config", conf))["phase"] != "done" or st.get("handoff") == "pending":
+    while (st := status(conf))["phase"] != "done" or st.get("handoff") == "pending":
         assert time.monotonic() < deadline, st
         time.sleep(0.5)
     assert st["handoff"].startswith("training started (after_extraction): training started"), st
@@ -82,12 +91,13 @@ def test_a_venv_build_says_its_step_and_index_to_a_status_read_meanwhile(tmp_pat
     build.start()
     try:
         deadline = time.monotonic() + 120
-        while not (st := _json("train", "status", "--config", str(conf))).get("building"):
+        while not (st := _train_status(conf)).get("building"):
             assert time.monotonic() < deadline and build.is_alive(), st
             time.sleep(0.2)
         while "step 2/2" not in st["building"]:
             assert time.monotonic() < deadline, st
-            st = _json("train", "status", "--config", str(conf))
+            time.sleep(0.05)
+            st = _train_status(conf)
         assert "SpecForge CPU venv, step 2/2: the dependencies (a stand-in) (from " in st["building"], st
         index = lanes.pip_index()  # the first line of progress names it, and so does the status
         assert said[0].endswith(f": building from {index}") and st["building"].endswith(f"(from {index})"), (
