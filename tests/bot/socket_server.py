@@ -13,7 +13,6 @@ import json
 import socket
 import struct
 import threading
-import time
 
 WS_GUID = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
 TEXT, CLOSE, PING, PONG = 0x1, 0x8, 0x9, 0xA
@@ -177,11 +176,3 @@ class SocketModeServer:
                 raise Closed()
             out += chunk
         return out
-
-
-def wait_until(check, timeout: float = 10.0, what: str = "condition") -> None:
-    end = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > end:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.02)

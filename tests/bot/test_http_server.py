@@ -11,6 +11,7 @@ import pytest
 from bot.cli import parser as build_parser
 from bot.slack.app import build_app
 from bot.slack.http import make_http_server
+from tests.runner.helpers import wait_for
 
 from .http_bot import SECRET, Bot, slack_api
 
@@ -116,20 +117,15 @@ def test_connections_past_the_worker_bound_get_503_and_the_rest_still_answer(app
         for _ in range(2):  # each holds a worker, sending nothing
             stalled.append(_connect(server))
             stalled[-1].sendall(b"POST /slack/events HTTP/1.1\r\n")
-        deadline = time.monotonic() + 10
-        while server.slots._value:  # both accepted, each holding its worker
-            assert time.monotonic() < deadline, "the stalled connections were not accepted"
-            time.sleep(0.01)
+        # both accepted, each holding its worker
+        wait_for(lambda: not server.slots._value, 10, 0.01, "the stalled connections accepted")
         with _connect(server) as s:  # answered before it sends a byte
             answer = _answer(s)
         assert answer.startswith(b"HTTP/1.1 503") or answer.startswith(b"HTTP/1.0 503"), answer
         for s in stalled:
             s.close()
         bot = Bot(f"http://127.0.0.1:{server.server_port}/slack/events", None, "", fake, cfg)
-        deadline = time.monotonic() + 10
-        while (code := _post_or_503(bot)) == 503:
-            assert time.monotonic() < deadline
-            time.sleep(0.1)
+        code = wait_for(lambda: (c := _post_or_503(bot)) != 503 and c, 10, 0.1, "a worker free again")
         assert code == 401  # the workers are free again: an unsigned request is refused as before
     finally:
         for s in stalled:

@@ -18,11 +18,12 @@ import time
 import pytest
 
 from bot.verbs.audit import AuditLog
+from tests.runner.helpers import wait_for
 
 from . import slack_api
 from .conftest import EXTRACTING, FakeBox
 from .http_bot import click_payload, command_payload, event_payload
-from .socket_server import SocketModeServer, wait_until
+from .socket_server import SocketModeServer
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 OPERATOR, STRANGER = "U0OPERATOR", "U0STRANGER"
@@ -116,10 +117,12 @@ def socket_bot(tmp_path_factory):
         )
     bot = SocketBot(proc, str(log_path), rec, api, ws, fake, paths["audit"])
     try:
-        wait_until(lambda: ws.conn is not None or proc.poll() is not None, 20, "the Socket Mode connection")
+        wait_for(
+            lambda: ws.conn is not None or proc.poll() is not None, 20, what="the Socket Mode connection"
+        )
         assert proc.poll() is None, f"hsx bot exited with {proc.returncode}:\n{bot.log()}"
         # The watcher's start-up tick posts and pins a progress message; let it finish first.
-        wait_until(lambda: os.path.exists(paths["state"]), 10, "the watcher's first tick")
+        wait_for(lambda: os.path.exists(paths["state"]), 10, what="the watcher's first tick")
         bot.opened = rec.named("apps.connections.open")
         yield bot
     finally:
@@ -134,7 +137,7 @@ def socket_bot(tmp_path_factory):
         api_server.server_close()
     assert proc.returncode in (-signal.SIGINT, 130), f"hsx bot ignored Ctrl-C:\n{bot.log()}"
     assert ws.errors == [], ws.errors
-    wait_until(lambda: set(threading.enumerate()) <= threads_before, 5, "the test's threads to end")
+    wait_for(lambda: set(threading.enumerate()) <= threads_before, 5, what="the test's threads to end")
 
 
 @pytest.fixture
@@ -158,7 +161,7 @@ def test_connects_with_the_app_token_to_the_url_it_was_given(bot):
     (opened,) = bot.opened
     assert opened["_auth"] == f"Bearer {APP_TOKEN}"
     assert bot.ws.requests == ["GET /link/?ticket=test HTTP/1.1"]
-    wait_until(lambda: bot.ws.pings >= 1, 5, "the client's first ping")  # answered with a pong
+    wait_for(lambda: bot.ws.pings >= 1, 5, what="the client's first ping")  # answered with a pong
 
 
 def test_status_command_is_acked_then_answered_with_the_summary(bot):

@@ -23,6 +23,7 @@ from runner.contract.config import from_dict
 from runner.contract.status import Phase, StatusRecord, write_record
 from tests import sshd
 from tests.conftest import write_config
+from tests.runner.helpers import wait_for
 
 RUNNER = os.path.join(os.path.dirname(sys.executable), "hsx-runner")
 
@@ -359,20 +360,7 @@ def test_hanging_command_times_out_and_is_killed(shared_pair, closing):
     assert t.run(["/bin/echo", "still here"], 10).stdout == "still here\n"
     assert log_count(shared_pair.target, "Accepted publickey") == accepted + 1  # same connection
 
-    def sleeping() -> bool:
-        for pid in filter(str.isdigit, os.listdir("/proc")):
-            try:
-                with open(f"/proc/{pid}/cmdline", "rb") as f:
-                    if f.read() == b"/bin/sleep\x0031.25\x00":
-                        return True
-            except OSError:
-                pass
-        return False
-
-    deadline = time.monotonic() + 8
-    while sleeping() and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert not sleeping()  # the remote `timeout` ended it
+    wait_for(lambda: not sshd.running(["/bin/sleep", "31.25"]), 8, 0.2, "the remote `timeout` to end it")
 
 
 def test_keys_from_the_agent(shared_pair, closing, tmp_path, monkeypatch):

@@ -19,6 +19,7 @@ from runner import procs, specforge_cpu
 from runner.contract.train import PACE_ENV
 from runner.train import progress
 from tests.conftest import ROOT, read_config, runner, specforge_train_python, write_config, write_job
+from tests.runner.helpers import wait_for
 
 pytestmark = pytest.mark.slow
 SAMPLES, EPOCHS, SAVE, LOG = 12, 6, 6, 2
@@ -191,10 +192,7 @@ def test_kills_leave_crashed_records_and_resume_logs_the_uninterrupted_runs_loss
     assert st["step"] < TOTAL - SAVE, "the run was about to end before the test could kill it"
     sup = st["supervisor_pid"]
     os.kill(sup, signal.SIGKILL)
-    deadline = time.monotonic() + 120
-    while _alive(st["pid"]) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert not _alive(st["pid"]), "the trainer outlived its supervisor"
+    wait_for(lambda: not _alive(st["pid"]), 120, 0.1, "the trainer's end with its supervisor")
     output = os.path.join(run_dir, "output")
     assert TOTAL not in progress.checkpoints(output, "hsx-eagle3"), "the trainer went on to the end unwatched"
     st = _train(cfg, "status")
