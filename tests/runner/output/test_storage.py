@@ -11,6 +11,7 @@ import signal
 
 import pytest
 
+from runner.data.demo_assets import PACE_ENV
 from runner.output.store import Store, sample_path
 from tests.conftest import runner
 from tests.runner.helpers import (
@@ -74,7 +75,9 @@ def test_switching_the_mode_mid_job_keeps_one_name_per_sample(job, raw_truth):
     raw_truth = raw_truth[0]
     conf = job(samples=N)
     out = out_dir(conf)
-    p = start_run(conf)
+    # paced: 1 s a request, 4 at a time, so the stop lands mid-job however busy the machine (at
+    # full speed a busy run finished all N between the 8th sample and the SIGTERM)
+    p = start_run(conf, **{PACE_ENV: "1.0"})
     wait_for(lambda: done_count(conf) >= 8, what="8 raw samples")
     p.send_signal(signal.SIGTERM)
     assert p.wait(60) == 0
