@@ -75,6 +75,7 @@ class _Writer:
 
     def pytest_runtest_logreport(self, report):
         props = dict(report.user_properties)
+        node = getattr(report, "node", None)  # the xdist worker that ran it (none in one process)
         row = {
             "nodeid": report.nodeid,
             "when": report.when,
@@ -82,7 +83,7 @@ class _Writer:
             "cpu_s": round(props.get("cpu_s", 0.0), 3),
             "slow": bool(props.get("slow", False)),
             "outcome": report.outcome,
-            "worker": getattr(getattr(report, "node", None), "gateway", None) and report.node.gateway.id,
+            "worker": node.gateway.id if node is not None else None,
             "end": round(getattr(report, "stop", 0.0) - self.t0, 1),  # seconds into the session
         }
         self.f.write(json.dumps(row) + "\n")
