@@ -15,8 +15,10 @@ import sys
 from .lanes import Lane, to_stderr
 
 MARKER = "hsx-sglang-ready"
-# SGLang's CPU engine (``--device cpu`` alone fails in its rotary embedding), eager, small.
-ENV = {"SGLANG_USE_CPU_ENGINE": "1"}
+# SGLang's CPU engine (``--device cpu`` alone fails in its rotary embedding), eager, small; its
+# children forked from the launcher that already imported SGLang (tests/sglang_cpu/sitecustomize.py).
+FORK_ENV = "HSX_SGLANG_CPU_FORK"
+ENV = {"SGLANG_USE_CPU_ENGINE": "1", FORK_ENV: "1"}
 ARGS = [
     "--device", "cpu", "--sampling-backend", "pytorch", "--disable-cuda-graph",
     "--max-total-tokens", "8192", "--max-running-requests", "4",

@@ -20,15 +20,23 @@ SHIFT_ONLY_FROM_1 = (
 )
 
 
-@pytest.fixture(scope="module", params=[8, 61])  # 61: Kimi-K2.5 / DeepSeek-V3's layer count
-def probe(request, sglang_python):
+COUNTS = [8, 61]  # 61: Kimi-K2.5 / DeepSeek-V3's layer count
+
+
+@pytest.fixture(scope="module")
+def probed(sglang_python):
     env = {**os.environ, "SGLANG_USE_CPU_ENGINE": "1", "PYTHONPATH": os.pathsep.join([ROOT, KERNELS])}
     p = subprocess.run(
-        [sglang_python, os.path.join(KERNELS, "layer_ids_probe.py"), str(request.param)],
+        [sglang_python, os.path.join(KERNELS, "layer_ids_probe.py"), *map(str, COUNTS)],
         capture_output=True, text=True, env=env, timeout=300,
     )  # fmt: skip
     assert p.returncode == 0, p.stderr[-3000:]
-    return request.param, json.loads(p.stdout)
+    return json.loads(p.stdout)
+
+
+@pytest.fixture(params=COUNTS)
+def probe(request, probed):
+    return request.param, probed[str(request.param)]
 
 
 def test_every_class_captures_exactly_the_named_layers_or_refuses(probe):

@@ -2,7 +2,8 @@
 from the pinned wheel on a stand-in model object, through ``patches.layer_ids.configure``,
 and print, per class and id set, what the stock call captures and what hsx makes it capture.
 
-Usage: python layer_ids_probe.py NUM_LAYERS  (prints one JSON object)
+Usage: python layer_ids_probe.py NUM_LAYERS...  (prints one JSON object, by layer count: one
+import of every model module serves them all)
 """
 
 from __future__ import annotations
@@ -107,4 +108,4 @@ def main(n: int) -> dict:
 
 
 if __name__ == "__main__":
-    print(json.dumps(main(int(sys.argv[1]))))
+    print(json.dumps({n: main(int(n)) for n in sys.argv[1:]}))

@@ -172,7 +172,7 @@ def test_the_sglang_cpu_lane_is_found_only_once_built_and_keyed_on_its_pins(tmp_
     assert s["extra_args"][-4:] == [
         "--prefill-attention-backend", "intel_amx", "--decode-attention-backend", "torch_native",
     ]  # fmt: skip
-    assert s["env"] == {"SGLANG_USE_CPU_ENGINE": "1", "PYTHONPATH": "/kernels"} and s["tp_size"] == 1
+    assert s["env"] == {**sglang_cpu.ENV, "PYTHONPATH": "/kernels"} and s["tp_size"] == 1
 
 
 def test_tp_on_the_cpu_engine_binds_each_rank_and_keeps_nccl_out():
