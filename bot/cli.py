@@ -121,6 +121,8 @@ def cmd_bot(args) -> int:
     from bot.slack.app import run_bot
 
     cfg = load(args.config)  # a bad config is a clear error, not an exit code
+    # A service's log (journald adds the time): what it refused, dropped or retried, not warnings alone.
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     signal.signal(signal.SIGTERM, _terminate)  # a service stop: the same quick exit as Ctrl-C
     try:
         run_bot(cfg, http_port=args.http, http_host=args.http_host)

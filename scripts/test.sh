@@ -38,10 +38,7 @@ PY=${PYTHON:-python3}
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
 export HSX_REQUIRE_SSHD=1 HSX_REQUIRE_SGLANG_WHEEL=1 HSX_REQUIRE_SLURM=1 HSX_REQUIRE_SGLANG_CPU=1 HSX_REQUIRE_SPECFORGE=1 HSX_REQUIRE_SPECFORGE_TRAIN=1 HSX_REQUIRE_SYSTEMD=1
-# Two workers (the machine's two cores; HSX_TEST_WORKERS=0 runs in this process), a module each
-# at a time, the costliest first (tests/costs.json); each module's wall and CPU time printed at
+# The suite spread over both cores (scripts/workers.sh); each module's wall and CPU time printed at
 # the end (tests/times.py), and the slowest tests named: the run stays well inside CI's time.
-workers=${HSX_TEST_WORKERS:-2}
-par=()
-[ "$workers" = 0 ] || par=(-n "$workers" --dist loadfile --no-loadscope-reorder)
+source scripts/workers.sh
 .venv/bin/python -m pytest -q -p no:cacheprovider "${par[@]}" --times=.cache/test-times.jsonl --durations=25 "$@"

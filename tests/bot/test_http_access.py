@@ -8,6 +8,8 @@ import time
 
 import pytest
 
+from tests.runner.helpers import wait_for
+
 from .http_bot import OPERATOR, STRANGER, serve
 
 
@@ -169,9 +171,7 @@ def test_the_attempt_is_on_record_before_the_action_ends(bot):
     with open(os.path.join(bot.fake.folder, "resume.sleep"), "w") as f:
         f.write("2")
     bot.command("resume")
-    deadline = time.monotonic() + 10
-    while "resume" not in bot.fake.verbs() and time.monotonic() < deadline:
-        time.sleep(0.05)
+    wait_for(lambda: "resume" in bot.fake.verbs(), 10, what="the runner's resume")
     during = [(e["action"], e["result"]) for e in bot.audit()]
     assert during[:1] == [("resume", "attempt")], during  # the runner is still working on it
     bot.rec.wait_for("response")

@@ -8,7 +8,6 @@ import dataclasses
 import datetime as dt
 import json
 import sys
-import time
 
 from slack_sdk import WebClient
 
@@ -16,6 +15,7 @@ from bot.watch.train_watch import ZERO_LOGS, TrainLimits, judge
 from bot.watch.watcher import Watcher, WatchState, start_watcher
 from runner.contract.train import TrainRecord
 from runner.text.training import render_train
+from tests.runner.helpers import wait_for
 
 from . import slack_api
 from .http_bot import STRANGER, serve
@@ -284,11 +284,8 @@ def test_the_watcher_job_posts_a_stall_and_milestones_once_across_bot_restarts(f
     client = WebClient(token="xoxb-test", base_url=api)
     scheduler = start_watcher(fake.box(), cfg, client)
     try:
-        end = time.monotonic() + 20
         heads = ("Training STALLED", "Training 50% reached", "Training eval at step 60")
-        while not all(_posts(api_rec, h) for h in heads):
-            assert time.monotonic() < end, api_rec.calls
-            time.sleep(0.05)
+        wait_for(lambda: all(_posts(api_rec, h) for h in heads), 20, what=f"the posts {heads}")
     finally:
         scheduler.shutdown(wait=True)
     try:

@@ -6,7 +6,6 @@ import datetime as dt
 import json
 import logging
 import os
-import time
 
 from slack_sdk import WebClient
 
@@ -15,6 +14,7 @@ from bot.watch.watcher import Limits, Observation, Watcher, WatchState, decide, 
 from remote.errors import BadReply, Unreachable
 from runner.contract.status import StatusRecord
 from runner.text import extraction
+from tests.runner.helpers import wait_for
 
 from . import slack_api
 from .conftest import EXTRACTING
@@ -322,10 +322,8 @@ def _alerts(rec_, word: str) -> list[dict]:
 
 def _ticks(fake, n: int, timeout: float = 20.0) -> None:
     """Wait until the scheduler's watcher has asked the box for its status ``n`` more times."""
-    end, start = time.monotonic() + timeout, fake.verbs().count("status")
-    while fake.verbs().count("status") < start + n:
-        assert time.monotonic() < end, "the watcher stopped polling"
-        time.sleep(0.05)
+    start = fake.verbs().count("status")
+    wait_for(lambda: fake.verbs().count("status") >= start + n, timeout, what="the watcher's next polls")
 
 
 def test_a_malformed_record_is_named_once_and_the_crash_after_it_is_alerted(fake, cfg):
@@ -342,11 +340,7 @@ def test_a_malformed_record_is_named_once_and_the_crash_after_it_is_alerted(fake
         fake.set_status(
             phase="crashed", heartbeat_at=_iso(T0), phase_since=_iso(T0), last_error="OSError: gone"
         )
-        end = time.monotonic() + 20
-        while not _alerts(rec_, "CRASHED"):
-            assert time.monotonic() < end, rec_.calls
-            time.sleep(0.05)
-        (crash,) = _alerts(rec_, "CRASHED")
+        (crash,) = wait_for(lambda: _alerts(rec_, "CRASHED"), 20, what="the crash alert")
         assert "OSError: gone" in crash["text"] and len(_alerts(rec_, "status unreadable")) == 1
     finally:
         scheduler.shutdown(wait=True)

@@ -24,7 +24,7 @@ from runner.serve import pidfile
 from tests.conftest import runner, write_config
 from tests.real_sglang import eagle3_draft
 from tests.real_sglang.conftest import KERNELS
-from tests.runner.helpers import runner_json
+from tests.runner.helpers import runner_json, until
 
 pytestmark = pytest.mark.slow
 SETTINGS = ["3/1/4", "5/4/8"]  # a chain, and the tree SGLang picks for a Llama (the verify tree mask)
@@ -41,13 +41,12 @@ def _status(conf) -> dict:
 
 def _until(conf, ok, timeout_s=900.0) -> dict:
     """Polls the status, as an operator's `measure status` does, until ``ok(status)``."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        st = _status(conf)
-        if ok(st):
-            return st
-        assert st["phase"] not in ("failed", "crashed") and time.monotonic() < deadline, st
-        time.sleep(1.0)
+
+    def good(st):
+        assert st["phase"] not in ("failed", "crashed"), st
+        return ok(st)
+
+    return until(lambda: _status(conf), good, timeout_s, 1.0, "the measurement")
 
 
 def _kill_server_mid_last_setting(root: str, timeout_s: float = 900.0) -> None:

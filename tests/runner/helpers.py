@@ -49,14 +49,36 @@ def start_run(conf: str, **env) -> subprocess.Popen:
     )  # fmt: skip
 
 
+class TimedOut(AssertionError):
+    pass
+
+
 def wait_for(pred, timeout=60.0, every=0.05, what="condition"):
+    """Call pred() until it returns something true, and return that. pred may assert to fail at
+    once (a run that failed will not come good); a timeout says what was awaited."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         v = pred()
         if v:
             return v
         time.sleep(every)
-    raise AssertionError(f"timed out waiting for {what}")
+    raise TimedOut(f"timed out waiting for {what}")
+
+
+def until(read, ok, timeout=60.0, every=0.05, what="condition"):
+    """read() until ok(value), and return that value (a status polled until it says done); ok may
+    assert to fail at once. The timeout's error shows the last value read."""
+    last = []
+
+    def pred():
+        last[:] = [read()]
+        return ok(last[0])
+
+    try:
+        wait_for(pred, timeout, every, what)
+    except TimedOut as e:
+        raise TimedOut(f"{e}; last read: {last[0] if last else None!r}"[:6000]) from None
+    return last[0]
 
 
 def done_count(conf: str) -> int:

@@ -13,6 +13,7 @@ import time
 from runner import procs
 from runner.serve import server as srv
 from runner.serve import shm
+from tests.runner.helpers import wait_for
 
 # A child in its own process group: maps one file, holds another open, makes a semaphore-like
 # file (mapped under a temporary name, then linked under its real one and the temporary name
@@ -98,9 +99,10 @@ def test_a_rank_killed_by_a_signal_is_named_before_one_that_exited_after_it():
     alive = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
         os.kill(killed.pid, signal.SIGKILL)
-        deadline = time.monotonic() + 10  # both zombies, not reaped: their status is still there
-        while time.monotonic() < deadline and any(procs.proc_stat(q.pid)[0] != "Z" for q in (killed, exited)):
-            time.sleep(0.02)
+        # both zombies, not reaped: their status is still there
+        wait_for(
+            lambda: all(procs.proc_stat(q.pid)[0] == "Z" for q in (killed, exited)), 10, 0.02, "two zombies"
+        )
         ranks = {"TP0": exited.pid, "TP1": killed.pid, "TP2": alive.pid}
         assert srv.rank_death(ranks) == f"TP1 scheduler (pid {killed.pid}) died, killed by SIGKILL"
         assert srv.rank_death({"TP0": exited.pid}) == f"TP0 scheduler (pid {exited.pid}) died, exit code 3"

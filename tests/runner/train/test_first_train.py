@@ -16,7 +16,7 @@ from runner import lanes, specforge_cpu
 from runner.contract.config import load
 from runner.data import demo_assets
 from tests.conftest import runner, specforge_train_python, write_config
-from tests.runner.helpers import runner_json, status
+from tests.runner.helpers import runner_json, status, until
 
 pytestmark = pytest.mark.slow
 
@@ -48,10 +48,7 @@ def test_a_start_during_the_extraction_answers_at_once_and_can_start_at_its_end(
     )
     assert load(str(fresh)).train.python == unbuilt
     assert _json("start", "--config", conf)["started"]
-    deadline = time.monotonic() + 120
-    while status(conf)["phase"] != "extracting":
-        assert time.monotonic() < deadline
-        time.sleep(0.2)
+    until(lambda: status(conf), lambda st: st["phase"] == "extracting", 120, 0.2, "the extraction")
     t0 = time.monotonic()
     rep = _json("train", "start", "--config", str(fresh), code=3)
     took = time.monotonic() - t0
@@ -60,10 +57,10 @@ def test_a_start_during_the_extraction_answers_at_once_and_can_start_at_its_end(
     assert not envs.exists() and not (tmp_path / "d" / "out-train").exists()  # nothing built, nothing written
     said = _json("train", "after-extraction", "--config", conf)
     assert said["arranged"] and "starts by itself when the extraction ends" in said["message"]
-    deadline = time.monotonic() + 300
-    while (st := status(conf))["phase"] != "done" or st.get("handoff") == "pending":
-        assert time.monotonic() < deadline, st
-        time.sleep(0.5)
+    st = until(
+        lambda: status(conf), lambda st: st["phase"] == "done" and st.get("handoff") != "pending", 300, 0.5,
+        "the extraction's end and its hand-off",
+    )  # fmt: skip
     assert st["handoff"].startswith("training started (after_extraction): training started"), st
     assert not os.path.exists(os.path.join(load(conf).job.out, "train-after-extraction.json"))  # taken, once
     train = _json("train", "status", "--config", conf)
@@ -90,14 +87,12 @@ def test_a_venv_build_says_its_step_and_index_to_a_status_read_meanwhile(tmp_pat
     build = threading.Thread(target=specforge_cpu.LANE.build, args=(root, steps), kwargs={"say": said.append})
     build.start()
     try:
-        deadline = time.monotonic() + 120
-        while not (st := _train_status(conf)).get("building"):
-            assert time.monotonic() < deadline and build.is_alive(), st
-            time.sleep(0.2)
-        while "step 2/2" not in st["building"]:
-            assert time.monotonic() < deadline, st
-            time.sleep(0.05)
-            st = _train_status(conf)
+
+        def building(st):
+            assert build.is_alive(), st
+            return "step 2/2" in (st.get("building") or "")
+
+        st = until(lambda: _train_status(conf), building, 120, what="the build's second step")
         assert "SpecForge CPU venv, step 2/2: the dependencies (a stand-in) (from " in st["building"], st
         index = lanes.pip_index()  # the first line of progress names it, and so does the status
         assert said[0].endswith(f": building from {index}") and st["building"].endswith(f"(from {index})"), (

@@ -15,6 +15,7 @@ import pytest
 from runner.contract.status import Phase, StatusRecord, write_record
 from runner.procs import cmdline, pids
 from runner.train import control, exporter, guard, preflight, record, runspec, split, strays
+from tests.runner.helpers import wait_for
 from tests.runner.train.units import _cfg, _ckpt, _fake_python, _model
 
 
@@ -194,12 +195,10 @@ def test_two_resumes_at_once_launch_one_trainer_and_never_kill_the_winners(tmp_p
             t.join(60)
         assert sorted(r.code for r in got) == [0, 3], [r.text for r in got]
         winner = next(r for r in got if r.code == 0).obj
-        deadline = time.monotonic() + 20
-        while (
-            _trainers(root) != [record.read(root)["pid"]] or record.read(root)["step"] != 1
-        ) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert _trainers(root) == [record.read(root)["pid"]] and record.read(root)["step"] == 1
+        wait_for(
+            lambda: _trainers(root) == [record.read(root)["pid"]] and record.read(root)["step"] == 1,
+            20, what="the winner's trainer alone, at step 1",
+        )  # fmt: skip
         assert control.running(paths) == winner["supervisor_pid"]
         assert control.stop(cfg, 20).obj["done"]
         assert not _trainers(root)

@@ -11,7 +11,6 @@ import os
 import shutil
 import signal
 import subprocess
-import time
 
 import pytest
 
@@ -19,7 +18,7 @@ from runner import procs, specforge_cpu
 from runner.contract.train import PACE_ENV
 from runner.train import progress
 from tests.conftest import ROOT, read_config, runner, specforge_train_python, write_config, write_job
-from tests.runner.helpers import wait_for
+from tests.runner.helpers import until, wait_for
 
 pytestmark = pytest.mark.slow
 SAMPLES, EPOCHS, SAVE, LOG = 12, 6, 6, 2
@@ -65,13 +64,7 @@ def _train(cfg, action, *args, code=0) -> dict:
 
 
 def _until(cfg, ok, what, timeout=240) -> dict:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        st = _train(cfg, "status")
-        if ok(st):
-            return st
-        time.sleep(0.2)
-    raise AssertionError(f"no {what} in {timeout}s; last status {st}")
+    return until(lambda: _train(cfg, "status"), ok, timeout, 0.2, what)
 
 
 def _losses(run_dir) -> dict[int, set]:
