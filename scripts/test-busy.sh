@@ -5,7 +5,7 @@
 #   bash scripts/test-busy.sh [--runs N] [--sglang] [PYTEST ARGS...]
 #   bash scripts/test-busy.sh --runs 10 -m "not slow" -x     # the fast lane, ten times
 #   bash scripts/test-busy.sh --runs 2 --sglang              # the whole suite, twice
-# Spread over the workers scripts/test.sh uses (scripts/workers.sh; HSX_TEST_WORKERS=0: one process).
+# Run as scripts/test.sh runs the suite (scripts/suite.sh: the lanes required, two workers).
 # Needs the machine set up by scripts/test.sh first (its venv, .cache's lanes).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -44,7 +44,7 @@ if [ "$sglang" = 1 ]; then
   demo=$!
 fi
 
-source scripts/workers.sh   # as scripts/test.sh runs it
+source scripts/suite.sh   # as scripts/test.sh runs it
 failed=0
 for r in $(seq "$runs"); do
   echo "== busy run $r/$runs: pytest ${par[*]:-} ${args[*]:-}"

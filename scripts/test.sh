@@ -37,8 +37,7 @@ PY=${PYTHON:-python3}
 
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
-export HSX_REQUIRE_SSHD=1 HSX_REQUIRE_SGLANG_WHEEL=1 HSX_REQUIRE_SLURM=1 HSX_REQUIRE_SGLANG_CPU=1 HSX_REQUIRE_SPECFORGE=1 HSX_REQUIRE_SPECFORGE_TRAIN=1 HSX_REQUIRE_SYSTEMD=1
-# The suite spread over both cores (scripts/workers.sh); each module's wall and CPU time printed at
-# the end (tests/times.py), and the slowest tests named: the run stays well inside CI's time.
-source scripts/workers.sh
+# The real lanes required, the suite spread over both cores (scripts/suite.sh); each module's wall
+# and CPU time printed at the end (tests/times.py), and the slowest tests named.
+source scripts/suite.sh
 .venv/bin/python -m pytest -q -p no:cacheprovider "${par[@]}" --times=.cache/test-times.jsonl --durations=25 "$@"
