@@ -14,7 +14,8 @@ import logging
 import os
 import sys
 
-from .contract.config import AUTO_PYTHON, Config, load, require_job, without_secrets
+from . import kinds
+from .contract.config import Config, load, require_job, without_secrets
 from .contract.errors import BrokenFileError, HsxError, LockedError, StatusError
 from .contract.measure import ACTIONS as MEASURE_ACTIONS
 from .contract.pipeline import ACTIONS as PIPELINE_ACTIONS
@@ -57,20 +58,11 @@ def _not_while_training(verb: str):
     return wrap
 
 
-def _trainer(cfg: Config) -> None:
-    """``[train] python = "auto"`` as the venv hsx builds for this box: asked of NVML only where a
-    verb trains, never on the status polls."""
-    if cfg.train.python == AUTO_PYTHON:
-        from .train import interpreter
-
-        cfg.train.python = interpreter.resolve(cfg.train.python, cfg.train.envs_dir or None)
-
-
 def cmd_run(args, cfg: Config) -> int:
     """The job; once it ended done and released the output, its hand-off to training."""
     code = _run_job(args, cfg)
     if code == 0 and cfg.train.python:
-        _trainer(cfg)
+        kinds.resolve_trainer(cfg)
         if args.rank is None:
             from .train import handoff
 
@@ -98,30 +90,20 @@ def _run_job(args, cfg: Config) -> int:
         return REFUSED
 
 
-# --- the engine's verbs: the engine answers, the CLI prints --------------------------------------
-@_not_while_training("the extraction's start")
-def cmd_start(args, cfg: Config) -> int:
-    return _answer(args, engine_for(cfg).start(args.force))
+# --- the kinds' verbs (runner.kinds answers, the CLI prints); the extraction's unprefixed --------
+def cmd_extract(args, cfg: Config) -> int:
+    wait, force = getattr(args, "wait", 30.0), getattr(args, "force", False)
+    return _answer(args, kinds.answer("extract", cfg, args.verb, wait, force))
 
 
-@_not_while_training("the extraction's resume")
-def cmd_resume(args, cfg: Config) -> int:
-    return _answer(args, engine_for(cfg).resume(args.force))
+def cmd_kind(args, cfg: Config) -> int:
+    """``hsx-runner KIND ACTION``: train, measure, regenerate."""
+    if args.action == "setup":  # the trainer's venv, before any run
+        from .train import control
 
-
-def cmd_stop(args, cfg: Config) -> int:
-    return _answer(args, engine_for(cfg).stop(args.wait))
-
-
-def cmd_status(args, cfg: Config) -> int:
-    rec = engine_for(cfg).status()
-    if args.json:
-        print(json.dumps(rec.to_dict()))
-    else:
-        from .text.extraction import render_text
-
-        print(render_text(rec))
-    return OK
+        kinds.resolve_trainer(cfg)
+        return _answer(args, control.setup(cfg, args.root))
+    return _answer(args, kinds.answer(args.verb, cfg, args.action, args.wait))
 
 
 def cmd_logs(args, cfg: Config) -> int:
@@ -225,56 +207,13 @@ def cmd_preflight(args, cfg: Config) -> int:
     return _answer(args, Reply(report, text, OK if report["ok"] else NOT_OK))
 
 
-def cmd_train(args, cfg: Config) -> int:
-    from .train import control
-
-    if args.action in ("setup", "start", "resume", "export"):  # what runs the trainer's python
-        _trainer(cfg)
-    from .train import exporter
-
-    via = control
-    if cfg.cluster.engine == "slurm" and args.action in (
-        "start",
-        "resume",
-        "stop",
-        "status",
-        "after-extraction",
-    ):
-        from .engines import slurm_train as via
-    if args.action == "setup":
-        return _answer(args, control.setup(cfg, args.root))
-    if args.action == "stop":
-        return _answer(args, via.stop(cfg, args.wait))
-    if args.action == "export":
-        return _answer(args, exporter.export(cfg))
-    return _answer(args, getattr(via, args.action.replace("-", "_"))(cfg))
-
-
-def cmd_measure(args, cfg: Config) -> int:
-    from .measure import control
-
-    if args.action == "stop":
-        return _answer(args, control.stop(cfg, args.wait))
-    return _answer(args, getattr(control, args.action)(cfg))
-
-
-def cmd_regenerate(args, cfg: Config) -> int:
-    from .regenerate import control as via
-
-    if cfg.cluster.engine == "slurm":  # the rows split across [cluster] ranks, one sbatch array
-        from .engines import slurm_regenerate as via
-    if args.action == "stop":
-        return _answer(args, via.stop(cfg, args.wait))
-    return _answer(args, getattr(via, args.action)(cfg))
-
-
 def cmd_pipeline(args, cfg: Config) -> int:
     from .pipeline import control
 
     if args.action == "stop":
         return _answer(args, control.stop(cfg, args.wait))
-    if args.action == "status":  # each stage's status, answered by this CLI's own verbs
-        return _answer(args, control.status(cfg, main))
+    if args.action == "status":
+        return _answer(args, control.status(cfg))
     return _answer(args, control.start(cfg))
 
 
@@ -292,12 +231,12 @@ def parser() -> argparse.ArgumentParser:
     s = verb("run", cmd_run, "run the job in the foreground (resumes what is there)")
     s.add_argument("--rank", type=int, default=None, help="run only this rank's samples (a Slurm array task)")
     s.add_argument("--world", type=int, default=None, help="the number of ranks the job is split into")
-    for name, fn in (("start", cmd_start), ("resume", cmd_resume)):
-        s = verb(name, fn, f"{name} the job detached, after preflight")
+    for name in ("start", "resume"):
+        s = verb(name, cmd_extract, f"{name} the job detached, after preflight")
         s.add_argument("--force", action="store_true", help="start even when preflight's gates fail")
-    s = verb("stop", cmd_stop, "stop the running job (SIGTERM, drains in-flight requests)")
+    s = verb("stop", cmd_extract, "stop the running job (SIGTERM, drains in-flight requests)")
     s.add_argument("--wait", type=float, default=30.0)
-    verb("status", cmd_status, "the status record")
+    verb("status", cmd_extract, "the status record")
     s = verb("logs", cmd_logs, "tail of the runner's log")
     s.add_argument("-n", type=int, default=20)
     s.add_argument("--server", action="store_true", help="the server's log instead")
@@ -326,17 +265,17 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument(
         "--until", type=float, default=None, help="with --free-gpus: refuse after this time (epoch s)"
     )
-    s = verb("train", cmd_train, "train the EAGLE-3 draft on the output with SpecForge ([train])")
+    s = verb("train", cmd_kind, "train the EAGLE-3 draft on the output with SpecForge ([train])")
     s.add_argument("action", choices=TRAIN_ACTIONS)
     s.add_argument("--wait", type=float, default=30.0, help="stop: how long to wait for the trainer to end")
     s.add_argument("--root", default=None,
                    help="setup without [train] python: where this box's lane's venv is built")  # fmt: skip
     s = verb(
-        "measure", cmd_measure, "measure the exported draft in SGLang, against the target alone ([measure])"
+        "measure", cmd_kind, "measure the exported draft in SGLang, against the target alone ([measure])"
     )
     s.add_argument("action", choices=MEASURE_ACTIONS)
     s.add_argument("--wait", type=float, default=30.0, help="stop: how long to wait for its request to end")
-    s = verb("regenerate", cmd_regenerate, "write the dataset's answers again with the target ([regenerate])")
+    s = verb("regenerate", cmd_kind, "write the dataset's answers again with the target ([regenerate])")
     s.add_argument("action", choices=REGENERATE_ACTIONS)
     s.add_argument("--wait", type=float, default=30.0, help="stop: how long to wait for it to end")
     s = verb(

@@ -7,7 +7,7 @@ never imports bot, patches, remote or deploy, patches imports of runner only the
 codec, remote only the contract and the text, deploy never imports bot, the ops side never
 imports the codec, and bot reaches the runner's machinery only for the text and ``hsx demo``
 (which runs a runner on this machine). Inside runner the stages are a ladder (data, output, serve,
-job, train, measure, regenerate, engines): each imports only the rungs below it. No file imports one that imports it back,
+job, train, measure, regenerate, engines, kinds, pipeline): each imports only the rungs below it. No file imports one that imports it back,
 lazily or not, and no module grows past the habit's 450 lines. The tests import no bench code,
 but for tests/bench/ (the bench's own tests).
 """
@@ -38,7 +38,7 @@ BOT_DEMO = {"runner.data.demo_assets", "runner.sglang_cpu"}
 # runner's stages, lowest first: each may import the contract, the ones before it and itself.
 STAGES = (
     "runner.data", "runner.output", "runner.serve", "runner.job", "runner.train", "runner.measure",
-    "runner.regenerate", "runner.engines",
+    "runner.regenerate", "runner.engines", "runner.kinds", "runner.pipeline",
 )  # fmt: skip
 # runner's top-level modules a stage may import: leaves that import nothing of ours but the contract.
 TOP_LEAVES = {

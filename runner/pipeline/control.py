@@ -36,8 +36,8 @@ def stop(cfg: Config, wait_s: float = 60.0) -> Reply:
     return supervised.stop(run_dir(cfg), wait_s, "stops its stage")
 
 
-def status(cfg: Config, main) -> Reply:
-    """``main``: runner.cli's, which answers each stage's status."""
+def status(cfg: Config) -> Reply:
+    """The record, each stage's phase read live beside it, and the stage under way's status."""
     root = run_dir(cfg)
     rec = read(root)
     rec = dataclasses.replace(
@@ -46,7 +46,7 @@ def status(cfg: Config, main) -> Reply:
     d = rec.to_dict()
     d["phases"], d["current"] = {}, None
     for name in rec.stages:
-        s = STAGES[name].status(main, cfg.path)
+        s = STAGES[name].status(cfg)
         d["phases"][name] = s.get("phase")
         if name == rec.stage:
             d["current"] = s

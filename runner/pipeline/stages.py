@@ -1,48 +1,19 @@
-"""The pipeline's stages as data: each is a kind of job asked through its own ``hsx-runner`` verbs
-(in this process, the CLI's own main, handed in by its caller: the engines, locks and refusals
-each verb has), and what its done record must say before the next stage starts."""
+"""The pipeline's stages as data: each is a kind of job (runner.kinds answers its actions in this
+process, with the engines, locks and refusals each has), and what its done record must say
+before the next stage starts."""
 
 from __future__ import annotations
 
-import contextlib
-import json
 import os
-import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from .. import kinds
+from ..contract.config import Config
 from ..contract.status import HANDOFF_PENDING, NOT_STARTED
 from ..contract.train import ACC_WINDOW
 
 WAIT = "wait"  # a done stage still handing on (the extraction's verify): asked again
-
-
-Main = Callable[[list[str]], int]  # runner.cli.main
-
-
-def ask(main: Main, config: str, *argv: str) -> tuple[int, dict]:
-    """``hsx-runner ARGV --json --config CONFIG``, answered in this process by ``main``."""
-    # files, not StringIO: a verb's child writes to them by fd (a first train start builds the
-    # trainer's venv with pip's output on stderr; a StringIO has no fileno, and the stage failed)
-    with tempfile.TemporaryFile("w+") as out_f, tempfile.TemporaryFile("w+") as err_f:
-        with contextlib.redirect_stdout(out_f), contextlib.redirect_stderr(err_f):
-            code = main([*argv, "--json", "--config", config])
-        out, err = (_read(f) for f in (out_f, err_f))
-    try:
-        reply = json.loads(out.strip().splitlines()[-1])
-    except (ValueError, IndexError):
-        reply = {}
-    if not isinstance(reply, dict):
-        reply = {}
-    if code and not reply.get("reason"):
-        reply["reason"] = (err.strip() or out.strip())[-500:] or f"exit code {code}"
-    return code, reply
-
-
-def _read(f) -> str:
-    f.flush()
-    f.seek(0)
-    return f.read()
 
 
 def _regenerated(d: dict) -> str | None:
@@ -79,16 +50,15 @@ def _measured(d: dict) -> str:
 
 @dataclass(frozen=True)
 class Stage:
-    name: str
-    verb: tuple[str, ...]  # hsx-runner VERB... ACTION; () for the extraction's own verbs
+    name: str  # its kind (runner.kinds)
     check: Callable[[dict], str | None]  # a done record: why not to go on (WAIT: not yet), None: go on
     said: Callable[[dict], str]  # what its end hands on, in a few words
 
-    def argv(self, action: str) -> list[str]:
-        return [*self.verb, action]
+    def ask(self, cfg: Config, action: str, wait: float = 30.0) -> tuple[int, dict]:
+        return kinds.call(self.name, cfg, action, wait)
 
-    def status(self, main: Main, config: str) -> dict:
-        code, d = ask(main, config, *self.argv("status"))
+    def status(self, cfg: Config) -> dict:
+        code, d = self.ask(cfg, "status")
         if code or "phase" not in d:
             return {"phase": "failed", "reason": d.get("reason") or f"its status answered exit code {code}"}
         return d
@@ -114,8 +84,8 @@ def _trained_said(d: dict) -> str:
 
 
 STAGES = {
-    "regenerate": Stage("regenerate", ("regenerate",), _regenerated, lambda d: _regenerated_said(d)),
-    "extract": Stage("extract", (), _extracted, lambda d: f"{d.get('done', 0):,} samples extracted and verified"),
-    "train": Stage("train", ("train",), _trained, lambda d: _trained_said(d)),
-    "measure": Stage("measure", ("measure",), lambda d: None, lambda d: _measured(d)),
+    "regenerate": Stage("regenerate", _regenerated, _regenerated_said),
+    "extract": Stage("extract", _extracted, lambda d: f"{d.get('done', 0):,} samples extracted and verified"),
+    "train": Stage("train", _trained, _trained_said),
+    "measure": Stage("measure", lambda d: None, _measured),
 }  # fmt: skip

@@ -15,13 +15,12 @@ import signal
 import sys
 import time
 
-from ..cli import main
 from ..contract import timing
-from ..contract.config import load
+from ..contract.config import Config, load, require_job
 from ..contract.status import Phase, now_iso
 from ..output.lock import JobLock
 from . import record
-from .stages import STAGES, WAIT, Stage, ask
+from .stages import STAGES, WAIT, Stage
 
 POLL_S = 2.0  # a stage's record read this often (the fast profile: its server poll)
 
@@ -40,15 +39,22 @@ class Pipeline:
         while time.monotonic() < end and not self.stop_asked:
             time.sleep(timing.current().stop_poll_s)
 
+    def _cfg(self) -> Config:
+        """hsx.toml as it is now: an edit between two polls counts, as it did for the CLI."""
+        cfg = load(self.config)
+        require_job(cfg)
+        return cfg
+
     def _stage(self, st: Stage) -> str | None:
         """None once the stage is done and handed on; else how the pipeline ends."""
         launched = False
         while True:
-            d = st.status(main, self.config)
+            cfg = self._cfg()
+            d = st.status(cfg)
             phase = d.get("phase")
             if self.stop_asked:
                 if phase in (p.value for p in Phase if p.is_active()):
-                    ask(main, self.config, *st.argv("stop"))
+                    st.ask(cfg, "stop")
                 return "stopped"
             if phase == "done":
                 why = st.check(d)
@@ -67,14 +73,12 @@ class Pipeline:
                 self.rec.update(reason=f"the {st.name} stage {phase}: {d.get('reason') or '?'}")
                 return "stopped" if phase == "stopped" else "failed"
             action = "resume" if st.started(d) else "start"
-            code, r = ask(main, self.config, *st.argv(action))
+            code, r = st.ask(cfg, action)
             if code and action == "resume":  # killed before it kept anything (the extraction's "use start")
-                again, r2 = ask(main, self.config, *st.argv("start"))
+                again, r2 = st.ask(self._cfg(), "start")
                 if not again:
                     action, code, r = "start", again, r2
-            if code and st.status(main, self.config).get("phase") not in (
-                p.value for p in Phase if p.is_active()
-            ):
+            if code and st.status(self._cfg()).get("phase") not in (p.value for p in Phase if p.is_active()):
                 self.rec.update(
                     reason=f"the {st.name} stage's {action} refused: {r.get('reason') or r.get('message')}"
                 )

@@ -104,19 +104,3 @@ def test_the_trainings_hand_off_says_whether_the_draft_learned():
         "and exported to /w/out-train/export"
     )
     assert said({"export_dir": "/e", "acc_mean": 0.3}) == "the draft trained and exported to /e"  # < 10 steps
-
-
-def test_a_stage_verb_whose_child_writes_to_stderr_by_fd_is_answered():
-    """A first train start builds the trainer's venv, its pip writing to sys.stderr by fd: the
-    pipeline's in-process ask failed there with 'UnsupportedOperation: fileno'."""
-    import subprocess
-    import sys
-
-    from runner.pipeline.stages import ask
-
-    def main(argv):
-        subprocess.run([sys.executable, "-c", "print('building')"], stdout=sys.stderr, check=True)
-        print('{"started": true}')
-        return 0
-
-    assert ask(main, "/c.toml", "train", "start") == (0, {"started": True})
