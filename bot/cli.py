@@ -104,7 +104,7 @@ def cmd_kind(args) -> int:
 
     def run(box) -> int:
         if args.json:  # exits as the extraction's verbs do: 1 for a refusal or a failed export
-            reply = getattr(box, kind.word)(args.action)
+            reply = box.call(kind.word, args.action)
             print(json.dumps(reply))
             return 0 if Answer.from_dict(reply).ok else 1
         from bot.wiring import make_handlers
@@ -188,7 +188,7 @@ def cmd_demo(args) -> int:
     _pace(args, cfg)
     box = _box(cfg)
     piped = bool(cfg.pipeline.stages)
-    started = box.pipeline("start") if piped else box.start()
+    started = box.call("pipeline", "start") if piped else box.start()
     if started.get("started") and piped:
         print(f"hsx demo: pipeline started ({' → '.join(cfg.pipeline.stages)}; pid {started['pid']}): "
               f"the target writes the answers again into {cfg.job.dataset}, then each stage hands on")  # fmt: skip
@@ -206,9 +206,9 @@ def cmd_demo(args) -> int:
     except KeyboardInterrupt:
         return 130
     finally:
-        if piped and box.pipeline_status().get("phase") in ("preflight", "running"):
+        if piped and box.record("pipeline").get("phase") in ("preflight", "running"):
             print("hsx demo: stopping the pipeline and its stage; run the same command again to resume")
-            box.pipeline("stop")
+            box.call("pipeline", "stop")
         rec = box.status()
         if rec.phase.is_active():
             print("hsx demo: stopping the job; run the same command again to resume")
@@ -238,7 +238,7 @@ def _headless_pipeline(box) -> int:
 
     last = ""
     while True:
-        d = box.pipeline_status()
+        d = box.record("pipeline")
         text = render_pipeline(d)
         if text != last:
             print(text + "\n", flush=True)

@@ -42,12 +42,12 @@ def make_handlers(cfg: Config, box=None, in_group=None) -> Handlers:
     return Handlers(
         box, cfg, AuditLog(audit_path(cfg)), history=lambda: history.events(cfg, box), in_group=in_group,
         live=LiveStatus(box, history.state_path(cfg, ".last.json")),
-        train_live=LiveStatus(box, history.state_path(cfg, ".train-last.json"), read=lambda: box.train_status(),
+        train_live=LiveStatus(box, history.state_path(cfg, ".train-last.json"), read=lambda: box.record("train"),
                               parse=TrainRecord.from_dict),
         measure_live=LiveStatus(box, history.state_path(cfg, ".measure-last.json"),
-                                read=lambda: box.measure_status(), parse=MeasureRecord.from_dict),
+                                read=lambda: box.record("measure"), parse=MeasureRecord.from_dict),
         regenerate_live=LiveStatus(box, history.state_path(cfg, ".regenerate-last.json"),
-                                   read=lambda: box.regenerate_status(), parse=RegenerateRecord.from_dict),
+                                   read=lambda: box.record("regenerate"), parse=RegenerateRecord.from_dict),
         pipeline_live=LiveStatus(box, history.state_path(cfg, ".pipeline-last.json"),
-                                 read=lambda: Pipeline(box.pipeline_status()), parse=Pipeline.from_dict),
+                                 read=lambda: Pipeline(box.record("pipeline")), parse=Pipeline.from_dict),
     )  # fmt: skip

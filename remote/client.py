@@ -6,16 +6,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from runner.contract.measure import ACTIONS as MEASURE_ACTIONS
-from runner.contract.measure import MeasureRecord
-from runner.contract.pipeline import ACTIONS as PIPELINE_ACTIONS
-from runner.contract.pipeline import PipelineRecord
-from runner.contract.regenerate import ACTIONS as REGENERATE_ACTIONS
+from runner.contract.kinds import KINDS
 from runner.contract.regenerate import RegenerateRecord
 from runner.contract.replies import ANSWER_CODES, BROKEN, LOGS, MAX_LOG_LINES, MAX_N, UNIT_NAME_RE
 from runner.contract.status import StatusRecord
-from runner.contract.train import ACTIONS as TRAIN_ACTIONS
-from runner.contract.train import TrainRecord
 from runner.text.extraction import MAX_ERROR_CHARS
 
 from .errors import BadReply, BrokenFile, CommandFailed
@@ -45,23 +39,6 @@ def _broken(verb: str, res: Result) -> BrokenFile:
     file, reason, message = (str(reply.get(k) or "") for k in ("broken", "reason", "message"))
     return BrokenFile(verb, file[:MAX_PATH_CHARS] or None, reason[:MAX_ERROR_CHARS] or said,
                       message[: MAX_PATH_CHARS + MAX_ERROR_CHARS] or said)  # fmt: skip
-
-
-def pipeline_reply(d: Any) -> dict[str, Any]:
-    """``pipeline status``'s reply, checked and kept as given: its record's fields as
-    PipelineRecord reads them, ``phases`` (stage: phase) an object of strings, ``current`` (the
-    stage under way's own status reply) an object or null. A StatusError says what is wrong."""
-    from runner.contract.errors import StatusError
-
-    PipelineRecord.from_dict(d)
-    phases = d.get("phases", {})
-    if not isinstance(phases, dict) or not all(
-        isinstance(k, str) and (v is None or isinstance(v, str)) for k, v in phases.items()
-    ):
-        raise StatusError("pipeline status reply's 'phases' is not an object of stage: phase")
-    if d.get("current") is not None and not isinstance(d["current"], dict):
-        raise StatusError("pipeline status reply's 'current' is not an object or null")
-    return d
 
 
 class GpuBox:
@@ -168,97 +145,41 @@ class GpuBox:
             args += [f"--units={','.join(units)}", f"--until={int(until)}"]
         return self._call("preflight", *args, timeout_s=max(self.timeout_s, 600.0))
 
-    def train(self, action: str) -> dict[str, Any]:
-        """``hsx-runner train ACTION``: one of a fixed set; start, resume and export wait long
-        (the start checks the trainer's interpreter; export runs SpecForge's exporter)."""
-        if action not in TRAIN_ACTIONS:
-            raise ValueError(f"train: the action must be one of {', '.join(TRAIN_ACTIONS)}, got {action!r}")
-        long = action in ("setup", "start", "resume", "export")
-        return self._call("train", action, timeout_s=max(self.timeout_s, 1800.0 if long else 0.0))
+    def call(self, kind: str, action: str) -> dict[str, Any]:
+        """``hsx-runner KIND ACTION``: a kind and an action of the fixed table (runner.contract.kinds);
+        the long ones wait as long as the table says."""
+        k = KINDS[kind]
+        return self._call(k.name, k.check(action), timeout_s=k.timeout_s(action, self.timeout_s))
 
-    def train_status(self) -> TrainRecord:
+    def record(self, kind: str) -> Any:
+        """The kind's status, typed (a pipeline's: its record, each stage's phase, the stage
+        under way's own status reply)."""
+        return self._typed(KINDS[kind].record, self.call(kind, "status"))
+
+    @staticmethod
+    def _typed(parse, reply: dict[str, Any]) -> Any:
         from runner.contract.errors import StatusError
 
         try:
-            return TrainRecord.from_dict(self.train("status"))
+            return parse(reply)
         except StatusError as e:
             raise BadReply(str(e)) from None
 
     def train_history(self) -> dict[str, list[dict]]:
         """Every logged step's loss and acc, the evals and the launch events (`/train chart`)."""
-        from runner.contract.errors import StatusError
         from runner.contract.train_history import parse_history
 
-        try:
-            return parse_history(self.train("history"))
-        except StatusError as e:
-            raise BadReply(str(e)) from None
-
-    def measure(self, action: str) -> dict[str, Any]:
-        """``hsx-runner measure ACTION``: one of a fixed set; start and resume wait for the
-        measuring supervisor to claim its run."""
-        if action not in MEASURE_ACTIONS:
-            raise ValueError(
-                f"measure: the action must be one of {', '.join(MEASURE_ACTIONS)}, got {action!r}"
-            )
-        long = action in ("start", "resume")
-        return self._call("measure", action, timeout_s=max(self.timeout_s, 600.0 if long else 0.0))
-
-    def measure_status(self) -> MeasureRecord:
-        from runner.contract.errors import StatusError
-
-        try:
-            return MeasureRecord.from_dict(self.measure("status"))
-        except StatusError as e:
-            raise BadReply(str(e)) from None
-
-    def regenerate(self, action: str) -> dict[str, Any]:
-        """``hsx-runner regenerate ACTION``: one of a fixed set; start and resume wait for the
-        regenerating supervisor to claim its run."""
-        if action not in REGENERATE_ACTIONS:
-            raise ValueError(
-                f"regenerate: the action must be one of {', '.join(REGENERATE_ACTIONS)}, got {action!r}"
-            )
-        long = action in ("start", "resume")
-        return self._call("regenerate", action, timeout_s=max(self.timeout_s, 600.0 if long else 0.0))
-
-    def regenerate_status(self) -> RegenerateRecord:
-        return self.regenerate_history()[0]
+        return self._typed(parse_history, self.call("train", "history"))
 
     def regenerate_history(self) -> tuple[RegenerateRecord, list[dict]]:
         """The record and its progress points (`/regenerate chart`), from one status reply; each
         point's fields are checked where it is drawn."""
-        from runner.contract.errors import StatusError
-
-        reply = self.regenerate("status")
-        try:
-            rec = RegenerateRecord.from_dict(reply)
-        except StatusError as e:
-            raise BadReply(str(e)) from None
+        reply = self.call("regenerate", "status")
+        rec = self._typed(RegenerateRecord.from_dict, reply)
         points = reply.get("history", [])
         if not isinstance(points, list):
             raise BadReply("`hsx-runner regenerate status` reply's 'history' is not a list")
         return rec, [p for p in points if isinstance(p, dict)]
-
-    def pipeline(self, action: str) -> dict[str, Any]:
-        """``hsx-runner pipeline ACTION``: one of a fixed set; start (which also resumes a
-        pipeline that ended short) waits for the pipeline's supervisor to claim its run."""
-        if action not in PIPELINE_ACTIONS:
-            raise ValueError(
-                f"pipeline: the action must be one of {', '.join(PIPELINE_ACTIONS)}, got {action!r}"
-            )
-        long = action == "start"
-        return self._call("pipeline", action, timeout_s=max(self.timeout_s, 600.0 if long else 0.0))
-
-    def pipeline_status(self) -> dict[str, Any]:
-        """The pipeline's record with each stage's phase (``phases``) and the stage under way's
-        own status reply (``current``), checked (``pipeline_reply``)."""
-        from runner.contract.errors import StatusError
-
-        try:
-            return pipeline_reply(self.pipeline("status"))
-        except StatusError as e:
-            raise BadReply(str(e)) from None
 
     def close(self) -> None:
         self.transport.close()

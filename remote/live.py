@@ -54,7 +54,7 @@ class _Read:
 class LiveStatus:
     """One status read at a time for one box, shared by chat, the CLI and the watcher. ``read``
     and ``parse``: another record than the extraction's, read the same way (the training's:
-    ``box.train_status`` and ``TrainRecord.from_dict``; its record needs a ``to_dict``)."""
+    ``box.record("train")`` and ``TrainRecord.from_dict``; its record needs a ``to_dict``)."""
 
     def __init__(
         self,

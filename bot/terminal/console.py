@@ -109,7 +109,7 @@ def _building(box, out: TextIO, lock, watch_it: bool = True):
         said = None
         while not done.wait(timing.current().headless_poll_s):
             try:
-                now = box.train_status().building
+                now = box.record("train").building
             except Exception:  # noqa: BLE001 - a status read that fails says nothing here
                 continue
             if now and now != said:

@@ -55,16 +55,16 @@ class Handlers:
         self.box = box
         self.live = live if live is not None else LiveStatus(box)  # status within a bound
         self.train_live = train_live or LiveStatus(
-            box, read=lambda: box.train_status(), parse=TrainRecord.from_dict
+            box, read=lambda: box.record("train"), parse=TrainRecord.from_dict
         )
         self.measure_live = measure_live or LiveStatus(
-            box, read=lambda: box.measure_status(), parse=MeasureRecord.from_dict
+            box, read=lambda: box.record("measure"), parse=MeasureRecord.from_dict
         )
         self.regenerate_live = regenerate_live or LiveStatus(
-            box, read=lambda: box.regenerate_status(), parse=RegenerateRecord.from_dict
+            box, read=lambda: box.record("regenerate"), parse=RegenerateRecord.from_dict
         )
         self.pipeline_live = pipeline_live or LiveStatus(
-            box, read=lambda: pipeline.Pipeline(box.pipeline_status()), parse=pipeline.Pipeline.from_dict
+            box, read=lambda: pipeline.Pipeline(box.record("pipeline")), parse=pipeline.Pipeline.from_dict
         )
         self.cfg = cfg
         self.audit = audit

@@ -24,7 +24,7 @@ class Verbs:
 
     def act(self, h, cmd: Command, user: str, operator: bool | None) -> Reply:
         """A mutating verb: ``hsx-runner KIND VERB``, audited before and after."""
-        return h.act(cmd, user, lambda: getattr(h.box, self.name)(cmd.verb))
+        return h.act(cmd, user, lambda: h.box.call(self.name, cmd.verb))
 
     def reading(self, r, full: bool, each: Callable[..., str] | None = None) -> str:
         """The record read, or the last one seen marked stale when the box is slow; ``each``

@@ -1,5 +1,5 @@
 """The draft's measurement's verbs (`/measure VERB`, `hsx measure VERB`): each mutating one is the
-fixed ``hsx-runner measure VERB`` (remote.client.GpuBox.measure), `status` the record
+fixed ``hsx-runner measure VERB`` (remote.client.GpuBox.call), `status` the record
 (runner/text/measure.py), `chart` its figures drawn (bot/render/measure_chart.py). handlers.py gates, confirms, audits and
 dispatches them (``RUN``), as it does the other kinds'.
 
@@ -32,7 +32,7 @@ def chart(h, cmd: Command, user: str, operator: bool | None) -> Reply:
     from bot.render import measure_chart
 
     try:
-        rec = h.box.measure_status()
+        rec = h.box.record("measure")
     except RemoteError as e:
         return failed(e)
     if not measure_chart.enough(rec):

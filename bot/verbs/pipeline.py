@@ -1,5 +1,5 @@
 """The pipeline's verbs (`/pipeline VERB`, `hsx pipeline VERB`): start and stop are the fixed
-``hsx-runner pipeline VERB`` (remote.client.GpuBox.pipeline), start also resuming a pipeline that
+``hsx-runner pipeline VERB`` (remote.client.GpuBox.call), start also resuming a pipeline that
 failed, crashed or was stopped; `status` the pipeline (runner/text/pipeline.py) followed by the
 stage under way in its own kind's words. handlers.py gates, confirms, audits and dispatches them
 (``RUN``), as it does the other kinds'.
@@ -14,9 +14,9 @@ import datetime as dt
 
 from bot.verbs import kind
 from bot.verbs.table import EXTRACTION, MEASURING, PIPELINE, REGENERATING, TRAINING
-from remote.client import pipeline_reply
 from runner.contract.errors import StatusError
 from runner.contract.measure import MeasureRecord
+from runner.contract.pipeline import check_reply
 from runner.contract.regenerate import RegenerateRecord
 from runner.contract.status import StatusRecord
 from runner.contract.train import TrainRecord
@@ -36,7 +36,7 @@ class Pipeline(dict):
 
     @classmethod
     def from_dict(cls, d) -> Pipeline:
-        return cls(pipeline_reply(d))
+        return cls(check_reply(d))
 
 
 # each stage: its kind (a KINDS name), its record read from its own status reply, and that kind's

@@ -1,5 +1,5 @@
 """The regeneration's verbs (`/regenerate VERB`, `hsx regenerate VERB`): each mutating one is the
-fixed ``hsx-runner regenerate VERB`` (remote.client.GpuBox.regenerate), `status` the record
+fixed ``hsx-runner regenerate VERB`` (remote.client.GpuBox.call), `status` the record
 (runner/text/regenerate.py), `chart` its progress points drawn (bot/render/regenerate_chart.py).
 handlers.py gates, confirms, audits and dispatches them (``RUN``), as it does the other kinds'.
 

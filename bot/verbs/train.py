@@ -1,5 +1,5 @@
 """The training's verbs (`/train VERB`, `hsx train VERB`): each mutating one is the fixed
-``hsx-runner train VERB`` (remote.client.GpuBox.train), `status` the record, `chart` draws
+``hsx-runner train VERB`` (remote.client.GpuBox.call), `status` the record, `chart` draws
 ``train history``. handlers.py gates, confirms,
 audits and dispatches them (``RUN``), as it does the extraction's.
 
@@ -8,6 +8,8 @@ status bound whatever the box does. Paths and the trainer's own words are for op
 member's text says whom to ask instead (``WITHHELD``), the reason ``logs`` is operators' only."""
 
 from __future__ import annotations
+
+import functools
 
 from bot.render import summary
 from bot.verbs.audit import ask_operators, for_member
@@ -21,7 +23,7 @@ OFFER = "after-extraction"  # what the box offers a start refused while the extr
 def act(h, cmd: Command, user: str, operator: bool | None) -> Reply:
     """A mutating verb: ``hsx-runner train VERB``; a start refused during the extraction offers
     to start at its end (a confirmation of `train after-extraction`)."""
-    reply = h.act(cmd, user, lambda: h.box.train(cmd.verb))
+    reply = h.act(cmd, user, lambda: h.box.call("train", cmd.verb))
     if reply.extra.get("reply", {}).get("offer") == OFFER:
         offer = Command(OFFER, kind=TRAINING.name)
         return Reply(text=f"{reply.text}\n{offer.row.question}", audit=reply.audit, ephemeral=True,
@@ -48,7 +50,12 @@ def chart(h, cmd: Command, user: str, operator: bool | None) -> Reply:
 
     need = "training history yet (need two logged steps)"
     return h.chart(
-        h.box.train_history, h.box.train_status, train_chart.story, train_chart, need, "hsx-train-chart.png"
+        h.box.train_history,
+        functools.partial(h.box.record, "train"),
+        train_chart.story,
+        train_chart,
+        need,
+        "hsx-train-chart.png",
     )
 
 

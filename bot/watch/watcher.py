@@ -213,19 +213,21 @@ class Watcher:
         # it has stages
         stall_s = cfg.watcher.stall_after_s
         train = functools.partial(train_watch.judge, lim=TrainLimits.from_config(cfg))
-        self.judges = {TRAINING.name: (box.train_status, train)} if cfg.train.python else {}
+        self.judges = (
+            {TRAINING.name: (functools.partial(box.record, "train"), train)} if cfg.train.python else {}
+        )
         if cfg.train.python or cfg.measure.draft:
             self.judges[MEASURING.name] = (
-                box.measure_status,
+                functools.partial(box.record, "measure"),
                 functools.partial(measure_watch.judge, stall_s=stall_s),
             )
         if regenerate.wanted(cfg):
             self.judges[REGENERATING.name] = (
-                box.regenerate_status,
+                functools.partial(box.record, "regenerate"),
                 functools.partial(regenerate_watch.judge, stall_s=stall_s),
             )
         if cfg.pipeline.stages:
-            self.judges[PIPELINE.name] = (box.pipeline_status, pipeline_watch.judge)
+            self.judges[PIPELINE.name] = (functools.partial(box.record, "pipeline"), pipeline_watch.judge)
         self.path = history.state_path(cfg)
         self.clock = clock or (lambda: dt.datetime.now(dt.timezone.utc))
         self.live = live if live is not None else LiveStatus(box, clock=self.clock)

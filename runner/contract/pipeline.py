@@ -69,3 +69,18 @@ class PipelineRecord:
     @property
     def active(self) -> bool:
         return self.phase in ACTIVE
+
+
+def check_reply(d: Any) -> dict[str, Any]:
+    """``pipeline status``'s reply, checked and kept as given: its record's fields as
+    PipelineRecord reads them, ``phases`` (stage: phase) an object of strings, ``current`` (the
+    stage under way's own status reply) an object or null. A StatusError says what is wrong."""
+    PipelineRecord.from_dict(d)
+    phases = d.get("phases", {})
+    if not isinstance(phases, dict) or not all(
+        isinstance(k, str) and (v is None or isinstance(v, str)) for k, v in phases.items()
+    ):
+        raise StatusError("pipeline status reply's 'phases' is not an object of stage: phase")
+    if d.get("current") is not None and not isinstance(d["current"], dict):
+        raise StatusError("pipeline status reply's 'current' is not an object or null")
+    return d

@@ -214,13 +214,13 @@ def test_the_real_runner_answers_measure_status_and_refuses_a_start(tmp_path):
         measure={"run_dir": str(tmp_path / "out-measure")},
     )
     box = GpuBox(LocalTransport(), RUNNER, str(job), timeout_s=60)
-    rec = box.measure_status()
+    rec = box.record("measure")
     assert not rec.started_at and not rec.active
     assert render_measure(rec).startswith("measurement: not started (`/measure start`)")
-    answer = Answer.from_dict(box.measure("start"))
+    answer = Answer.from_dict(box.call("measure", "start"))
     assert not answer.ok and "sglang" in answer.message
     with pytest.raises(ValueError, match="the action must be one of"):
-        box.measure("export")
+        box.call("measure", "export")
 
 
 def test_progress_says_the_measurement_after_the_extraction_and_the_training_once_it_started(fake, cfg):

@@ -47,9 +47,10 @@ def test_the_real_runner_answers_pipeline_status_from_the_run_dir_and_refuses_a_
     reads as not started; a record whose supervisor is gone reads as crashed, with each stage's
     phase and the stage's own record; a start where the box's config names no stages is refused
     (an answer, not a failed command); a reply whose parts are not what they say is a BadReply."""
-    from remote.client import GpuBox, pipeline_reply
+    from remote.client import GpuBox
     from remote.transport import LocalTransport
     from runner.contract.errors import StatusError
+    from runner.contract.pipeline import check_reply
     from runner.contract.replies import Answer
     from tests.conftest import RUNNER, write_config
 
@@ -59,7 +60,7 @@ def test_the_real_runner_answers_pipeline_status_from_the_run_dir_and_refuses_a_
         job={"model": f"{tmp_path}/model", "dataset": f"{tmp_path}/data.jsonl", "out": f"{tmp_path}/out"},
     )
     box = GpuBox(LocalTransport(), RUNNER, job, timeout_s=60)
-    d = box.pipeline_status()
+    d = box.record("pipeline")
     assert not d["started_at"] and d["phase"] == "stopped" and d["run_dir"] == str(run)
     assert render(d) == "pipeline: not started (`/pipeline start`)"
 
@@ -67,7 +68,7 @@ def test_the_real_runner_answers_pipeline_status_from_the_run_dir_and_refuses_a_
     left = {"phase": "running", "pid": 999999, "started_at": "2026-12-01T12:00:00Z",
             "heartbeat": "2026-12-01T12:05:00Z", "stage": "regenerate", "stages": ["regenerate", "extract"]}  # fmt: skip
     (run / "status.json").write_text(json.dumps(left))
-    d = box.pipeline_status()
+    d = box.record("pipeline")
     assert d["phase"] == "crashed" and "pid 999999" in d["reason"]
     assert d["phases"] == {"regenerate": "stopped", "extract": "stopped"}
     assert d["current"]["phase"] == "stopped"  # the regeneration's own record: never started
@@ -75,20 +76,20 @@ def test_the_real_runner_answers_pipeline_status_from_the_run_dir_and_refuses_a_
     assert lines[0] == "pipeline crashed — stage 1 of 2: regenerate (not started)"
     assert lines[-1] == "regeneration: not started (`/regenerate start`)"
 
-    answer = Answer.from_dict(box.pipeline("start"))
+    answer = Answer.from_dict(box.call("pipeline", "start"))
     assert not answer.ok and "no pipeline: set [pipeline] stages" in answer.message
     with pytest.raises(ValueError, match="the action must be one of"):
-        box.pipeline("resume")
+        box.call("pipeline", "resume")
     for bad, why in (({**left, "phases": []}, "'phases'"), ({**left, "current": 3}, "'current'"),
                      ({**left, "stage": "bake"}, "unknown stage")):  # fmt: skip
         with pytest.raises(StatusError, match=why):
-            pipeline_reply(bad)
+            check_reply(bad)
 
 
 def test_a_bad_reply_is_said_plainly(fake, cfg):
     fake.reply("pipeline-status", {**RUNNING, "phases": ["regenerate"]})
     with pytest.raises(BadReply, match="'phases' is not an object"):
-        fake.box().pipeline_status()
+        fake.box().record("pipeline")
     with serve(cfg, box=fake.box(), fake=fake) as (bot, _, _):
         assert bot.command("status", command="/pipeline") == 200
         (resp,) = bot.rec.wait_for("response")

@@ -50,7 +50,7 @@ def test_the_real_runner_answers_regenerate_status_from_the_run_dir_and_refuses_
         regenerate={"run_dir": str(run)},
     )
     box = GpuBox(LocalTransport(), RUNNER, job, timeout_s=60)
-    rec = box.regenerate_status()
+    rec = box.record("regenerate")
     assert not rec.started_at and not rec.active and rec.run_dir == str(run)
     assert render_regenerate(rec) == "regeneration: not started (`/regenerate start`)"
 
@@ -63,10 +63,10 @@ def test_the_real_runner_answers_regenerate_status_from_the_run_dir_and_refuses_
     assert rec.phase == "crashed" and "pid 999999" in (rec.reason or "") and (rec.done, rec.total) == (5, 10)
     assert points == [POINT]
 
-    answer = Answer.from_dict(box.regenerate("start"))
+    answer = Answer.from_dict(box.call("regenerate", "start"))
     assert not answer.ok and "no dataset at" in answer.message
     with pytest.raises(ValueError, match="the action must be one of"):
-        box.regenerate("export")
+        box.call("regenerate", "export")
 
 
 def _points(n: int, failed_at: int = 99) -> list[dict]:

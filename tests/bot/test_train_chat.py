@@ -250,7 +250,7 @@ def test_the_console_answers_train_verbs_and_progress_with_the_training(fake, tr
 
 def test_the_box_runs_only_the_fixed_train_actions(fake):
     with pytest.raises(ValueError, match="must be one of"):
-        fake.box().train("status; rm -rf /")
+        fake.box().call("train", "status; rm -rf /")
     assert fake.calls() == []
 
 

@@ -26,7 +26,7 @@ def test_the_real_runners_refusals_read_as_refused(tmp_path):
     box = GpuBox(LocalTransport(), RUNNER, conf)
     stop = Answer.from_dict(box.stop())  # nothing runs: the extraction's stop is refused
     assert not stop.ok and stop.message == "not running"
-    start = Answer.from_dict(box.train("start"))  # no extraction's output to train on
+    start = Answer.from_dict(box.call("train", "start"))  # no extraction's output to train on
     assert not start.ok and start.message, start
 
 

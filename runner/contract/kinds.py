@@ -1,0 +1,53 @@
+"""Each kind of supervised job as both sides name it: its ``hsx-runner`` verb (also its stage's
+and its config section's name), its actions, which of them wait long and how long the ops side
+lets them, and how its status reply is read, typed. The box answers through ``runner.kinds``; the
+ops side asks through ``remote.client.GpuBox.call`` and ``GpuBox.record``, by this table, never
+by a method named after the kind. The extraction's unprefixed verbs are not here yet."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from . import measure, pipeline, regenerate, train
+
+
+@dataclass(frozen=True)
+class KindSpec:
+    name: str
+    actions: tuple[str, ...]
+    long: frozenset[str]  # the actions that wait for a supervisor's claim (or run the trainer)
+    long_s: float  # how long the ops side waits for one of them
+    record: Callable[[Any], Any]  # the status reply, typed; a StatusError says what is wrong
+
+    def timeout_s(self, action: str, default: float) -> float:
+        return max(default, self.long_s if action in self.long else 0.0)
+
+    def check(self, action: object) -> str:
+        if action not in self.actions:
+            raise ValueError(
+                f"{self.name}: the action must be one of {', '.join(self.actions)}, got {action!r}"
+            )
+        return str(action)
+
+
+TRAIN = KindSpec(
+    "train",
+    train.ACTIONS,
+    frozenset({"setup", "start", "resume", "export"}),
+    1800.0,
+    train.TrainRecord.from_dict,
+)  # the start checks the trainer's interpreter; export runs SpecForge's exporter
+MEASURE = KindSpec(
+    "measure", measure.ACTIONS, frozenset({"start", "resume"}), 600.0, measure.MeasureRecord.from_dict
+)
+REGENERATE = KindSpec(
+    "regenerate",
+    regenerate.ACTIONS,
+    frozenset({"start", "resume"}),
+    600.0,
+    regenerate.RegenerateRecord.from_dict,
+)
+PIPELINE = KindSpec("pipeline", pipeline.ACTIONS, frozenset({"start"}), 600.0, pipeline.check_reply)
+KINDS = {k.name: k for k in (TRAIN, MEASURE, REGENERATE, PIPELINE)}

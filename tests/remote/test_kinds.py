@@ -1,0 +1,76 @@
+"""The kinds table both sides read (runner.contract.kinds): the ops side asks each kind by it
+(GpuBox.call, GpuBox.record), the box's CLI answers the same names and actions, and the real
+runner's replies come back typed."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+
+from remote.client import GpuBox
+from remote.transport import LocalTransport, Result
+from runner import cli
+from runner.contract.kinds import KINDS
+from runner.contract.measure import MeasureRecord
+from runner.contract.regenerate import RegenerateRecord
+from runner.contract.train import TrainRecord
+from tests.conftest import RUNNER, write_config
+
+
+def _verbs() -> dict[str, tuple[str, ...]]:
+    """hsx-runner's verbs and each one's action choices, from its own parser."""
+    sub = next(a for a in cli.parser()._actions if isinstance(a, argparse._SubParsersAction))
+    out = {}
+    for name, p in sub.choices.items():
+        action = next((a for a in p._actions if a.dest == "action"), None)
+        out[name] = tuple(action.choices) if action is not None else ()
+    return out
+
+
+def test_each_kind_is_a_runner_verb_with_the_same_actions():
+    verbs = _verbs()
+    for k in KINDS.values():
+        assert verbs[k.name] == k.actions, k.name
+        assert k.long <= set(k.actions) and "status" not in k.long
+
+
+class Recording:
+    def __init__(self):
+        self.calls: list[tuple[list[str], float]] = []
+
+    def run(self, argv, timeout_s):
+        self.calls.append((argv, timeout_s))
+        return Result(0, '{"started": true}', "")
+
+    def close(self):
+        pass
+
+
+def test_an_action_outside_the_table_is_refused_before_any_command():
+    t = Recording()
+    box = GpuBox(t, "/opt/hsx/bin/hsx-runner", "/etc/hsx.toml", timeout_s=30.0)
+    for kind, bad in (("measure", "export"), ("pipeline", "resume"), ("train", "start; reboot")):
+        with pytest.raises(ValueError, match=f"{kind}: the action must be one of"):
+            box.call(kind, bad)
+    assert t.calls == []
+    box.call("train", "start")
+    box.call("train", "status")
+    (start, _), (status, _) = t.calls
+    assert start == ["/opt/hsx/bin/hsx-runner", "train", "--json", "--config", "/etc/hsx.toml", "start"]
+    assert [timeout for _, timeout in t.calls] == [1800.0, 30.0]  # the long action waits long
+
+
+def test_the_real_runner_answers_every_kind_typed(tmp_path):
+    conf = write_config(
+        tmp_path / "hsx.toml",
+        job={"model": "m", "dataset": str(tmp_path / "d.jsonl"), "out": str(tmp_path / "out")},
+        pipeline={"stages": ["regenerate", "extract"]},
+    )
+    box = GpuBox(LocalTransport(), RUNNER, conf)
+    types = {"train": TrainRecord, "measure": MeasureRecord, "regenerate": RegenerateRecord}
+    for kind, typ in types.items():
+        rec = box.record(kind)
+        assert isinstance(rec, typ) and rec.phase == "stopped", kind
+    pipe = box.record("pipeline")
+    assert pipe["phase"] == "stopped" and pipe["phases"] == {"regenerate": "stopped", "extract": "stopped"}
