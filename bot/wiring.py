@@ -6,13 +6,10 @@ import os
 
 from bot.verbs.audit import AuditLog
 from bot.verbs.handlers import Handlers
-from bot.verbs.pipeline import Pipeline
 from bot.watch import history
-from remote.live import LiveStatus
+from remote.live import LiveStatus, kind_live
 from runner.contract.config import Config
-from runner.contract.measure import MeasureRecord
-from runner.contract.regenerate import RegenerateRecord
-from runner.contract.train import TrainRecord
+from runner.contract.kinds import KINDS
 
 
 def open_box(cfg: Config):
@@ -42,12 +39,5 @@ def make_handlers(cfg: Config, box=None, in_group=None) -> Handlers:
     return Handlers(
         box, cfg, AuditLog(audit_path(cfg)), history=lambda: history.events(cfg, box), in_group=in_group,
         live=LiveStatus(box, history.state_path(cfg, ".last.json")),
-        train_live=LiveStatus(box, history.state_path(cfg, ".train-last.json"), read=lambda: box.record("train"),
-                              parse=TrainRecord.from_dict),
-        measure_live=LiveStatus(box, history.state_path(cfg, ".measure-last.json"),
-                                read=lambda: box.record("measure"), parse=MeasureRecord.from_dict),
-        regenerate_live=LiveStatus(box, history.state_path(cfg, ".regenerate-last.json"),
-                                   read=lambda: box.record("regenerate"), parse=RegenerateRecord.from_dict),
-        pipeline_live=LiveStatus(box, history.state_path(cfg, ".pipeline-last.json"),
-                                 read=lambda: Pipeline(box.record("pipeline")), parse=Pipeline.from_dict),
+        lives={k: kind_live(box, k, history.state_path(cfg, f".{k}-last.json")) for k in KINDS},
     )  # fmt: skip

@@ -14,6 +14,7 @@ watcher's state), so a new `hsx status` process knows what the bot saw last.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import json
 import logging
 import os
@@ -25,6 +26,7 @@ from typing import Any
 from runner.contract import timing
 from runner.contract.atomic import write_atomic
 from runner.contract.errors import StatusError
+from runner.contract.kinds import KINDS
 from runner.contract.status import StatusRecord, parse_iso
 
 from . import retry
@@ -160,3 +162,9 @@ def _iso(t: dt.datetime | None) -> str | None:
     if t is None:
         return None
     return t.astimezone(dt.timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def kind_live(box, kind: str, path: str = "", clock: Callable[[], dt.datetime] | None = None) -> LiveStatus:
+    """The bounded read of a kind's status (runner.contract.kinds: ``GpuBox.record(kind)``, kept
+    and read back typed as the table says)."""
+    return LiveStatus(box, path, clock, read=functools.partial(box.record, kind), parse=KINDS[kind].record)

@@ -16,12 +16,10 @@ from bot.verbs.audit import AuditLog, mention
 from bot.verbs.commands import Command, Reply, answer_text, failed, help_reply, parse
 from bot.verbs.table import EXTRACTION, KINDS, MEASURING, PIPELINE, REGENERATING, TRAINING, Kind, Verb
 from remote.errors import RemoteError
-from remote.live import LiveStatus
+from remote.live import LiveStatus, kind_live
 from runner.contract.config import Config
-from runner.contract.measure import MeasureRecord
-from runner.contract.regenerate import RegenerateRecord
+from runner.contract.kinds import KINDS as RUNNER_KINDS
 from runner.contract.replies import Answer
-from runner.contract.train import TrainRecord
 from runner.text.human import human_duration
 
 # Each kind's handlers: verb -> run(handlers, command, user, operator) -> Reply; and the verbs
@@ -47,25 +45,12 @@ class Handlers:
         history: Callable[[], list[dict]] | None = None,
         in_group: Callable[[str], bool] | None = None,
         live: LiveStatus | None = None,
-        train_live: LiveStatus | None = None,
-        measure_live: LiveStatus | None = None,
-        regenerate_live: LiveStatus | None = None,
-        pipeline_live: LiveStatus | None = None,
+        lives: dict[str, LiveStatus] | None = None,
     ):
         self.box = box
         self.live = live if live is not None else LiveStatus(box)  # status within a bound
-        self.train_live = train_live or LiveStatus(
-            box, read=lambda: box.record("train"), parse=TrainRecord.from_dict
-        )
-        self.measure_live = measure_live or LiveStatus(
-            box, read=lambda: box.record("measure"), parse=MeasureRecord.from_dict
-        )
-        self.regenerate_live = regenerate_live or LiveStatus(
-            box, read=lambda: box.record("regenerate"), parse=RegenerateRecord.from_dict
-        )
-        self.pipeline_live = pipeline_live or LiveStatus(
-            box, read=lambda: pipeline.Pipeline(box.record("pipeline")), parse=pipeline.Pipeline.from_dict
-        )
+        # every other kind's, by its runner name (runner.contract.kinds)
+        self.lives = lives if lives is not None else {k: kind_live(box, k) for k in RUNNER_KINDS}
         self.cfg = cfg
         self.audit = audit
         self.history = history

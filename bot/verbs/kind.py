@@ -37,7 +37,7 @@ class Verbs:
     def status(self, h, cmd: Command, user: str, operator: bool | None) -> Reply:
         """`/KIND status`: the record; a member's without the paths and the box's words."""
         full = h.allowed(user, operator)
-        r = getattr(h, f"{self.name}_live").read()
+        r = h.lives[self.name].read()
         text, markup = for_member(self.reading(r, full), full, h.cfg.slack.operators)
         if not r.fresh:
             return Reply(text=text, markup=markup, ephemeral=True, error=True)

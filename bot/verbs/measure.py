@@ -3,7 +3,7 @@ fixed ``hsx-runner measure VERB`` (remote.client.GpuBox.call), `status` the reco
 (runner/text/measure.py), `chart` its figures drawn (bot/render/measure_chart.py). handlers.py gates, confirms, audits and
 dispatches them (``RUN``), as it does the other kinds'.
 
-The record is read through ``Handlers.measure_live`` (remote/live.py), so an answer comes within
+The record is read through ``Handlers.lives["measure"]`` (remote/live.py), so an answer comes within
 the status bound whatever the box does. Paths, the box's words and the serve command are for
 operators: a member's text says whom to ask instead (``WITHHELD``)."""
 

@@ -4,7 +4,7 @@ failed, crashed or was stopped; `status` the pipeline (runner/text/pipeline.py) 
 stage under way in its own kind's words. handlers.py gates, confirms, audits and dispatches them
 (``RUN``), as it does the other kinds'.
 
-The status reply is read through ``Handlers.pipeline_live`` (remote/live.py), so an answer comes
+The status reply is read through ``Handlers.lives["pipeline"]`` (remote/live.py), so an answer comes
 within the status bound whatever the box does. Paths and the box's words are for operators: a
 member's text leaves them out, or says whom to ask (``WITHHELD``)."""
 
@@ -16,7 +16,6 @@ from bot.verbs import kind
 from bot.verbs.table import EXTRACTION, MEASURING, PIPELINE, REGENERATING, TRAINING
 from runner.contract.errors import StatusError
 from runner.contract.measure import MeasureRecord
-from runner.contract.pipeline import check_reply
 from runner.contract.regenerate import RegenerateRecord
 from runner.contract.status import StatusRecord
 from runner.contract.train import TrainRecord
@@ -25,19 +24,6 @@ from runner.text.measure import render_measure
 from runner.text.pipeline import render_pipeline
 from runner.text.regenerate import render_regenerate
 from runner.text.training import render_train
-
-
-class Pipeline(dict):
-    """The status reply as the live reader keeps it: the dict, saved whole (``to_dict``) and
-    checked again when read back (``from_dict``)."""
-
-    def to_dict(self) -> dict:
-        return dict(self)
-
-    @classmethod
-    def from_dict(cls, d) -> Pipeline:
-        return cls(check_reply(d))
-
 
 # each stage: its kind (a KINDS name), its record read from its own status reply, and that kind's
 # own text of it (the extraction's status is everyone's, as `/extract status` says it)

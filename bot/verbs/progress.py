@@ -67,11 +67,11 @@ def _started(name: str, reading):
     return part
 
 
-# each other kind: its word, whether its config asks for it, its reader on the handlers, its part
+# each other kind: its word (its reader in Handlers.lives), whether its config asks for it, its part
 PARTS = (
-    ("train", lambda cfg: bool(cfg.train.python), "train_live", _training),
-    ("measure", measure.wanted, "measure_live", _started(MEASURING.name, measure.reading)),
-    ("regenerate", regenerate.wanted, "regenerate_live", _started(REGENERATING.name, regenerate.reading)),
+    ("train", lambda cfg: bool(cfg.train.python), _training),
+    ("measure", measure.wanted, _started(MEASURING.name, measure.reading)),
+    ("regenerate", regenerate.wanted, _started(REGENERATING.name, regenerate.reading)),
 )
 
 
@@ -83,8 +83,8 @@ def _pipeline(h, r, full: bool, ask: str) -> tuple[str, list | None]:
 
 
 def progress(h, user: str, operator: bool | None = None) -> Reply:
-    parts = [(word, getattr(h, live), part_of) for word, on, live, part_of in PARTS if on(h.cfg)]
-    first = [("pipeline", h.pipeline_live, _pipeline)] if h.cfg.pipeline.stages else []
+    parts = [(word, h.lives[word], part_of) for word, on, part_of in PARTS if on(h.cfg)]
+    first = [("pipeline", h.lives["pipeline"], _pipeline)] if h.cfg.pipeline.stages else []
     if not parts and not first:
         return h.handle(Command("status"), user, operator)
     t0 = time.monotonic()

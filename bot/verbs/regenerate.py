@@ -3,7 +3,7 @@ fixed ``hsx-runner regenerate VERB`` (remote.client.GpuBox.call), `status` the r
 (runner/text/regenerate.py), `chart` its progress points drawn (bot/render/regenerate_chart.py).
 handlers.py gates, confirms, audits and dispatches them (``RUN``), as it does the other kinds'.
 
-The record is read through ``Handlers.regenerate_live`` (remote/live.py), so an answer comes within
+The record is read through ``Handlers.lives["regenerate"]`` (remote/live.py), so an answer comes within
 the status bound whatever the box does. Paths and the box's words (the last row that failed, why
 the server died) are for operators: a member's text leaves them out, or says whom to ask
 (``WITHHELD``)."""

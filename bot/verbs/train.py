@@ -3,7 +3,7 @@
 ``train history``. handlers.py gates, confirms,
 audits and dispatches them (``RUN``), as it does the extraction's.
 
-The record is read through ``Handlers.train_live`` (remote/live.py), so an answer comes within the
+The record is read through ``Handlers.lives["train"]`` (remote/live.py), so an answer comes within the
 status bound whatever the box does. Paths and the trainer's own words are for operators: a
 member's text says whom to ask instead (``WITHHELD``), the reason ``logs`` is operators' only."""
 
@@ -34,7 +34,7 @@ def act(h, cmd: Command, user: str, operator: bool | None) -> Reply:
 def status(h, cmd: Command, user: str, operator: bool | None) -> Reply:
     """`/train status`: the record, or the last one seen marked stale when the box is slow."""
     full = h.allowed(user, operator)
-    r = h.train_live.read()
+    r = h.lives["train"].read()
     if not r.fresh:
         text, markup = for_member(summary.render_train_reading(r, full=full), full, h.cfg.slack.operators)
         return Reply(text=text, markup=markup, ephemeral=True, error=True)

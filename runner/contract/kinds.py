@@ -19,7 +19,7 @@ class KindSpec:
     actions: tuple[str, ...]
     long: frozenset[str]  # the actions that wait for a supervisor's claim (or run the trainer)
     long_s: float  # how long the ops side waits for one of them
-    record: Callable[[Any], Any]  # the status reply, typed; a StatusError says what is wrong
+    record: Callable[[Any], Any]  # the status reply, typed (with a to_dict); a StatusError says what is wrong
 
     def timeout_s(self, action: str, default: float) -> float:
         return max(default, self.long_s if action in self.long else 0.0)
@@ -49,5 +49,7 @@ REGENERATE = KindSpec(
     600.0,
     regenerate.RegenerateRecord.from_dict,
 )
-PIPELINE = KindSpec("pipeline", pipeline.ACTIONS, frozenset({"start"}), 600.0, pipeline.check_reply)
+PIPELINE = KindSpec(
+    "pipeline", pipeline.ACTIONS, frozenset({"start"}), 600.0, pipeline.PipelineStatus.from_dict
+)
 KINDS = {k.name: k for k in (TRAIN, MEASURE, REGENERATE, PIPELINE)}

@@ -84,3 +84,15 @@ def check_reply(d: Any) -> dict[str, Any]:
     if d.get("current") is not None and not isinstance(d["current"], dict):
         raise StatusError("pipeline status reply's 'current' is not an object or null")
     return d
+
+
+class PipelineStatus(dict):
+    """``pipeline status``'s reply as the ops side keeps it: the dict as given, checked
+    (``check_reply``) when read and again when read back from a saved copy."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self)
+
+    @classmethod
+    def from_dict(cls, d: Any) -> PipelineStatus:
+        return cls(check_reply(d))
