@@ -43,7 +43,7 @@ class Timing:
     # remote/live.py: a status question ("progress?", `hsx status`, a watcher poll) waits this
     # long for the box, then answers with the last record seen while the read goes on
     status_answer_s: float = 4.0
-    # bot/cli.py: `hsx demo --headless` re-reads the status this often: each read is an
+    # bot/demo.py: `hsx demo --headless` re-reads the status this often: each read is an
     # `hsx-runner ... status` process (~0.3 s of CPU), so the fast profile's is 1 s, not less
     # (at 0.1 s the demo's own polls kept half a core busy beside the job they watched)
     headless_poll_s: float = 2.0

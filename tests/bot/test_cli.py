@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from bot import cli
+from bot import cli, demo
 from tests.bot.conftest import EXTRACTING
 from tests.test_pipes import into_closed_pipe, quiet
 
@@ -50,11 +50,11 @@ def test_adopt_dir_is_made_absolute_here_and_refused_relative_for_a_remote_box(
 def test_headless_prints_the_record_and_exits_0_when_done_1_when_failed(fake, conf, capsys):
     fake.set_status(phase="done", done=EXTRACTING["total"], alive=False)
     box = fake.box()
-    assert cli._headless(box, None) == 0
+    assert demo._headless(box, None) == 0
     out = capsys.readouterr().out
     assert out.count("37,312 / 37,312") == 1 and fake.verbs() == ["status"]
     fake.set_status(phase="failed", reason="disk full")
-    assert cli._headless(box, None) == 1
+    assert demo._headless(box, None) == 1
 
 
 def test_json_logs_with_a_count_out_of_range_is_a_usage_error_not_a_traceback(fake, conf, capsys):
