@@ -6,8 +6,6 @@ hsx's own markup, is added after. Its blocks come escaped from summary.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from bot.render.mrkdwn import escape
 from bot.verbs.commands import Reply, confirmed_command
 
@@ -16,19 +14,6 @@ CONFIRM = (
 )
 CONFIRM_BEFORE = "hsx_stop_confirm"  # the id stop buttons had before; messages out there still carry it
 CANCEL = "hsx_stop_cancel"
-RESUME = "hsx_resume"  # its value: the alert's key, which names its kind (verbs/table.kind_of_key)
-
-
-@dataclass
-class Action:
-    """What the watcher posts."""
-
-    kind: str  # progress | milestone | done | alert | recovered | result
-    text: str  # what the channel may read
-    key: str = ""
-    resume: bool = False  # alert carries a Resume button
-    blocks: list[dict] | None = None
-    private: str = ""  # the text with paths and the trainer's words, when it differs: operators'
 
 
 def slack_text(reply: Reply) -> str:
@@ -78,21 +63,6 @@ def confirm_blocks(text: str, verb: str, value: str = "") -> list[dict]:
             ],
         },
     ]
-
-
-def resume_button(key: str) -> dict:
-    return {
-        "type": "actions",
-        "elements": [
-            {
-                "type": "button",
-                "action_id": RESUME,
-                "style": "primary",
-                "text": {"type": "plain_text", "text": "Resume"},
-                "value": key[:2000],
-            }
-        ],
-    }
 
 
 def respond_reply(reply: Reply, respond, client, channel: str | None) -> None:

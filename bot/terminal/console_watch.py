@@ -11,8 +11,8 @@ import threading
 from typing import TextIO
 
 from bot.render.mrkdwn import for_terminal
-from bot.slack.slack_out import Action
 from bot.verbs.table import kind_of_key
+from bot.watch.action import Action
 from bot.watch.watcher import Watcher, schedule
 from runner.contract.config import Config
 

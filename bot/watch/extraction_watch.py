@@ -8,8 +8,8 @@ from __future__ import annotations
 import datetime as dt
 from dataclasses import dataclass
 
-from bot.slack.slack_out import Action
 from bot.verbs.table import EXTRACTION
+from bot.watch.action import Action
 from bot.watch.posted import MAX_KEYS, Posted
 from runner.contract import status
 from runner.contract.config import Config

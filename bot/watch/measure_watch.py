@@ -19,9 +19,9 @@ import copy
 import datetime as dt
 import functools
 
-from bot.slack.slack_out import Action
 from bot.verbs.table import MEASURING
 from bot.watch import supervised
+from bot.watch.action import Action
 from bot.watch.posted import MAX_KEYS, Posted
 from runner.contract.measure import MeasureRecord
 from runner.text.measure import render_measure, setting_line

@@ -21,10 +21,10 @@ from __future__ import annotations
 import copy
 import datetime as dt
 
-from bot.slack.slack_out import Action
 from bot.verbs import pipeline
 from bot.verbs.progress import plain, said
 from bot.verbs.table import EXTRACTION, MEASURING, PIPELINE, REGENERATING, TRAINING
+from bot.watch.action import Action
 from runner.contract.pipeline import ACTIVE
 from runner.contract.status import StatusRecord, now_iso, parse_iso
 

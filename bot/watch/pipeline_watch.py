@@ -16,8 +16,8 @@ import copy
 import datetime as dt
 import re
 
-from bot.slack.slack_out import Action
 from bot.verbs.table import PIPELINE
+from bot.watch.action import Action
 from bot.watch.posted import MAX_KEYS, Posted
 from runner.text.pipeline import render_pipeline
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
 
-from bot.slack.slack_out import Action
 from bot.verbs.table import kind_of_key
+from bot.watch.action import Action
 
 MAX_KEYS = 500  # alert keys kept
 

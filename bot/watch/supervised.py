@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import datetime as dt
 
-from bot.slack.slack_out import Action
 from bot.verbs.table import Kind
+from bot.watch.action import Action
 from runner.contract.status import age_s
 from runner.text.human import human_duration
 

@@ -27,9 +27,9 @@ import datetime as dt
 import functools
 from dataclasses import dataclass, field
 
-from bot.slack.slack_out import Action
 from bot.verbs.table import TRAINING
 from bot.watch import supervised
+from bot.watch.action import Action
 from bot.watch.posted import MAX_KEYS, Posted
 from runner.contract.config import Config
 from runner.contract.status import age_s, parse_iso

@@ -23,7 +23,6 @@ from dataclasses import asdict, dataclass, field
 
 from bot.render import summary
 from bot.render.mrkdwn import escape
-from bot.slack.slack_out import Action, resume_button
 from bot.verbs import regenerate
 from bot.verbs.audit import ask_operators
 from bot.verbs.table import EXTRACTION, MEASURING, PIPELINE, REGENERATING, TRAINING, kind_of_key
@@ -36,6 +35,7 @@ from bot.watch import (
     regenerate_watch,
     train_watch,
 )
+from bot.watch.action import Action, resume_button
 from bot.watch.extraction_watch import Limits
 from bot.watch.posted import Posted
 from bot.watch.train_watch import TrainLimits, TrainPosted

@@ -11,7 +11,7 @@ import os
 import re
 import signal
 
-from bot.slack.slack_out import RESUME
+from bot.watch.action import RESUME
 from tests.conftest import runner, write_job
 from tests.runner.helpers import assert_same_tensors, recorded, tensors, wait_for
 

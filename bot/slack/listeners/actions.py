@@ -4,10 +4,11 @@ per alert; it runs the verb the alert's kind resumes with: `/train resume`, `/pi
 from __future__ import annotations
 
 from bot.slack.runtime import Runtime
-from bot.slack.slack_out import CANCEL, CONFIRM, CONFIRM_BEFORE, RESUME, text_with_audit
+from bot.slack.slack_out import CANCEL, CONFIRM, CONFIRM_BEFORE, text_with_audit
 from bot.verbs.access import refusal
 from bot.verbs.commands import Command, confirmed_command
 from bot.verbs.table import kind_of_key
+from bot.watch.action import RESUME
 
 
 def _ack(ack):
