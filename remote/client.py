@@ -41,6 +41,18 @@ def _broken(verb: str, res: Result) -> BrokenFile:
                       message[: MAX_PATH_CHARS + MAX_ERROR_CHARS] or said)  # fmt: skip
 
 
+READS = ("status", "history", "logs", "events")  # a verb or a kind's action that changes nothing
+
+
+def changes(verb: str, args: tuple[str, ...]) -> bool:
+    """Whether the command changes the box, so that it is never sent twice (remote/ssh.py)."""
+    if verb in READS or (verb in KINDS and args[:1] and args[0] in READS):
+        return False
+    if verb in ("verify", "preflight"):
+        return "--repair" in args or "--free-gpus" in args
+    return True
+
+
 class GpuBox:
     def __init__(self, transport: Transport, runner: str, runner_config: str, timeout_s: float = 60.0):
         self.transport = transport
@@ -53,7 +65,7 @@ class GpuBox:
         if self.runner_config:
             argv += ["--config", self.runner_config]
         argv += list(args)
-        res: Result = self.transport.run(argv, timeout_s or self.timeout_s)
+        res: Result = self.transport.run(argv, timeout_s or self.timeout_s, once=changes(verb, args))
         if res.code == BROKEN:
             raise _broken(verb, res)
         if res.code not in ANSWER_CODES[verb]:

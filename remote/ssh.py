@@ -85,11 +85,13 @@ class SSHTransport:
 
     # -- public ------------------------------------------------------------------------------
 
-    def run(self, argv: list[str], timeout_s: float) -> Result:
+    def run(self, argv: list[str], timeout_s: float, once: bool = False) -> Result:
+        """``once``: the command changes the box (a start, a stop): a connection lost after it
+        was sent is not retried, as it may have run; the error says so."""
         command = self.command(argv, timeout_s)
         epoch = self._epoch
         return retry.call(
-            lambda: self._run_once(argv, command, timeout_s, epoch),
+            lambda: self._run_once(argv, command, timeout_s, epoch, once),
             on_retry=self.on_retry,
             attempts=self.attempts,
             total_s=self.retry_total_s,
@@ -167,7 +169,7 @@ class SSHTransport:
 
     # -- one attempt -------------------------------------------------------------------------
 
-    def _run_once(self, argv: list[str], command: str, timeout_s: float, epoch: int) -> Result:
+    def _run_once(self, argv: list[str], command: str, timeout_s: float, epoch: int, once: bool) -> Result:
         t = self._connection(epoch)
         self._kick(t)
         try:
@@ -181,10 +183,20 @@ class SSHTransport:
             except (paramiko.SSHException, EOFError, OSError) as e:
                 raise self._lost(t, f"cannot open a channel: {e or type(e).__name__}") from None
         try:
-            chan.exec_command(command)
-            return self._collect(t, chan, argv, timeout_s)
-        except (paramiko.SSHException, EOFError, OSError) as e:
-            raise self._lost(t, f"connection lost during the command: {e or type(e).__name__}") from None
+            try:
+                chan.exec_command(command)
+                return self._collect(t, chan, argv, timeout_s)
+            except (paramiko.SSHException, EOFError, OSError) as e:
+                raise self._lost(t, f"connection lost during the command: {e or type(e).__name__}") from None
+        except Unreachable as e:
+            if not once:
+                raise
+            # Sent, maybe run: a second start would say "already running" of this very one.
+            gone = Unreachable(
+                e.hop, f"{e.detail}; the command was sent and may have run: ask the status first"
+            )
+            gone.transient = False
+            raise gone from None
         finally:
             chan.close()
 

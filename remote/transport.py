@@ -22,7 +22,7 @@ class Result:
 
 
 class Transport(Protocol):
-    def run(self, argv: list[str], timeout_s: float) -> Result: ...
+    def run(self, argv: list[str], timeout_s: float, once: bool = False) -> Result: ...
 
     def close(self) -> None: ...
 
@@ -30,8 +30,8 @@ class Transport(Protocol):
 class LocalTransport:
     """The GPU box is this machine (hsx demo, tests)."""
 
-    def run(self, argv: list[str], timeout_s: float) -> Result:
-        try:
+    def run(self, argv: list[str], timeout_s: float, once: bool = False) -> Result:
+        try:  # once: a local command is never sent twice
             p = subprocess.run(
                 argv, capture_output=True, text=True, timeout=timeout_s, stdin=subprocess.DEVNULL,
                 env=without_secrets(os.environ),

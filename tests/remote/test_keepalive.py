@@ -119,3 +119,35 @@ def test_the_hop_that_hangs_is_named(pair, closing, hop_name):
         assert e.value.hop == hop_name
     finally:
         pair.pause(hop, False)
+
+
+def test_a_command_that_changes_the_box_is_never_sent_twice(pair, closing, tmp_path):
+    """A start whose connection is lost mid-command may have run: retried, it would answer
+    "refused: already running" of its own run (found beside the busy suite: a keepalive missed
+    under load, and the chat's first start said refused). Sent once, the error says it may have
+    run; a read is still retried."""
+    records: list = []
+    t = make(pair, records)
+    closing.append(t)
+    marks = tmp_path / "runs"
+    argv = ["/bin/sh", "-c", f"echo ran >> {marks}; exec /bin/sleep 48.5"]
+    got: dict = {}
+
+    def run() -> None:
+        try:
+            t.run(argv, 60, once=True)
+        except RemoteError as e:
+            got["error"] = e
+
+    th = threading.Thread(target=run)
+    th.start()
+    wait_until(lambda: sshd.running(["/bin/sleep", "48.5"]), 30)  # sent, and running on the target
+    pair.pause(pair.target)
+    try:
+        th.join(noticed_within() + 1)
+        err = got.get("error")
+        assert isinstance(err, Unreachable) and not err.transient, err
+        assert "may have run: ask the status first" in str(err)
+        assert records == [] and marks.read_text() == "ran\n"  # never sent again
+    finally:
+        pair.pause(pair.target, False)

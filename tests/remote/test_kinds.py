@@ -39,8 +39,8 @@ class Recording:
     def __init__(self):
         self.calls: list[tuple[list[str], float]] = []
 
-    def run(self, argv, timeout_s):
-        self.calls.append((argv, timeout_s))
+    def run(self, argv, timeout_s, once=False):
+        self.calls.append((argv, timeout_s, once))
         return Result(0, '{"started": true}', "")
 
     def close(self):
@@ -56,9 +56,10 @@ def test_an_action_outside_the_table_is_refused_before_any_command():
     assert t.calls == []
     box.call("train", "start")
     box.call("train", "status")
-    (start, _), (status, _) = t.calls
+    (start, _, _), (status, _, _) = t.calls
     assert start == ["/opt/hsx/bin/hsx-runner", "train", "--json", "--config", "/etc/hsx.toml", "start"]
-    assert [timeout for _, timeout in t.calls] == [1800.0, 30.0]  # the long action waits long
+    assert [timeout for _, timeout, _ in t.calls] == [1800.0, 30.0]  # the long action waits long
+    assert [once for _, _, once in t.calls] == [True, False]  # a start is never sent twice; a status may be
 
 
 def test_the_real_runner_answers_every_kind_typed(tmp_path):
