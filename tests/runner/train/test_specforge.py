@@ -333,7 +333,9 @@ def test_a_training_run_makes_compact_adopt_repair_and_a_new_extraction_refuse(
             runner("verify", "--json", "--config", cfg).returncode == 0
         )  # a read-only verify runs beside it
     finally:
-        assert _train(cfg, "stop")["done"]
+        p = runner("train", "stop", "--json", "--config", cfg, timeout=300)
+    # stopped, or (a machine slow enough that the checks outlasted its steps) ended on its own
+    assert (p.returncode == 0 and json.loads(p.stdout)["done"]) or _train(cfg, "status")["phase"] == "done", p
     assert runner("verify", "--repair", "--json", "--config", cfg).returncode == 0  # free again
 
 
