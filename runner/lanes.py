@@ -114,8 +114,7 @@ class Lane:
                 step = f"step {i}/{len(todo)}: {what}"
                 say(f"{self.title} {d}: {step}")
                 _progress(d, {"pid": os.getpid(), "text": f"{self.title}, {step} (from {index})"})
-                # stdout is hsx-runner's JSON answer: what pip says goes beside it, to stderr
-                code = subprocess.run(argv, stdout=sys.stderr, stdin=subprocess.DEVNULL).returncode
+                code = _step(argv)
                 if code != 0:
                     raise BuildError(f"{self.title} {d}: step {i}/{len(todo)} ({what}) failed (exit {code}); "
                                      "what it said is on stderr; the next setup starts it anew")  # fmt: skip
@@ -126,6 +125,17 @@ class Lane:
             with contextlib.suppress(OSError):
                 os.unlink(d + BUILDING)
         return py
+
+
+def _step(argv: list[str]) -> int:
+    """One build step's exit code. stdout is hsx-runner's JSON answer: what pip says goes beside
+    it, to stderr; to the process's own (fd 2) where ``sys.stderr`` is no file, as while a caller
+    in this process captures its own words (a status read beside a build in another thread)."""
+    try:
+        err = sys.stderr.fileno()
+    except (AttributeError, OSError, ValueError):  # io.UnsupportedOperation is both
+        err = 2
+    return subprocess.run(argv, stdout=err, stdin=subprocess.DEVNULL).returncode
 
 
 BUILDING = ".building"  # beside a venv while it is built: its step, for a status read meanwhile

@@ -118,6 +118,18 @@ def test_the_build_names_each_place_pip_takes_packages_from(monkeypatch):
     assert lanes.pip_index().startswith("no index (no-index)")
 
 
+def test_a_build_step_speaks_to_stderr_even_while_this_process_captures_its_own(monkeypatch, capfd):
+    """A status read in this process swaps sys.stderr for a buffer while a build runs in another
+    thread (found by the suite: the build died of `fileno`); the step's words go to fd 2."""
+    import io
+
+    monkeypatch.setattr(sys, "stderr", io.StringIO())
+    assert lanes._step([sys.executable, "-c", "print('pip says')"]) == 0
+    assert lanes._step([sys.executable, "-c", "raise SystemExit(3)"]) == 3
+    out = capfd.readouterr()
+    assert "pip says" in out.err and "pip says" not in out.out and sys.stderr.getvalue() == ""
+
+
 def test_a_build_is_said_only_while_its_builder_runs(tmp_path):
     """A status read names the build's step while the builder lives; a builder that died (a
     zombie too: it ended, nobody reaped it) or a broken marker says no build is under way."""
