@@ -1,5 +1,5 @@
 """LiveStatus as a unit: a box whose status call blocks until the test lets it go. The real
-proof (sshd killed, frozen, a session hung mid-command) is tests/bot/test_status_answer.py."""
+proof (sshd killed, frozen, a session hung mid-command) is tests/bot/verbs/test_status_answer.py."""
 
 from __future__ import annotations
 

@@ -17,9 +17,9 @@ from runner.contract.train import TrainRecord
 from runner.text.training import render_train
 from tests.runner.helpers import wait_for
 
-from . import slack_api
-from .http_bot import STRANGER, serve
-from .test_train_chat import TRAINING
+from .. import slack_api
+from ..http_bot import STRANGER, serve
+from ..verbs.test_train_chat import TRAINING
 
 T0 = dt.datetime(2030, 1, 1, 11, 43, tzinfo=dt.timezone.utc)
 CRASHED = {**TRAINING, "phase": "crashed", "launches": 1,

@@ -13,7 +13,7 @@ from bot.slack.app import build_app
 from bot.slack.http import make_http_server
 from tests.runner.helpers import wait_for
 
-from .http_bot import SECRET, Bot, slack_api
+from ..http_bot import SECRET, Bot, slack_api
 
 
 @pytest.fixture

@@ -16,8 +16,8 @@ from bot.watch.pipeline_watch import judge, without_paths
 from bot.watch.watcher import Watcher, WatchState
 from runner.contract.config import from_dict
 
-from .http_bot import STRANGER, serve
-from .test_pipeline_chat import CRASHED, FOUR, RUNNING, WITH_PIPELINE
+from ..http_bot import STRANGER, serve
+from ..verbs.test_pipeline_chat import CRASHED, FOUR, RUNNING, WITH_PIPELINE
 
 NOW = dt.datetime(2030, 1, 1, 11, 43, tzinfo=dt.timezone.utc)
 HANDED = [
@@ -206,3 +206,5 @@ def test_a_run_dir_whose_supervisor_is_gone_alerts_once_through_the_real_runner(
             ("pipeline start", "attempt"),
             ("pipeline start", "refused"),
         ]
+
+

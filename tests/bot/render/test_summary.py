@@ -12,7 +12,7 @@ from runner.contract.status import Phase, StatusRecord
 from runner.text.extraction import render_text
 from runner.text.human import human_bytes, human_duration
 
-from .conftest import EXTRACTING
+from ..conftest import EXTRACTING
 
 NOW = dt.datetime(2030, 1, 1, 11, 43, tzinfo=dt.timezone.utc)
 

@@ -12,7 +12,7 @@ from bot.verbs import handlers
 from bot.verbs.commands import Command, confirmed_command, parse
 from bot.verbs.table import EXTRACTION, KINDS, TRAINING, kind_of_key, kind_of_text
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 
 def test_every_verb_of_every_kind_has_one_handler_and_no_handler_is_stray():

@@ -17,7 +17,7 @@ from runner.ports import free_port
 from tests.conftest import BIN
 from tests.runner.helpers import wait_for
 
-from .http_bot import OPERATOR, SECRET, STRANGER, Bot, serve
+from ..http_bot import OPERATOR, SECRET, STRANGER, Bot, serve
 
 
 @pytest.fixture

@@ -15,12 +15,12 @@ from slack_sdk import WebClient
 
 from bot.watch.watcher import Watcher
 
-from .conftest import EXTRACTING
-from .test_measure_chat import MEASURING_REC
-from .test_pipeline_chat import RUNNING as EXTRACT_STAGE
-from .test_pipeline_chat import WITH_PIPELINE
-from .test_regenerate_chat import RUNNING as REGENERATING
-from .test_train_chat import TRAINING
+from ..conftest import EXTRACTING
+from ..verbs.test_measure_chat import MEASURING_REC
+from ..verbs.test_pipeline_chat import RUNNING as EXTRACT_STAGE
+from ..verbs.test_pipeline_chat import WITH_PIPELINE
+from ..verbs.test_regenerate_chat import RUNNING as REGENERATING
+from ..verbs.test_train_chat import TRAINING
 from .test_watcher import T0 as NOW
 
 NOT_STARTED = {"job": "chat", "phase": "stopped", "reason": "not started yet"}
@@ -46,7 +46,7 @@ class Channel:
     clock where the test sets it."""
 
     def __init__(self, fake, cfg):
-        from . import slack_api
+        from .. import slack_api
 
         self.fake, self.cfg, self.now = fake, cfg, NOW
         self.rec = slack_api.Recorder()

@@ -12,7 +12,7 @@ from runner.contract.errors import StatusError
 from runner.contract.train import TrainRecord
 from runner.contract.train_history import parse_history
 
-from .test_train_chat import TRAINING
+from ..verbs.test_train_chat import TRAINING
 
 
 def loss_at(step: int) -> float:

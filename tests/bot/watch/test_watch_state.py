@@ -16,9 +16,9 @@ from bot.watch.watcher import Limits, Observation, Watcher, WatchState, decide
 from remote.errors import BadReply
 from runner.contract.status import StatusRecord
 
-from . import slack_api
-from .conftest import EXTRACTING
-from .test_train_chat import TRAINING
+from .. import slack_api
+from ..conftest import EXTRACTING
+from ..verbs.test_train_chat import TRAINING
 
 T0 = dt.datetime(2030, 1, 1, 11, 43, tzinfo=dt.timezone.utc)
 DISK = {"path": "/data", "used": 10, "free": 100, "need": 500}  # a forecast that the disk runs out

@@ -18,8 +18,8 @@ from runner.contract.config import from_dict
 from runner.contract.regenerate import RegenerateRecord
 from runner.contract.stages import RegenerateConfig
 
-from .http_bot import STRANGER, serve
-from .test_regenerate_chat import CRASHED, RUNNING
+from ..http_bot import STRANGER, serve
+from ..verbs.test_regenerate_chat import CRASHED, RUNNING
 
 NOW = dt.datetime(2026, 12, 1, 12, 10, tzinfo=dt.timezone.utc)
 DONE = {**RUNNING, "phase": "done", "done": 64, "heartbeat": "2026-12-01T12:09:00Z",

@@ -19,12 +19,12 @@ import pytest
 from bot.verbs.audit import AuditLog
 from tests.runner.helpers import wait_for
 
-from . import slack_api
-from .conftest import EXTRACTING, FakeBox
-from .http_bot import click_payload, command_payload, event_payload
-from .socket_server import SocketModeServer
+from .. import slack_api
+from ..conftest import EXTRACTING, FakeBox
+from ..http_bot import click_payload, command_payload, event_payload
+from ..socket_server import SocketModeServer
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 OPERATOR, STRANGER = "U0OPERATOR", "U0STRANGER"
 APP_TOKEN = "xapp-1-A0APP-test"
 

@@ -16,9 +16,9 @@ from runner.contract.status import StatusRecord
 from runner.text import extraction
 from tests.runner.helpers import wait_for
 
-from . import slack_api
-from .conftest import EXTRACTING
-from .http_bot import STRANGER, serve
+from .. import slack_api
+from ..conftest import EXTRACTING
+from ..http_bot import STRANGER, serve
 
 T0 = dt.datetime(2030, 1, 1, 11, 43, tzinfo=dt.timezone.utc)
 LIM = Limits(milestone_pct=10, heartbeat_stale_s=120, unreachable_alert_s=300)

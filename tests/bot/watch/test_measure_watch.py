@@ -15,8 +15,8 @@ from bot.watch.measure_watch import judge
 from bot.watch.watcher import Watcher, WatchState
 from runner.contract.measure import MeasureRecord
 
-from .http_bot import STRANGER, serve
-from .test_measure_chat import ALONE, BEST, MEASURING_REC, NOW
+from ..http_bot import STRANGER, serve
+from ..verbs.test_measure_chat import ALONE, BEST, MEASURING_REC, NOW
 
 CRASHED = {**MEASURING_REC, "phase": "crashed",
            "reason": "measuring supervisor (pid 4343) gone while measuring; last heartbeat /data/x"}  # fmt: skip

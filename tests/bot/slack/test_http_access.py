@@ -10,7 +10,7 @@ import pytest
 
 from tests.runner.helpers import wait_for
 
-from .http_bot import OPERATOR, STRANGER, serve
+from ..http_bot import OPERATOR, STRANGER, serve
 
 
 @pytest.fixture

@@ -23,7 +23,7 @@ from tests.conftest import ROOT, write_config
 from tests.runner.helpers import wait_for
 from tests.ticks import Ticks
 
-from .http_bot import STRANGER, serve
+from ..http_bot import STRANGER, serve
 
 PROMISE_S = 5.0  # what the README promises
 SLACK_S = 2.5  # 2 slow cores

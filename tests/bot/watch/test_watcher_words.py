@@ -13,7 +13,7 @@ from remote.transport import LocalTransport
 from runner.contract.config import from_dict
 from tests.conftest import RUNNER
 
-from . import slack_api
+from .. import slack_api
 
 T0 = dt.datetime(2030, 1, 1, 11, 43, tzinfo=dt.timezone.utc)
 

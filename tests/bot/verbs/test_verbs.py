@@ -13,7 +13,7 @@ from bot.verbs.commands import HELP, Command, parse
 from bot.verbs.table import EXTRACTION, VERBS
 from bot.wiring import make_handlers
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 TERMINAL = [v for v in VERBS if v.terminal]
 # not verbs of /extract (train, measure, regenerate, pipeline: words of their own kinds)
 ONLY_TERMINAL = {"bot", "deploy", "demo", "train", "measure", "regenerate", "pipeline"}

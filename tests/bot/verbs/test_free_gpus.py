@@ -11,7 +11,7 @@ from runner.contract.config import from_dict
 from tests.conftest import RUNNER
 from tests.runner.helpers import held_box
 
-from .http_bot import serve
+from ..http_bot import serve
 
 
 def _cfg(tmp_path, conf):

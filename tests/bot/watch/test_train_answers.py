@@ -21,8 +21,8 @@ from bot.watch.watcher import Watcher
 from runner.contract.train import TrainRecord
 from runner.text.training import render_train
 
-from .http_bot import OPERATOR, STRANGER, serve
-from .test_train_chat import NOW, TRAINING, _UntilSaid
+from ..http_bot import OPERATOR, STRANGER, serve
+from ..verbs.test_train_chat import NOW, TRAINING, _UntilSaid
 
 # what the answers say, each read whole however starved the machine; the two tests of the 4 s
 # bound restore it after their first read (tests/bot/conftest.py's Patience)
