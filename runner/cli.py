@@ -17,12 +17,9 @@ import sys
 from . import kinds
 from .contract.config import Config, load, require_job, without_secrets
 from .contract.errors import BrokenFileError, HsxError, LockedError, StatusError
-from .contract.measure import ACTIONS as MEASURE_ACTIONS
-from .contract.pipeline import ACTIONS as PIPELINE_ACTIONS
-from .contract.regenerate import ACTIONS as REGENERATE_ACTIONS
+from .contract.kinds import KINDS as SPECS
 from .contract.replies import BROKEN, LOGS, MAX_N, NOT_OK, OK, REFUSED, USAGE, Reply
 from .contract.stdout import quiet_when_stdout_closes
-from .contract.train import ACTIONS as TRAIN_ACTIONS
 from .engines import engine_for
 
 
@@ -265,26 +262,15 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument(
         "--until", type=float, default=None, help="with --free-gpus: refuse after this time (epoch s)"
     )
-    s = verb("train", cmd_kind, "train the EAGLE-3 draft on the output with SpecForge ([train])")
-    s.add_argument("action", choices=TRAIN_ACTIONS)
-    s.add_argument("--wait", type=float, default=30.0, help="stop: how long to wait for the trainer to end")
-    s.add_argument("--root", default=None,
-                   help="setup without [train] python: where this box's lane's venv is built")  # fmt: skip
-    s = verb(
-        "measure", cmd_kind, "measure the exported draft in SGLang, against the target alone ([measure])"
-    )
-    s.add_argument("action", choices=MEASURE_ACTIONS)
-    s.add_argument("--wait", type=float, default=30.0, help="stop: how long to wait for its request to end")
-    s = verb("regenerate", cmd_kind, "write the dataset's answers again with the target ([regenerate])")
-    s.add_argument("action", choices=REGENERATE_ACTIONS)
-    s.add_argument("--wait", type=float, default=30.0, help="stop: how long to wait for it to end")
-    s = verb(
-        "pipeline",
-        cmd_pipeline,
-        "run [pipeline] stages as one, each handing on to the next; start again resumes",
-    )
-    s.add_argument("action", choices=PIPELINE_ACTIONS)
-    s.add_argument("--wait", type=float, default=60.0, help="stop: how long to wait for its stage to stop")
+    for spec in SPECS.values():  # train, measure, regenerate, pipeline: `hsx-runner KIND ACTION`
+        s = verb(spec.name, cmd_kind if spec.stage else cmd_pipeline, spec.help)
+        s.add_argument("action", choices=spec.actions)
+        s.add_argument(
+            "--wait", type=float, default=spec.stop_wait_s, help="stop: how long to wait for it to end"
+        )
+        if "setup" in spec.actions:
+            s.add_argument("--root", default=None,
+                           help="setup without [train] python: where this box's lane's venv is built")  # fmt: skip
     return p
 
 

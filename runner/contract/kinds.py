@@ -20,6 +20,9 @@ class KindSpec:
     long: frozenset[str]  # the actions that wait for a supervisor's claim (or run the trainer)
     long_s: float  # how long the ops side waits for one of them
     record: Callable[[Any], Any]  # the status reply, typed (with a to_dict); a StatusError says what is wrong
+    help: str = ""  # `hsx-runner KIND`'s line in --help
+    stop_wait_s: float = 30.0  # `stop --wait`'s default: how long the box waits for it to end
+    stage: bool = True  # a pipeline's stage (the pipeline is not one of its own)
 
     def timeout_s(self, action: str, default: float) -> float:
         return max(default, self.long_s if action in self.long else 0.0)
@@ -38,9 +41,15 @@ TRAIN = KindSpec(
     frozenset({"setup", "start", "resume", "export"}),
     1800.0,
     train.TrainRecord.from_dict,
+    "train the EAGLE-3 draft on the output with SpecForge ([train])",
 )  # the start checks the trainer's interpreter; export runs SpecForge's exporter
 MEASURE = KindSpec(
-    "measure", measure.ACTIONS, frozenset({"start", "resume"}), 600.0, measure.MeasureRecord.from_dict
+    "measure",
+    measure.ACTIONS,
+    frozenset({"start", "resume"}),
+    600.0,
+    measure.MeasureRecord.from_dict,
+    "measure the exported draft in SGLang, against the target alone ([measure])",
 )
 REGENERATE = KindSpec(
     "regenerate",
@@ -48,8 +57,16 @@ REGENERATE = KindSpec(
     frozenset({"start", "resume"}),
     600.0,
     regenerate.RegenerateRecord.from_dict,
+    "write the dataset's answers again with the target ([regenerate])",
 )
 PIPELINE = KindSpec(
-    "pipeline", pipeline.ACTIONS, frozenset({"start"}), 600.0, pipeline.PipelineStatus.from_dict
+    "pipeline",
+    pipeline.ACTIONS,
+    frozenset({"start"}),
+    600.0,
+    pipeline.PipelineStatus.from_dict,
+    "run [pipeline] stages as one, each handing on to the next; start again resumes",
+    stop_wait_s=60.0,  # its stage stops first
+    stage=False,
 )
 KINDS = {k.name: k for k in (TRAIN, MEASURE, REGENERATE, PIPELINE)}
