@@ -332,6 +332,7 @@ class Kind:
     word: str = ""  # before its verbs in `hsx WORD VERB`, audit lines, confirmations ("train stop")
     key: str = ""  # the start of its alerts' keys: a Resume button's value says which kind it resumes
     resume: str = "resume"  # the verb its alerts' Resume button runs
+    stage: str = ""  # its name as a pipeline's stage (runner.contract.pipeline.STAGES); "": none
 
     @functools.cached_property  # a frozen row: its verbs by name, built once
     def table(self) -> dict[str, Verb]:
@@ -356,10 +357,18 @@ class Kind:
         )
 
 
-EXTRACTION = Kind("extraction", SLASH, SLASH_DESCRIPTION, VERBS)
-TRAINING = Kind("training", TRAIN_SLASH, TRAIN_DESCRIPTION, TRAIN_VERBS, word="train", key="train:")
+EXTRACTION = Kind("extraction", SLASH, SLASH_DESCRIPTION, VERBS, stage="extract")
+TRAINING = Kind(
+    "training", TRAIN_SLASH, TRAIN_DESCRIPTION, TRAIN_VERBS, word="train", key="train:", stage="train"
+)
 MEASURING = Kind(
-    "measurement", MEASURE_SLASH, MEASURE_DESCRIPTION, MEASURE_VERBS, word="measure", key="measure:"
+    "measurement",
+    MEASURE_SLASH,
+    MEASURE_DESCRIPTION,
+    MEASURE_VERBS,
+    word="measure",
+    key="measure:",
+    stage="measure",
 )
 REGENERATING = Kind(
     "regeneration",
@@ -368,6 +377,7 @@ REGENERATING = Kind(
     REGENERATE_VERBS,
     word="regenerate",
     key="regenerate:",
+    stage="regenerate",
 )
 PIPELINE = Kind(
     "pipeline",

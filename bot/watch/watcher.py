@@ -273,6 +273,7 @@ class Watcher:
                 log.warning("could not read the %s record: %s", name, e)
             except Exception:
                 log.exception("could not judge the %s record", name)
+        actions = pipeline_watch.fold(actions, seen)
         try:
             ask = ask_operators(self.cfg.slack.operators)
             more, st = pinned.judge(st, seen, obs.now, self.lim, ask, read=[EXTRACTION.name, *self.judges])

@@ -45,6 +45,10 @@ class PipelineRecord:
     stages: list = field(default_factory=list)  # the pipeline's, in order
     run_dir: str | None = None
     handed: list = field(default_factory=list)  # "stage: what its end handed on", one per stage ended done
+    healed: list = field(
+        default_factory=list
+    )  # "extract crashed at …, resumed 1 of 3": this launch's resumes
+    resumes: dict = field(default_factory=dict)  # stage: how often this launch resumed it after a crash
 
     @classmethod
     def from_dict(cls, d: Any) -> PipelineRecord:
@@ -56,9 +60,11 @@ class PipelineRecord:
         for k in ("heartbeat", "started_at", "ended_at"):
             if kw.get(k) is not None and parse_iso(kw[k]) is None:
                 raise StatusError(f"{WHERE} field {k!r} is not an ISO time (got {short(kw[k])})")
-        for k in ("stages", "handed"):
+        for k in ("stages", "handed", "healed"):
             for i, v in enumerate(kw.get(k) or []):
                 check(WHERE, f"{k}[{i}]", v, "str")
+        for k, v in (kw.get("resumes") or {}).items():
+            check(WHERE, f"resumes[{short(k)}]", v, "int")
         if kw.get("stage") is not None and kw["stage"] not in STAGES:
             raise StatusError(f"{WHERE} has unknown stage {short(kw['stage'])}")
         return cls(**kw)

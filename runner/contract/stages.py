@@ -81,6 +81,7 @@ class PipelineConfig:
 
     stages: list = field(default_factory=list)  # a run of regenerate, extract, train, measure; empty: none
     run_dir: str = ""  # default: <out>-pipeline
+    max_resumes: int = 3  # a stage that crashes is resumed by the pipeline this often per start; 0: never
 
 
 def validate_measure(m: MeasureConfig) -> None:
@@ -118,6 +119,8 @@ def validate_pipeline(cfg) -> None:
     from .pipeline import check_stages
 
     p, r, j = cfg.pipeline, cfg.regenerate, cfg.job
+    if p.max_resumes < 0:
+        raise ConfigError("[pipeline] max_resumes must be 0 or more")
     if not p.stages:
         return
     if why := check_stages(p.stages):

@@ -1,9 +1,11 @@
 """The detached process that runs the pipeline: it holds the run's lock and takes the stages in
 order. A stage done whose checks pass hands on to the next; one running (started by the stage
 before it, or left by a pipeline that died) is waited on; one not started is started, one
-stopped or crashed is resumed. A stage that ends otherwise after this launch started it ends the
-pipeline, with its reason: ``pipeline start`` again resumes it there. SIGTERM stops the stage
-under way, then the pipeline.
+stopped or crashed is resumed. A stage this launch started that then crashes (its supervisor
+killed, its node gone) is resumed by the pipeline itself, up to ``[pipeline] max_resumes`` times,
+each said in the record (``healed``); one that crashes again with no progress since, or past that
+budget, or that ends otherwise, ends the pipeline with its reason: ``pipeline start`` again
+resumes it there. SIGTERM stops the stage under way, then the pipeline.
 
 ``python -m runner.pipeline.supervisor RUN_DIR CONFIG``
 """
@@ -19,6 +21,7 @@ from ..contract import timing
 from ..contract.config import Config, load, require_job
 from ..contract.status import Phase, now_iso
 from ..output.lock import JobLock
+from ..text.pipeline import progress
 from . import record
 from .stages import STAGES, WAIT, Stage
 
@@ -30,6 +33,23 @@ class Pipeline:
         self.root, self.config, self.stages = root, config, stages
         self.rec = record.load(root)
         self.stop_asked = False
+        self.crashed_at: dict[str, str] = {}  # each stage's progress at its last crash
+
+    def _heal(self, cfg: Config, st: Stage, d: dict) -> str | None:
+        """None once the crashed stage is to be resumed (said in the record); else why not."""
+        resumes = dict(self.rec.d.get("resumes") or {})
+        n, budget = resumes.get(st.name, 0), cfg.pipeline.max_resumes
+        at = progress(st.name, d) or "its start"
+        if n >= budget:
+            return f" (resumed {n} of {budget} times already)" if budget else " ([pipeline] max_resumes = 0)"
+        if self.crashed_at.get(st.name) == at:
+            return f" (again at {at}, with no progress since its resume)"
+        self.crashed_at[st.name] = at
+        resumes[st.name] = n + 1
+        said = f"{st.name} crashed at {at}, resumed {n + 1} of {budget}"
+        self.rec.update(resumes=resumes, healed=[*(self.rec.d.get("healed") or []), said])
+        self.rec.write()
+        return None
 
     def on_term(self, *_) -> None:
         self.stop_asked = True
@@ -69,8 +89,9 @@ class Pipeline:
             if phase in (p.value for p in Phase if p.is_active()):
                 self._sleep()
                 continue
-            if launched:
-                self.rec.update(reason=f"the {st.name} stage {phase}: {d.get('reason') or '?'}")
+            why = (self._heal(cfg, st, d) if phase == "crashed" else "") if launched else None
+            if why is not None:
+                self.rec.update(reason=f"the {st.name} stage {phase}: {d.get('reason') or '?'}{why}")
                 return "stopped" if phase == "stopped" else "failed"
             action = "resume" if st.started(d) else "start"
             code, r = st.ask(cfg, action)
@@ -107,7 +128,7 @@ def run(argv: list[str]) -> int:
     signal.signal(signal.SIGTERM, p.on_term)
     signal.signal(signal.SIGINT, p.on_term)
     p.rec.update(phase="preflight", pid=os.getpid(), reason="", stages=list(cfg.pipeline.stages), handed=[],
-                 started_at=p.rec.d.get("started_at") or now_iso(), ended_at=None)  # fmt: skip
+                 healed=[], resumes={}, started_at=p.rec.d.get("started_at") or now_iso(), ended_at=None)  # fmt: skip
     p.rec.write()
     try:
         end = p.run()

@@ -10,7 +10,8 @@ from .training import WITHHELD
 UNITS = {"regenerate": "rows", "extract": "samples", "measure": "requests"}
 
 
-def _progress(name: str, s: dict | None) -> str:
+def progress(name: str, s: dict | None) -> str:
+    """How far a stage is, from its status reply: ``120 / 500 samples (24.0%)``, ``step 5 of 12``."""
     if not s:
         return ""
     if name == "train":
@@ -29,6 +30,9 @@ def _progress(name: str, s: dict | None) -> str:
 def _phase(name: str, d: dict) -> str:
     s = d.get("current") if name == d.get("stage") else None
     phase = (d.get("phases") or {}).get(name) or "?"
+    stages, stage = d.get("stages") or [], d.get("stage")
+    if phase in ("stopped", "?") and stage in stages and stages.index(name) > stages.index(stage):
+        return "waiting"  # not reached yet: its own record says stopped, or holds nothing
     if phase == "stopped" and (s or {}).get("reason") == NOT_STARTED:
         return "not started"
     return phase.replace("_", " ")
@@ -40,7 +44,7 @@ def where(d: dict) -> str:
     if not stage or stage not in stages:
         return ""
     k = stages.index(stage) + 1
-    prog = _progress(stage, d.get("current"))
+    prog = progress(stage, d.get("current"))
     return f"stage {k} of {len(stages)}: {stage} ({_phase(stage, d)}{', ' + prog if prog else ''})"
 
 
@@ -56,6 +60,7 @@ def render_pipeline(d: dict, full: bool = True) -> str:
         return "pipeline: not started (`/pipeline start`)"
     lines = [f"pipeline {d.get('phase', '?').replace('_', ' ')}" + (f" — {w}" if (w := where(d)) else "")]
     lines.append(" → ".join(f"{n} {_phase(n, d)}" for n in d.get("stages") or []))
+    lines += d.get("healed") or []  # "extract crashed at …, resumed 1 of 3": no paths in them
     eta = (d.get("current") or {}).get("eta_s")
     if isinstance(eta, (int, float)) and d.get("phase") == "running":
         from .human import human_duration

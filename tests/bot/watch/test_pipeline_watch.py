@@ -16,6 +16,7 @@ from bot.watch.pipeline_watch import judge, without_paths
 from bot.watch.watcher import Watcher, WatchState
 from runner.contract.config import from_dict
 
+from ..conftest import EXTRACTING
 from ..http_bot import STRANGER, serve
 from ..verbs.test_pipeline_chat import CRASHED, FOUR, RUNNING, WITH_PIPELINE
 
@@ -93,6 +94,20 @@ def test_done_is_said_once_with_what_each_stage_handed_on_the_paths_for_operator
     ]
     assert done.private.splitlines()[1:] == HANDED
     assert without_paths("x: kept at /a/b and /c") == "x: kept and …"
+
+
+def test_each_crashed_stage_the_pipeline_resumed_itself_is_said_once_after_its_start():
+    one = "extract crashed at 208 / 400 samples (52.0%), resumed 1 of 3"
+    two = "extract crashed at 300 / 400 samples (75.0%), resumed 2 of 3"
+    healed = at(2, healed=[one], resumes={"extract": 1})
+    posted = run([healed, healed, {**healed, "healed": [one, two]}])
+    assert posted == [
+        ("milestone", "Pipeline stage 2 of 4: extract", False),
+        ("milestone", f"Pipeline: {one}", False),
+        ("milestone", f"Pipeline: {two}", False),
+    ]
+    relaunched = {**healed, "pid": 7171, "healed": [one]}  # a start after a stop: its own budget
+    assert run([healed, relaunched])[-1] == ("milestone", f"Pipeline: {one}", False)
 
 
 def _tick(fake, cfg, bot, n: int = 1):
@@ -208,3 +223,27 @@ def test_a_run_dir_whose_supervisor_is_gone_alerts_once_through_the_real_runner(
         ]
 
 
+def test_inside_a_pipeline_its_stages_crash_is_one_alert_the_pipelines(fake, cfg):
+    """The stage's own CRASHED (with `/extract resume`) is folded into the pipeline's: nothing while
+    the pipeline heals it, one Pipeline FAILED (with `/pipeline start`) when it gives up; a crash
+    of the stage run again by hand after the pipeline ended is the stage's own alert again."""
+    cfg = dataclasses.replace(cfg, pipeline=WITH_PIPELINE)
+    crashed = {**EXTRACTING, "phase": "crashed", "alive": False, "reason": "runner (pid 4242) is gone",
+               "phase_since": "2030-01-01T11:20:00Z", "heartbeat_at": "2030-01-01T11:20:00Z"}  # fmt: skip
+    fake.reply("status", crashed)
+    fake.reply("pipeline-status", at(2))  # running: its supervisor resumes the stage
+    with serve(cfg, box=fake.box(), fake=fake) as (bot, _, _):
+        _tick(fake, cfg, bot, 2)
+        assert [p for p in bot.rec.named("chat.postMessage") if p["channel"] == "C0ALERTS"
+                and "rotating_light" in p["text"]] == []  # fmt: skip
+        fake.reply("pipeline-status", FAILED)  # its budget spent: it ended at the extract stage, 11:30
+        _tick(fake, cfg, bot, 2)
+        alerts = [p["text"].splitlines()[0] for p in bot.rec.named("chat.postMessage")
+                  if p["channel"] == "C0ALERTS" and "rotating_light" in p["text"]]  # fmt: skip
+        assert alerts == [":rotating_light: Pipeline FAILED"]
+        again = {**crashed, "phase_since": "2030-01-01T11:40:00Z", "heartbeat_at": "2030-01-01T11:40:00Z"}
+        fake.reply("status", again)  # `/extract resume` by hand after it, crashed again at 11:40
+        _tick(fake, cfg, bot)
+        alerts = [p["text"].splitlines()[0] for p in bot.rec.named("chat.postMessage")
+                  if p["channel"] == "C0ALERTS" and "rotating_light" in p["text"]]  # fmt: skip
+    assert alerts == [":rotating_light: Pipeline FAILED", ":rotating_light: Extraction CRASHED on gpu-1"]

@@ -80,7 +80,7 @@ def test_the_text_names_the_stage_first_then_each_stage():
          "current": {"phase": "extracting", "done": 4, "total": 16, "eta_s": 30.0}}  # fmt: skip
     assert line(d) == "pipeline running · stage 2 of 3: extract (extracting, 4 / 16 samples (25.0%))"
     text = render_pipeline(d)
-    assert text.splitlines()[1] == "regenerate done → extract extracting → train stopped"
+    assert text.splitlines()[1] == "regenerate done → extract extracting → train waiting"  # not reached
     assert "ETA ~30s" in text and "handed on: regenerate: 16 rows" in text
     assert "/x" not in render_pipeline(d, full=False)
     assert render_pipeline({"phase": "stopped"}) == "pipeline: not started (`/pipeline start`)"
