@@ -37,17 +37,34 @@ class RowError(HsxError, ValueError):
     """This row cannot be used; the message is the reason recorded in failed.jsonl."""
 
 
+def _no_constant(name: str):
+    raise RowError(f"bad JSON: {name} is not a JSON number")
+
+
 def parse_row(line: bytes) -> dict:
-    """One JSON object, or RowError: bad JSON, an integer past Python's 4,300 digits
-    (ValueError) and nesting past the recursion limit are all the row's reason."""
+    """One JSON object, or RowError: bad JSON, ``NaN`` or ``Infinity`` (Python's json reads them,
+    nothing downstream can write them back), a string with a lone surrogate (``"\\udc80"``: not
+    text, it cannot be encoded, committed or tokenized), an integer past Python's 4,300 digits
+    (ValueError) and nesting past the recursion limit are all the row's reason. The one parser
+    of a dataset's rows: the extraction's, the regeneration's and the measurement's."""
     try:
-        row = json.loads(line)
+        row = json.loads(line, parse_constant=_no_constant)
     except RecursionError:
         raise RowError("bad JSON: nested too deeply") from None
+    except RowError:
+        raise
     except ValueError as e:  # JSONDecodeError, UnicodeDecodeError, the integer digit limit
         raise RowError(f"bad JSON: {e}") from None
     if not isinstance(row, dict):
         raise RowError("row is not a JSON object")
+    if (
+        b"\\u" if isinstance(line, bytes) else "\\u"
+    ) in line:  # only an escape can make a lone surrogate: a row without one is whole text
+        try:
+            json.dumps(row, ensure_ascii=False).encode("utf-8")
+        except UnicodeEncodeError as e:
+            bad = e.object[e.start : e.end].encode("unicode_escape").decode()
+            raise RowError(f"a string holds a lone surrogate ({bad}): not text") from None
     return row
 
 

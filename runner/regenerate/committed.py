@@ -85,15 +85,27 @@ class Rows:
                 path, at, k = part
                 f = files.get(path) or files.setdefault(path, open(path, "rb"))  # noqa: SIM115 - closed below
                 f.seek(at[k])
-                yield i, orjson.loads(f.readline())
+                yield i, json.loads(f.readline())  # not orjson: a row's 30-digit integer id stays one
         finally:
             for f in files.values():
                 f.close()
 
 
 def append(path: str, entry: dict) -> int:
-    """Commits one row's line; returns where it begins (this log has one writer: its supervisor)."""
-    line = json.dumps(entry, ensure_ascii=False, separators=(",", ":")).encode()
+    """Commits one row's line; returns where it begins (this log has one writer: its supervisor).
+    An entry that cannot be written as JSON text (a server's answer with a lone surrogate, say) is
+    committed as the row's failure, with that reason: one row never stops the run."""
+    try:
+        line = json.dumps(entry, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
+    except (ValueError, TypeError) as e:  # UnicodeEncodeError is a ValueError
+        why = {
+            "row": entry["row"],
+            "id": None,
+            "reason": f"its answer cannot be written as JSON: {str(e)[:200]}",
+        }
+        entry.clear()
+        entry.update(why)
+        line = json.dumps(entry, ensure_ascii=True, separators=(",", ":")).encode()
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     try:
         at = os.lseek(fd, 0, os.SEEK_END)
@@ -154,6 +166,10 @@ def finish(cfg: Config, source: str, done: Rows, total: int) -> None:
     """The new dataset, its failures and how it was made, from every row's commit; never while a
     row has none. Idempotent: each file is replaced whole, with the same bytes each time, so two
     processes that both see the last row committed may both write it."""
+    if hit := control.overwrites(cfg, source):  # the config edited since the start: the input is kept
+        raise RuntimeError(
+            f"{hit} is the input dataset {source}: nothing written; name another [regenerate] output"
+        )
     missing = next((i for i in range(total) if i not in done), None)
     if missing is not None:
         raise RuntimeError(

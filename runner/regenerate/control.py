@@ -40,12 +40,31 @@ def meta(cfg: Config) -> str:
     return output(cfg).removesuffix(".jsonl") + META_SUFFIX
 
 
+def same_file(a: str, b: str) -> bool:
+    """``a`` and ``b`` are one file however each is named: through a symlinked folder or link
+    (their real paths), or a hard link (one inode)."""
+    if os.path.realpath(a) == os.path.realpath(b):
+        return True
+    try:
+        return os.path.samefile(a, b)
+    except OSError:  # one of them does not exist (yet): not the same file
+        return False
+
+
+def overwrites(cfg: Config, src: str) -> str | None:
+    """Which file the regeneration writes (the output, its failures or its meta file) is the input
+    dataset ``src``, under another name; None: none is."""
+    return next((p for p in (output(cfg), failures(cfg), meta(cfg)) if same_file(p, src)), None)
+
+
 def refusal(cfg: Config) -> Reply | None:
-    """What the config itself refuses, wherever the regeneration runs (this box, or Slurm)."""
+    """What the config itself refuses, wherever the regeneration runs (this box, or Slurm); asked
+    at start and at every resume (a Resume button's, a pipeline's), so a config edited meanwhile
+    is checked too."""
     if not os.path.isfile(source(cfg)):
         return refused(f"no dataset at {source(cfg)} ([regenerate] input, else [job] dataset)")
-    if output(cfg) == source(cfg):
-        return refused("[regenerate] output is the input dataset: name another file")
+    if hit := overwrites(cfg, source(cfg)):
+        return refused(f"[regenerate] output: {hit} is the input dataset {source(cfg)}: name another file")
     return None
 
 

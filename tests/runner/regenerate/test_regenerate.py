@@ -11,6 +11,7 @@ import signal
 
 import pytest
 
+from runner.contract.replies import REFUSED
 from runner.data import demo_assets
 from runner.regenerate import control
 from tests.runner.helpers import runner_json, wait_for
@@ -153,11 +154,19 @@ def test_each_answer_is_the_targets_and_turn_two_follows_the_targets_own_turn_on
     assert st["cut"] == sum(1 for e in _lines(conf) if e.get("cut")) == meta["cut_at_limit"] > 0
 
 
+BIG_ID = "123456789012345678901234567890"  # past 64 bits: a float once read back by orjson
+
+
 def test_bad_rows_are_listed_with_their_reasons_and_a_server_killed_mid_row_loses_nothing(whole, tmp_path):
+    """Poison rows among them (issue 47's probes): a lone surrogate (as scraped chat dumps hold),
+    a NaN, a 30-digit integer id; each said or kept as written, the run goes on to done."""
     _, truth = whole
     huge = json.dumps({"conversations": [{"role": "user", "content": " ".join(["lo"] * 3000)}]})
+    ask = '"conversations": [{"role": "user", "content": "ka lo mi"}]'
     bad = ["{not json", json.dumps({"conversations": [{"role": "system", "content": "x"}]}), huge,
-           json.dumps({"messages": [{"from": "human", "value": "ka lo mi"}], "id": "sharegpt-1"})]  # fmt: skip
+           json.dumps({"messages": [{"from": "human", "value": "ka lo mi"}], "id": "sharegpt-1"}),
+           '{"id": "\\udc80", ' + ask + "}", "{" + ask + ', "score": NaN}',
+           "{" + ask + f', "id": {BIG_ID}' + "}"]  # fmt: skip
     conf = _config(tmp_path, "bad", bad)
     _run(conf)
     wait_for(lambda: len(_lines(conf)) >= 3, 300, 0.02, "rows committed")
@@ -168,16 +177,25 @@ def test_bad_rows_are_listed_with_their_reasons_and_a_server_killed_mid_row_lose
     end = _until_ended(conf)
     assert end["phase"] == "done", end
     assert end["restarts"] == 1 and end["last_death"], end
-    assert (end["total"], end["failed"]) == (ROWS + 4, 3)
+    assert (end["total"], end["failed"]) == (ROWS + 7, 5)
     failed = [json.loads(x) for x in open(end["failures"])]
-    assert [f["row"] for f in failed] == [ROWS, ROWS + 1, ROWS + 2]
+    assert [f["row"] for f in failed] == [ROWS, ROWS + 1, ROWS + 2, ROWS + 4, ROWS + 5]
     assert "bad JSON" in failed[0]["reason"]
     assert "no user turn" in failed[1]["reason"] or "nothing to answer" in failed[1]["reason"]
     assert "too long" in failed[2]["reason"]
-    lines = open(end["output"], "rb").read().splitlines(keepends=True)
+    assert (
+        "lone surrogate (\\udc80)" in failed[3]["reason"]
+        and "NaN is not a JSON number" in failed[4]["reason"]
+    )
+    out = open(end["output"], "rb").read()
+    lines = out.splitlines(keepends=True)
     assert b"".join(lines[:ROWS]) == truth  # a dead server's rows sent again: the same answers
     last = json.loads(lines[ROWS])
     assert (
         last["id"] == "sharegpt-1" and last["messages"][1]["from"] == "gpt" and last["messages"][1]["value"]
     )
-    assert len(lines) == ROWS + 1
+    assert f'"id": {BIG_ID}'.encode() in lines[ROWS + 1]  # byte for byte as written, never a float
+    assert len(lines) == ROWS + 2
+    code, again = runner_json("regenerate", conf, "resume")
+    assert code == REFUSED and not again["started"] and "is done" in again["reason"], again
+    assert open(end["output"], "rb").read() == out

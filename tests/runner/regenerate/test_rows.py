@@ -11,7 +11,7 @@ import pytest
 from runner.contract.config import ConfigError, from_dict
 from runner.contract.errors import StatusError
 from runner.contract.regenerate import RegenerateRecord
-from runner.data.dataset import RowError
+from runner.data.dataset import RowError, parse_row
 from runner.regenerate import committed, rows
 
 
@@ -79,6 +79,31 @@ def test_the_commit_log_keeps_the_first_whole_line_of_each_row(tmp_path):
     committed.write_output(committed.read(path, 3), 3, out, fails, meta, {"reasoning": "keep"})
     assert open(out).read() == '{"a": 1}\n{"b": 1}\n'
     assert [json.loads(x) for x in open(fails)] == [{"row": 2, "id": None, "reason": "bad JSON"}]
+
+
+@pytest.mark.parametrize(
+    "line,why",
+    [(b'{"a": NaN}', "NaN is not a JSON number"), (b'{"a": [1, -Infinity]}', "-Infinity is not a JSON number"),
+     (b'{"id": "\\udc80"}', "lone surrogate (\\udc80)"), ('{"x": "ok \\ud800 no"}', "lone surrogate (\\ud800)")],
+)  # fmt: skip
+def test_the_one_row_parser_refuses_what_cannot_be_written_back_by_name(line, why):
+    with pytest.raises(RowError, match=why.replace("(", r"\(").replace(")", r"\)").replace("\\u", r"\\u")):
+        parse_row(line)
+    assert parse_row(b'{"x": "\\u00e9 \\ud83d\\ude00", "id": 123456789012345678901234567890}') == {
+        "x": "\u00e9 \U0001f600",
+        "id": 123456789012345678901234567890,
+    }  # a surrogate pair is a character; a big integer stays an integer
+
+
+def test_a_commit_that_cannot_be_written_is_the_rows_failure_and_a_big_id_reads_back_whole(tmp_path):
+    path = str(tmp_path / "rows.jsonl")
+    entry = {"row": 0, "id": None, "data": {"a": "\udc80"}, "tokens": 3}  # a server's answer, say
+    committed.append(path, entry)
+    assert entry["reason"].startswith("its answer cannot be written as JSON") and "data" not in entry
+    committed.append(path, {"row": 1, "id": 10**29, "data": {"id": 10**29}, "tokens": 1})
+    done = committed.read(path, 2)
+    assert sorted(done) == [0, 1] and done.failed == 1
+    assert done[1]["data"]["id"] == 10**29 and isinstance(done[1]["data"]["id"], int)
 
 
 def test_the_config_refuses_what_cannot_be_sampled():
