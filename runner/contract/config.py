@@ -331,6 +331,9 @@ def validate(cfg: Config) -> None:
         raise ConfigError(f"[server] backend must be 'reference' or 'sglang', got {s.backend!r}")
     if not (0 < s.port < 65536):
         raise ConfigError(f"[server] port out of range: {s.port}")
+    for k, v in s.env.items():  # each goes into the server's environment and its shown command
+        if not (k.isascii() and k.replace("_", "a").isalnum() and not k[0].isdigit()):
+            raise ConfigError(f"[server] env: {k!r} (= {v!r}) is not a name of letters, digits and _")
     if r.transport not in ("local", "ssh"):
         raise ConfigError(f"[remote] transport must be 'local' or 'ssh', got {r.transport!r}")
     if r.transport == "ssh" and not r.host:

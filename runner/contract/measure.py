@@ -92,6 +92,10 @@ class MeasureRecord:
     simulated: float | None = None  # the training's simulated accept length at export, SGLang's units
     serve_command: str | None = None  # the best setting's server, as it was run
     settings: list = field(default_factory=list)  # SettingFigures as dicts, the target alone first
+    failed: int = 0  # requests that failed on their own (refused by the server, or beside it alive)
+    last_error: str | None = None  # "request 3 at 3/1/4: the server refused it: ..."
+    passed_over: int = 0  # the dataset's rows the plan passed over (not JSON, no prompt, too long)
+    passed_over_first: str | None = None  # "row 7: its prompt is 9,000 tokens: ..."
 
     @classmethod
     def from_dict(cls, d: Any) -> MeasureRecord:

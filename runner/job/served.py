@@ -30,6 +30,7 @@ class Served:
     def __init__(self, cfg: Config, rec: Record):
         self.cfg, self.rec = cfg, rec
         self.stop_asked = False
+        self.restarted = 0  # this launch's restarts: the cap is per launch, as the extraction's
 
     def on_term(self, *_) -> None:
         self.stop_asked = True
@@ -57,18 +58,19 @@ class Served:
             self.rec.write()
 
     async def again(self, server: Server, why: str) -> bool:
-        """A restart, if the cap allows one: counted and its cause kept; the old server ended.
-        A stop asked meanwhile is no death (Slurm's scancel signals the server with this
+        """A restart, if this launch's cap allows one (the record counts the run's whole life; a
+        resume after the cap was spent gets its own): counted and its cause kept; the old server
+        ended. A stop asked meanwhile is no death (Slurm's scancel signals the server with this
         process): Stopped, nothing counted."""
         if self.stop_asked:
             raise Stopped
-        restarts = self.rec.d.get("restarts") or 0
-        if restarts >= self.cfg.server.max_restarts:
+        if self.restarted >= self.cfg.server.max_restarts:
             return False
         await asyncio.to_thread(server.stop)
         if self.stop_asked:
             raise Stopped
-        self.rec.update(restarts=restarts + 1, last_death=why)
+        self.restarted += 1
+        self.rec.update(restarts=(self.rec.d.get("restarts") or 0) + 1, last_death=why)
         self.rec.write()
         return True
 

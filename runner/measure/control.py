@@ -12,8 +12,8 @@ from ..contract.replies import OK, Reply
 from ..contract.train import in_sglang_units
 from ..job import supervised
 from ..job.supervised import refused
+from ..train import guard, runspec
 from ..train import record as train_record
-from ..train import runspec
 from .record import KIND, read
 
 
@@ -37,6 +37,8 @@ def _cheap(cfg: Config, root: str) -> Reply | None:
         return refused(
             f"no exported draft in {draft(cfg)}: train and export it first (hsx-runner train export)"
         )
+    if cfg.measure.draft and (why := guard.trusted(draft(cfg), "[measure] draft")):
+        return refused(why)  # root's SGLang loads it (its code too, where the config names some)
     return None
 
 

@@ -20,6 +20,7 @@ from ..output.store import FILE_RE
 from ..train import runspec, split
 
 NAME = "prompts.json"
+LISTED = 100  # the rows passed over that the plan names, each with its reason; the rest are counted
 
 
 def user_turns(row: dict) -> list[dict] | None:
@@ -57,13 +58,40 @@ def held_out(cfg: Config) -> set[int] | None:
     return rows or None
 
 
+def _prompt(cfg: Config, tok, line: bytes) -> list[int]:
+    """A row's prompt as token ids; RowError, with the reason, for a row that cannot be one: over
+    ``[job] max_row_bytes``, not JSON, no user turn, a chat template that fails, or a prompt that
+    leaves no room for ``[measure] max_new_tokens`` within ``[job] max_length`` (the server would
+    refuse it at every resume, and the run with it)."""
+    if len(line) > cfg.job.max_row_bytes:
+        raise RowError(
+            f"row is {len(line)} bytes, over the {cfg.job.max_row_bytes}-byte row limit ([job] max_row_bytes)"
+        )
+    msgs = user_turns(parse_row(line))
+    if msgs is None:
+        raise RowError("no user turn before its first answer")
+    try:
+        text = masks.render(tok, msgs, generation_prompt=True)
+    except Exception as e:  # noqa: BLE001 - a template's failure is the row's (role order, say)
+        raise RowError(f"chat template failed: {str(e)[:300]}") from None
+    ids = tok(text, add_special_tokens=False)["input_ids"]
+    room = cfg.job.max_length - cfg.measure.max_new_tokens
+    if len(ids) > room:
+        raise RowError(
+            f"its prompt is {len(ids)} tokens: with [measure] max_new_tokens "
+            f"{cfg.measure.max_new_tokens}, past [job] max_length {cfg.job.max_length}"
+        )
+    return ids
+
+
 def make(cfg: Config) -> dict:
     """The plan from the dataset (or ``[measure] prompts``): the first ``samples`` usable rows, of
-    the held-out ones where the training holds some out."""
+    the held-out ones where the training holds some out; each row passed over is counted, the
+    first ``LISTED`` named with their reasons."""
     path = cfg.measure.prompts or cfg.job.dataset
     only = None if cfg.measure.prompts else held_out(cfg)
     tok = load_tokenizer(cfg.job.tokenizer or cfg.job.model, cfg.job.trust_remote_code)
-    prompts, skipped = [], 0
+    prompts, skipped, passed = [], 0, []
     try:
         f = open(path, "rb")  # noqa: SIM115 - closed below
     except OSError as e:
@@ -75,18 +103,16 @@ def make(cfg: Config) -> dict:
             if only is not None and i not in only:
                 continue
             try:
-                msgs = user_turns(parse_row(line))
-            except RowError:
-                msgs = None
-            if msgs is None:
+                prompts.append({"row": i, "input_ids": _prompt(cfg, tok, line)})
+            except RowError as e:
                 skipped += 1
-                continue
-            text = masks.render(tok, msgs, generation_prompt=True)
-            prompts.append({"row": i, "input_ids": tok(text, add_special_tokens=False)["input_ids"]})
+                passed += [{"row": i, "reason": str(e)}] if len(passed) < LISTED else []
     if not prompts:
-        raise ConfigError(f"[measure] prompts: no row of {path} has a user turn to measure with")
+        first = f" (the first passed over, row {passed[0]['row']}: {passed[0]['reason']})" if passed else ""
+        raise ConfigError(f"[measure] prompts: no row of {path} has a prompt to measure with{first}")
     rows = "the training's held-out rows" if only is not None else "its first rows"
-    return {"source": os.path.abspath(path), "rows": rows, "skipped": skipped, "prompts": prompts}
+    return {"source": os.path.abspath(path), "rows": rows, "skipped": skipped, "passed_over": passed,
+            "prompts": prompts}  # fmt: skip
 
 
 def load_or_make(root: str, cfg: Config) -> dict:

@@ -25,14 +25,15 @@ def append(path: str, row: dict) -> None:
 
 
 def read(path: str) -> dict[tuple[str, int], dict]:
-    """The requests done, by (setting, prompt): the first whole line of each (a torn or broken
-    line is passed over, and its request measured again)."""
+    """The requests done, by (setting, prompt): the first whole line of each, an answer or the
+    request's own failure (``error``: never sent again); a torn or broken line is passed over, and
+    its request measured again."""
     done: dict[tuple[str, int], dict] = {}
     for row in read_jsonl(path):
-        if (
-            all(k in row for k in KEYS)
-            and isinstance(row["prompt"], int)
-            and isinstance(row["meta_info"], dict)
+        if not isinstance(row.get("prompt"), int) or "setting" not in row:
+            continue
+        if isinstance(row.get("error"), str) or (
+            all(k in row for k in KEYS) and isinstance(row["meta_info"], dict)
         ):
             done.setdefault((str(row["setting"]), row["prompt"]), row)
     return done
@@ -75,11 +76,12 @@ def figures(done: dict[tuple[str, int], dict], settings: list[str]) -> list[Sett
     """Per setting (the target alone first): SGLang's accept length (completion tokens over
     verify steps, summed over its requests), accept rate, histogram, tokens/s, and which outputs
     differ from the target alone's."""
-    base = {p: r for (s, p), r in done.items() if s == NONE}
+    answered = {k: r for k, r in done.items() if "error" not in r}  # a failed request has no figures
+    base = {p: r for (s, p), r in answered.items() if s == NONE}
     base_rate = None
     out = []
     for setting in [NONE, *settings]:
-        rows = [r for (s, _), r in sorted(done.items()) if s == setting]
+        rows = [r for (s, _), r in sorted(answered.items()) if s == setting]
         if not rows:
             out.append(SettingFigures(setting))
             continue

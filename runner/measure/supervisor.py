@@ -58,6 +58,13 @@ async def _events(content):
 
 
 REQUEST_TRIES = 2  # a request failing beside a live server is sent this often in all
+
+
+class RequestFailed(Exception):
+    """This request's own failure (the server refused it, or it failed REQUEST_TRIES times beside a
+    live server): written as its result, with the reason, and never sent again."""
+
+
 FIGURES_S = 5.0  # the record's figures at most this often (and at each setting's end): thousands of requests
 
 
@@ -67,12 +74,17 @@ class Measure(Served):
         self.root, self.draft = root, draft
         self.results = os.path.join(root, RESULTS)
         self.settings = [NONE, *cfg.measure.settings]
+        self.failing = 0  # requests failed in a row
 
     def _figures(self, done: dict) -> None:
         figs = results.figures(done, self.cfg.measure.settings)
         spec = [f for f in figs[1:] if f.accept_length is not None]
         best = max(spec, key=lambda f: (f.speedup or 0.0, f.accept_length)) if spec else None
+        errors = [r for r in done.values() if "error" in r]
+        last = max(errors, key=lambda r: str(r.get("at"))) if errors else None
         self.rec.update(
+            failed=len(errors), last_error=f"request {last['prompt']} at {last['setting']}: {last['error']}"[:500]
+            if last else None,
             done=len(done), settings=[asdict(f) for f in figs],
             accept_length=best.accept_length if best else None, best=best.setting if best else None,
             serve_command=plain.command(self.cfg, self.draft, best.setting) if best else None,
@@ -123,12 +135,14 @@ class Measure(Served):
                 return await self._ask(http, server, setting, i, ids)
             except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as e:
                 why = f"request {i} at {setting}: {type(e).__name__}: {str(e)[:300]}"
+                if isinstance(e, aiohttp.ClientResponseError) and 400 <= e.status < 500:
+                    raise RequestFailed(f"the server refused it: {why}") from None  # the same at every try
                 if await served.died(http, server):
                     await self.restart(server, why)
                     continue
                 failed += 1
                 if failed >= REQUEST_TRIES:
-                    raise ServerError(f"{why} (failed {failed} times, its server alive)") from None
+                    raise RequestFailed(f"{why} (failed {failed} times, its server alive)") from None
 
     async def _setting(self, setting: str, prompts: list[dict], done: dict) -> None:
         todo = [i for i in range(len(prompts)) if (setting, i) not in done]
@@ -147,7 +161,16 @@ class Measure(Served):
                 for i in todo:
                     if self.stop_asked:
                         return
-                    row = await self._answer(http, server, setting, i, prompts[i]["input_ids"])
+                    try:
+                        row = await self._answer(http, server, setting, i, prompts[i]["input_ids"])
+                        self.failing = 0
+                    except RequestFailed as e:
+                        row = {"setting": setting, "prompt": i, "error": str(e), "at": now_iso()}
+                        self.failing += 1
+                        if self.failing >= self.cfg.job.max_consecutive_failures:  # the server, not them
+                            raise ServerError(
+                                f"{self.failing} requests in a row failed; the last: {e}"
+                            ) from None
                     results.append(self.results, row)
                     done[(setting, i)] = row
                     if time.monotonic() - said >= FIGURES_S or i == todo[-1]:  # each pass reads every line
@@ -162,9 +185,12 @@ class Measure(Served):
             await asyncio.to_thread(server.stop)
 
     async def run(self) -> str:
-        prompts = plan.load_or_make(self.root, self.cfg)["prompts"]
+        made = plan.load_or_make(self.root, self.cfg)
+        prompts, passed = made["prompts"], made.get("passed_over") or []
         done = results.read(self.results)
-        self.rec.update(total=len(prompts) * len(self.settings), results=self.results, export_dir=self.draft)
+        self.rec.update(total=len(prompts) * len(self.settings), results=self.results, export_dir=self.draft,
+                        passed_over=int(made.get("skipped") or 0),
+                        passed_over_first=f"row {passed[0]['row']}: {passed[0]['reason']}" if passed else None)  # fmt: skip
         self._figures(done)
         try:
             for setting in self.settings:

@@ -135,6 +135,15 @@ def render_measure(rec: MeasureRecord, now: dt.datetime | None = None, full: boo
     lines += [a] if (a := accept_line(rec)) else []
     lines += [s] if (s := speed_line(rec)) else []
     lines += [setting_line(s) for s in rec.settings]
+    if rec.failed:
+        asked = "request" if rec.failed == 1 else "requests"
+        last = f" (the last: {rec.last_error})" if full and rec.last_error else ""
+        lines.append(f"{rec.failed:,} {asked} failed on their own, not measured again{last}")
+    if rec.passed_over:
+        rows = "row" if rec.passed_over == 1 else "rows"
+        lines.append(
+            f"{rec.passed_over:,} {rows} of the dataset passed over, not measured (the first: {rec.passed_over_first})"
+        )
     if rec.phase in ("failed", "crashed", "stopped") and rec.reason:
         lines.append(f"{rec.phase}: {rec.reason}" if full else f"the measurement {rec.phase}; {WITHHELD}")
     if rec.phase in ("crashed", "stopped"):

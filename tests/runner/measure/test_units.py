@@ -15,6 +15,7 @@ from runner.contract.errors import BrokenFileError, StatusError
 from runner.contract.measure import NONE, MeasureRecord, parse_setting
 from runner.measure import plan, record, results
 from runner.serve import plain as serving  # each setting's server
+from runner.text.measure import render_measure
 
 
 def _row(setting, prompt, out, completion, verify=None, correct=None, proposed=None, hist=None, s=1.0):
@@ -173,6 +174,38 @@ def test_the_exports_serve_command_is_the_one_the_measurement_runs_with_the_lane
     assert bare.startswith("python -m sglang.launch_server --model-path ") and "intel_amx" not in bare
 
 
+@pytest.mark.parametrize("key", ["A;rm -rf /", "1ST", "", "X Y", "é", "OK"])
+def test_a_server_env_key_that_is_no_name_is_refused_and_a_value_is_quoted_in_the_shown_command(
+    tmp_path, key
+):
+    """[server] env goes into the serve command operators copy (issue 47): its keys were unquoted."""
+    conf = {"job": {"model": str(tmp_path)}, "server": {"backend": "sglang", "env": {key: "a b; c"}}}
+    if key != "OK":
+        with pytest.raises(ConfigError, match=r"\[server\] env: .* is not a name of letters, digits and _"):
+            from_dict(conf)
+        return
+    assert serving.command(from_dict(conf), "/draft", "3/1/4").startswith("OK='a b; c' ")
+    with pytest.raises(ConfigError, match="a table of strings"):
+        from_dict({"server": {"env": {"OK": 3}}})
+
+
+def test_a_named_draft_others_may_write_is_refused_before_roots_sglang_loads_it(tmp_path):
+    """[measure] draft names a folder root's SGLang loads (issue 47): checked as the trainer's
+    interpreter is, its owner and who may write it and every folder above it."""
+    from runner.measure import control
+
+    shared = tmp_path / "shared"
+    (shared / "draft").mkdir(parents=True)
+    (shared / "draft" / "config.json").write_text("{}")
+    conf = {"job": {"model": str(tmp_path), "out": str(tmp_path / "out")}, "server": {"backend": "sglang"},
+            "measure": {"draft": str(shared / "draft")}}  # fmt: skip
+    os.chmod(shared, 0o777)  # anyone may swap the draft for their own
+    said = control.start(from_dict(conf))
+    assert said.code == 3 and "[measure] draft" in said.text and "others may write" in said.text, said.text
+    os.chmod(shared, 0o755)
+    assert control._cheap(from_dict(conf), str(tmp_path / "run")) is None  # its own folder: served
+
+
 def test_a_stop_while_a_server_loads_ends_the_wait_at_once_and_the_server(tmp_path, monkeypatch):
     """A big target's server loads for many minutes: a stop (SIGTERM's flag) ends the wait at the
     next poll and the server with it, not after its load or its start timeout."""
@@ -222,6 +255,32 @@ def test_the_prompts_are_the_trainings_held_out_rows_when_it_holds_some(tmp_path
     assert chosen["prompts"][0]["input_ids"] != first["prompts"][0]["input_ids"]
 
 
+def test_a_row_the_server_would_refuse_is_passed_over_by_the_plan_and_named(tmp_path, demo_assets):
+    """An over-long prompt fixed in the plan was refused at every resume, and the run with it
+    (issue 47): the plan passes over what cannot be a prompt, each named with its reason, and the
+    status says it."""
+    rows = [json.loads(x) for x in open(demo_assets / "data.jsonl")][:2]
+    long = {"conversations": [{"role": "user", "content": " ".join(["lo"] * 400)}]}
+    huge = {"conversations": [{"role": "user", "content": "ka " * 4000}]}
+    lines = [json.dumps(rows[0]), json.dumps(long), json.dumps(huge), "{not json", '{"score": NaN}',
+             json.dumps(rows[1])]  # fmt: skip
+    data = tmp_path / "data.jsonl"
+    data.write_text("".join(x + "\n" for x in lines))
+    job = {"model": str(demo_assets / "model"), "dataset": str(data), "out": str(tmp_path / "out"),
+           "max_length": 256, "max_row_bytes": 10000}  # fmt: skip
+    made = plan.make(from_dict({"job": job, "measure": {"samples": 2, "max_new_tokens": 16}}))
+    assert [p["row"] for p in made["prompts"]] == [0, 5] and made["skipped"] == 4
+    why = {p["row"]: p["reason"] for p in made["passed_over"]}
+    assert "tokens: with [measure] max_new_tokens 16, past [job] max_length 256" in why[1]
+    assert "over the 10000-byte row limit" in why[2] and "bad JSON" in why[3] and "NaN" in why[4]
+    rec = MeasureRecord.from_dict({"phase": "measuring", "started_at": "2026-12-01T12:00:00Z", "total": 4,
+                                   "passed_over": 4, "passed_over_first": f"row 1: {why[1]}"})  # fmt: skip
+    assert (
+        "4 rows of the dataset passed over, not measured (the first: row 1: its prompt is"
+        in render_measure(rec)
+    )
+
+
 def test_the_streamed_answer_is_read_event_by_event_whatever_its_chunks_and_length():
     """SGLang's streamed /generate: ``data: {json}`` events to ``data: [DONE]``, cut anywhere by the
     network; one event past aiohttp's 64 KiB line limit (a long answer's logprobs) reads whole, and
@@ -260,17 +319,16 @@ def test_the_streamed_answer_is_read_event_by_event_whatever_its_chunks_and_leng
         asyncio.run(read(b"data: {oops\n\n", 3))
 
 
-def test_a_request_failing_beside_a_live_server_is_sent_once_more_then_fails_the_measurement(tmp_path):
+def test_a_request_failing_beside_a_live_server_is_sent_once_more_then_is_its_own_failure(tmp_path):
     """A real HTTP server whose /generate drops the first connection: the request is sent again
-    (its server answers /health) and kept; one that drops every time fails, naming the request,
-    without a restart (the server lives)."""
+    (its server answers /health) and kept; one that drops every time is the request's failure,
+    naming it, without a restart (the server lives); test_failed_requests writes it and goes on."""
     import asyncio
 
     import aiohttp
     from aiohttp import web
 
-    from runner.contract.errors import ServerError
-    from runner.measure.supervisor import Measure
+    from runner.measure.supervisor import Measure, RequestFailed
 
     asked, mode = [], {"always": False}
 
@@ -311,7 +369,7 @@ def test_a_request_failing_beside_a_live_server_is_sent_once_more_then_fails_the
     row, m = asyncio.run(go(False))
     assert row["output_ids"] == [4, 5] and len(asked) == 2 and not m.rec.d.get("restarts")
     asked.clear()
-    with pytest.raises(ServerError, match=r"request 0 at 3/1/4: .*\(failed 2 times, its server alive\)"):
+    with pytest.raises(RequestFailed, match=r"request 0 at 3/1/4: .*\(failed 2 times, its server alive\)"):
         asyncio.run(go(True))
     assert len(asked) == 2
 
