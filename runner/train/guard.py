@@ -33,12 +33,28 @@ OWNED = {
     ("training", "save_interval"): "[train] save_interval",
     ("training", "max_checkpoints"): "[train] max_checkpoints",
     ("training", "resume_from"): "`/train resume` (hsx picks the last complete checkpoint)",
+    ("data", "cache_dir"): "nothing: SpecForge's cache is kept in [train] run_dir",
+    ("tracking", "report_to"): "nothing: the metrics stay on the box, in hsx's own history",
 }
 
 
 def specforge_keys(over: dict, base: dict) -> None:
     """Refuse (ConfigError) a ``[train.specforge]`` key hsx owns, or one that turns a table of
-    run.yaml into a plain value, naming the key and what to set instead."""
+    run.yaml into a plain value, naming the key and what to set instead. A dotted key
+    (``"training.save_interval" = 0``) is refused too: read as a path, it would pass every check
+    made by table."""
+
+    def dotted(o: dict, at: str) -> None:
+        for k, v in o.items():
+            if "." in k:
+                raise ConfigError(
+                    f"[train.specforge] {at}{k!r}: a dotted key; write it as a table, "
+                    f"[train.specforge.{at}{k.rsplit('.', 1)[0]}] {k.rsplit('.', 1)[1]} = ... (nothing was written)"
+                )
+            if isinstance(v, dict):
+                dotted(v, f"{at}{k}.")
+
+    dotted(over, "")
     for path, instead in OWNED.items():
         d = over
         for k in path[:-1]:

@@ -46,9 +46,17 @@ def test_each_specforge_key_hsx_owns_is_refused_at_start_with_nothing_written(tm
     assert guard.OWNED[path] in rep.text and not os.path.exists(runspec.run_dir(cfg))
 
 
+@pytest.mark.parametrize("over", [{"training.save_interval": 0}, {"training": {"optimizer.lr": 1}}])
+def test_a_dotted_key_is_refused_with_the_table_to_write_instead(tmp_path, over):
+    _extracted(tmp_path)
+    rep = control.start(_cfg(tmp_path, python=sys.executable, specforge=over))
+    assert rep.code == 3 and "a dotted key; write it as a table" in rep.text, rep.text
+    assert not os.path.exists(runspec.run_dir(_cfg(tmp_path)))
+
+
 def test_a_harmless_key_reaches_run_yaml_and_a_table_stays_a_table(tmp_path):
     _extracted(tmp_path)
-    cfg = _cfg(tmp_path, specforge={"training": {"ttt_length": 3}, "tracking": {"report_to": "none"}})
+    cfg = _cfg(tmp_path, specforge={"training": {"ttt_length": 3}, "tracking": {"log_every": 5}})
     _, spec = runspec.prepare(cfg)
     assert json.load(open(runspec.RunPaths(runspec.run_dir(cfg)).yaml))["training"]["ttt_length"] == 3
     assert spec["training"]["save_interval"] == cfg.train.save_interval
