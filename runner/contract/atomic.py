@@ -54,13 +54,27 @@ def read_object(path: str) -> dict | None:
 
 def read_jsonl(path: str, last: int | None = None, max_line: int = 1 << 20) -> list[dict]:
     """The JSON objects of a line file (events, a history, the audit log), as its writer may have
-    left it (see ``json_objects``). ``last``: its last lines only."""
+    left it (see ``json_objects``). ``last``: its last lines only, read from its end (a status
+    polled every few seconds reads a few blocks, not a run's whole history)."""
     try:
         with open(path, "rb") as f:
-            lines = f.read().splitlines()
+            lines = _tail(f, last) if last else f.read().splitlines()
     except OSError:
         return []
-    return json_objects(lines[-last:] if last else lines, max_line)
+    return json_objects(lines, max_line)
+
+
+def _tail(f, last: int, block: int = 1 << 16) -> list[bytes]:
+    """The last ``last`` lines of the open file ``f``."""
+    at = f.seek(0, os.SEEK_END)
+    buf = b""
+    while at > 0 and buf.count(b"\n") <= last:
+        step = min(block, at)
+        at -= step
+        f.seek(at)
+        buf = f.read(step) + buf
+    lines = buf.splitlines()
+    return (lines[1:] if at > 0 else lines)[-last:]  # from the middle of the file: its first is a part
 
 
 def torn(path: str) -> bool:

@@ -35,6 +35,24 @@ def test_read_jsonl_passes_over_every_bad_line_and_keeps_the_rest(tmp_path):
     assert read_jsonl(str(p), max_line=10) == []  # every line past the bound is passed over
 
 
+@pytest.mark.parametrize("block", [7, 64, 1 << 16])
+def test_the_last_lines_are_read_from_the_end_whatever_the_blocks(tmp_path, block):
+    """A status polled every few seconds asks a history's last 500 points: read from its end, the
+    same lines as the whole file's last ones, a line cut by a block boundary read whole."""
+    import io
+
+    from runner.contract.atomic import _tail
+
+    lines = [json.dumps({"t": i, "pad": "x" * (i % 13)}).encode() for i in range(300)]
+    whole = b"\n".join(lines) + b"\n"
+    for last in (1, 5, 299, 300, 1000):
+        assert _tail(io.BytesIO(whole), last, block) == lines[-last:], last
+    assert _tail(io.BytesIO(whole + b'{"t": 3'), 2, block) == [lines[-1], b'{"t": 3']  # a torn end
+    p = tmp_path / "history.jsonl"
+    p.write_bytes(whole)
+    assert read_jsonl(str(p), last=3) == [json.loads(x) for x in lines[-3:]]
+
+
 @pytest.mark.parametrize("bad", BAD)
 def test_read_object_of_a_broken_file_is_none(tmp_path, bad):
     p = tmp_path / "status.json"
