@@ -14,7 +14,7 @@ def progress(name: str, s: dict | None) -> str:
     """How far a stage is, from its status reply: ``120 / 500 samples (24.0%)``, ``step 5 of 12``."""
     if not s:
         return ""
-    if name == "train":
+    if "total_steps" in s:  # a training's record counts steps
         step, total = s.get("step"), s.get("total_steps")
         return (
             f"step {step:,} of {total:,}"
