@@ -17,7 +17,7 @@ from typing import Any
 
 from .errors import StatusError
 from .fields import check, plain, short
-from .status import Phase, parse_iso
+from .status import Phase, RunHead
 
 ACTIONS = ("start", "resume", "stop", "status")
 # Two tokens whose logprobs are this close can swap on attention numerics alone (bf16 carries 2-3
@@ -70,13 +70,7 @@ class SettingFigures:
 
 
 @dataclass(frozen=True)
-class MeasureRecord:
-    phase: str = "stopped"
-    pid: int | None = None
-    heartbeat: str | None = None
-    started_at: str | None = None
-    ended_at: str | None = None
-    reason: str | None = None
+class MeasureRecord(RunHead):
     done: int = 0  # requests in the results file, every setting
     total: int = 0  # prompts x settings (the target alone included)
     setting: str | None = None  # the one being measured
@@ -99,25 +93,11 @@ class MeasureRecord:
 
     @classmethod
     def from_dict(cls, d: Any) -> MeasureRecord:
-        if not isinstance(d, dict):
-            raise StatusError(f"{WHERE} is not a JSON object")
-        if d.get("phase") not in PHASES:
-            raise StatusError(f"{WHERE} has unknown phase {short(d.get('phase'))}")
-        kw = plain(cls, d, WHERE, skip=("settings",))
-        for k in ("heartbeat", "started_at", "ended_at", "server_since"):
-            if kw.get(k) is not None and parse_iso(kw[k]) is None:
-                raise StatusError(f"{WHERE} field {k!r} is not an ISO time (got {short(kw[k])})")
+        kw = cls.opened(d, WHERE, PHASES, ("server_since",), skip=("settings",))
         settings = d.get("settings") or []
         check(WHERE, "settings", settings, "list")
         kw["settings"] = [figures_of(s, i) for i, s in enumerate(settings)]
         return cls(**kw)
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-    @property
-    def active(self) -> bool:
-        return self.phase in ACTIVE
 
 
 def figures_of(d: Any, i: int) -> dict[str, Any]:

@@ -4,13 +4,12 @@ in the order the data flows; ``[pipeline] stages`` names a run of them."""
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
 from .errors import StatusError
-from .fields import check, plain, short
-from .status import Phase, parse_iso
+from .fields import check, short
+from .status import Phase, RunHead
 
 ACTIONS = ("start", "status", "stop")  # hsx-runner pipeline ACTION; start again resumes
 STAGES = ("regenerate", "extract", "train", "measure")
@@ -34,13 +33,7 @@ def check_stages(stages: object) -> str | None:
 
 
 @dataclass(frozen=True)
-class PipelineRecord:
-    phase: str = "stopped"
-    pid: int | None = None
-    heartbeat: str | None = None
-    started_at: str | None = None
-    ended_at: str | None = None
-    reason: str | None = None
+class PipelineRecord(RunHead):
     stage: str | None = None  # the stage under way, or the one it ended at
     stages: list = field(default_factory=list)  # the pipeline's, in order
     run_dir: str | None = None
@@ -52,14 +45,7 @@ class PipelineRecord:
 
     @classmethod
     def from_dict(cls, d: Any) -> PipelineRecord:
-        if not isinstance(d, dict):
-            raise StatusError(f"{WHERE} is not a JSON object")
-        if d.get("phase") not in PHASES:
-            raise StatusError(f"{WHERE} has unknown phase {short(d.get('phase'))}")
-        kw = plain(cls, d, WHERE)
-        for k in ("heartbeat", "started_at", "ended_at"):
-            if kw.get(k) is not None and parse_iso(kw[k]) is None:
-                raise StatusError(f"{WHERE} field {k!r} is not an ISO time (got {short(kw[k])})")
+        kw = cls.opened(d, WHERE, PHASES)
         for k in ("stages", "handed", "healed"):
             for i, v in enumerate(kw.get(k) or []):
                 check(WHERE, f"{k}[{i}]", v, "str")
@@ -68,13 +54,6 @@ class PipelineRecord:
         if kw.get("stage") is not None and kw["stage"] not in STAGES:
             raise StatusError(f"{WHERE} has unknown stage {short(kw['stage'])}")
         return cls(**kw)
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-    @property
-    def active(self) -> bool:
-        return self.phase in ACTIVE
 
 
 def check_reply(d: Any) -> dict[str, Any]:

@@ -19,9 +19,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from .errors import StatusError
-from .fields import plain, short
 from .ranks import RankEntry
-from .status import Phase, parse_iso
+from .status import Phase, RunHead
 
 ACTIONS = ("start", "resume", "stop", "status")  # hsx-runner regenerate ACTION
 ROWS = "rows.jsonl"  # in the run dir: a line per input row, whole, exactly once
@@ -35,13 +34,7 @@ WHERE = "regeneration record"
 
 
 @dataclass(frozen=True)
-class RegenerateRecord:
-    phase: str = "stopped"
-    pid: int | None = None
-    heartbeat: str | None = None
-    started_at: str | None = None
-    ended_at: str | None = None
-    reason: str | None = None
+class RegenerateRecord(RunHead):
     done: int = 0  # rows committed: regenerated or failed
     total: int = 0  # rows in the input
     failed: int = 0  # rows that cannot be regenerated (each with its reason in the failures file)
@@ -66,18 +59,11 @@ class RegenerateRecord:
 
     @classmethod
     def from_dict(cls, d: Any) -> RegenerateRecord:
-        if not isinstance(d, dict):
-            raise StatusError(f"{WHERE} is not a JSON object")
-        if d.get("phase") not in PHASES:
-            raise StatusError(f"{WHERE} has unknown phase {short(d.get('phase'))}")
-        kw = plain(cls, d, WHERE, skip=("ranks",))
+        kw = cls.opened(d, WHERE, PHASES, ("server_since", "committed_at"), skip=("ranks",))
         if d.get("ranks") is not None:
             if not isinstance(d["ranks"], list):
                 raise StatusError(f"{WHERE} field 'ranks' is not a list of objects")
             kw["ranks"] = [RankEntry.from_dict(r) for r in d["ranks"]]
-        for k in ("heartbeat", "started_at", "ended_at", "server_since", "committed_at"):
-            if kw.get(k) is not None and parse_iso(kw[k]) is None:
-                raise StatusError(f"{WHERE} field {k!r} is not an ISO time (got {short(kw[k])})")
         for k in ("done", "total", "failed", "tokens", "cut", "restarts"):
             if kw.get(k, 0) < 0:
                 raise StatusError(f"{WHERE} field {k!r} is negative")
@@ -89,7 +75,3 @@ class RegenerateRecord:
         if self.ranks is not None:  # absent unless there is one
             d["ranks"] = [r.to_dict() for r in self.ranks]
         return d
-
-    @property
-    def active(self) -> bool:
-        return self.phase in ACTIVE

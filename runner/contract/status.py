@@ -266,3 +266,39 @@ def read_record(path: str) -> StatusRecord:
         return StatusRecord.from_dict(d)
     except StatusError as e:
         raise BrokenFileError(path, str(e), FIX_RECORD) from None
+
+
+@dataclass(frozen=True)
+class RunHead:
+    """What every supervised kind's record opens with (the measurement's, the regeneration's, the
+    pipeline's): its phase, its supervisor's pid and heartbeat, when it started and ended, why."""
+
+    phase: str = "stopped"
+    pid: int | None = None
+    heartbeat: str | None = None
+    started_at: str | None = None
+    ended_at: str | None = None
+    reason: str | None = None
+
+    @classmethod
+    def opened(cls, d: Any, where: str, phases: tuple[str, ...], times: tuple[str, ...] = (),
+               skip: tuple[str, ...] = ()) -> dict[str, Any]:  # fmt: skip
+        """``d``'s fields of ``cls`` checked as far as every such record's are: an object, one of
+        ``phases``, each field of its annotated kind (``skip``: the caller's own), its times and
+        each of ``times`` ISO times."""
+        if not isinstance(d, dict):
+            raise StatusError(f"{where} is not a JSON object")
+        if d.get("phase") not in phases:
+            raise StatusError(f"{where} has unknown phase {short(d.get('phase'))}")
+        kw = plain(cls, d, where, skip)
+        for k in ("heartbeat", "started_at", "ended_at", *times):
+            if kw.get(k) is not None and parse_iso(kw[k]) is None:
+                raise StatusError(f"{where} field {k!r} is not an ISO time (got {short(kw[k])})")
+        return kw
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @property
+    def active(self) -> bool:
+        return Phase(self.phase).is_active()
