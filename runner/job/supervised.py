@@ -5,8 +5,10 @@ record class, its phases, its module and its words."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime as dt
+import fcntl
 import json
 import os
 import sys
@@ -99,9 +101,34 @@ def running(kind: Kind, root: str) -> Reply | None:
     return refused(f"a {kind.word} runs in {root} (pid {pid})") if held else None
 
 
+LAUNCH_LOCK = ".launch.lock"  # held while a launch writes the record and waits for its claim
+
+
+@contextlib.contextmanager
+def one_launch(root: str):
+    """The launches of one run dir, one at a time (two operators, a typed start and a Resume
+    click, a pipeline's start): the lock file opened without following a link."""
+    fd = os.open(
+        os.path.join(root, LAUNCH_LOCK), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600
+    )
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
 def launch(kind: Kind, root: str, config: str, how: str, **first) -> Reply:
     """The supervisor, detached, once the record says preflight; "started" only once it holds
-    the run's lock (one that dies at once says why)."""
+    the run's lock (one that dies at once says why). One launch at a time: a second one asked
+    meanwhile finds the first's supervisor running and is refused, never writing over its record."""
+    with one_launch(root):
+        if reply := running(kind, root):
+            return reply
+        return _launch(kind, root, config, how, **first)
+
+
+def _launch(kind: Kind, root: str, config: str, how: str, **first) -> Reply:
     rec = Record.load(kind, root)
     rec.update(phase="preflight", run_dir=root, reason="", pid=None, **first)
     rec.write()
@@ -110,6 +137,8 @@ def launch(kind: Kind, root: str, config: str, how: str, **first) -> Reply:
     held = lambda: is_held_at(os.path.join(root, ".lock")) == (True, p.pid)  # noqa: E731
     claimed = detach.wait_claim(p, held, timing.current().claim_s)
     if claimed is False:
+        if reply := running(kind, root):  # one started some other way holds the run: its record stays
+            return reply
         why = f"the {kind.word} supervisor exited with code {p.returncode} at once; see {root}/supervisor.log"
         rec.update(phase="crashed", reason=why)
         rec.write()
