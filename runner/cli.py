@@ -94,13 +94,13 @@ def cmd_extract(args, cfg: Config) -> int:
 
 
 def cmd_kind(args, cfg: Config) -> int:
-    """``hsx-runner KIND ACTION``: train, measure, regenerate."""
+    """``hsx-runner KIND ACTION``: each kind of runner.contract.kinds but the pipeline (its own)."""
     if args.action == "setup":  # the trainer's venv, before any run
         from .train import control
 
         kinds.resolve_trainer(cfg)
         return _answer(args, control.setup(cfg, args.root))
-    return _answer(args, kinds.answer(args.verb, cfg, args.action, args.wait))
+    return _answer(args, kinds.answer(args.verb, cfg, args.action, args.wait, vars(args).get("force", False)))
 
 
 def cmd_logs(args, cfg: Config) -> int:
@@ -268,6 +268,8 @@ def parser() -> argparse.ArgumentParser:
         s.add_argument(
             "--wait", type=float, default=spec.stop_wait_s, help="stop: how long to wait for it to end"
         )
+        if spec.forced:
+            s.add_argument("--force", action="store_true", help="start even when preflight's gates fail")
         if "setup" in spec.actions:
             s.add_argument("--root", default=None,
                            help="setup without [train] python: where this box's lane's venv is built")  # fmt: skip

@@ -2,7 +2,8 @@
 and its config section's name), its actions, which of them wait long and how long the ops side
 lets them, and how its status reply is read, typed. The box answers through ``runner.kinds``; the
 ops side asks through ``remote.client.GpuBox.call`` and ``GpuBox.record``, by this table, never
-by a method named after the kind. The extraction's unprefixed verbs are not here yet."""
+by a method named after the kind. The extraction is ``hsx-runner extract ACTION``; its unprefixed
+verbs (``hsx-runner start``, the ones operators and older clients use) stay as aliases."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from . import measure, pipeline, regenerate, train
+from . import measure, pipeline, regenerate, status, train
 
 
 @dataclass(frozen=True)
@@ -23,6 +24,7 @@ class KindSpec:
     help: str = ""  # `hsx-runner KIND`'s line in --help
     stop_wait_s: float = 30.0  # `stop --wait`'s default: how long the box waits for it to end
     stage: bool = True  # a pipeline's stage (the pipeline is not one of its own)
+    forced: frozenset[str] = frozenset()  # the actions `--force` may pass preflight's gates for
 
     def timeout_s(self, action: str, default: float) -> float:
         return max(default, self.long_s if action in self.long else 0.0)
@@ -35,6 +37,15 @@ class KindSpec:
         return str(action)
 
 
+EXTRACT = KindSpec(
+    "extract",
+    ("start", "resume", "stop", "status"),
+    frozenset({"start", "resume"}),  # preflight first: the server's interpreter asked
+    600.0,
+    status.StatusRecord.from_dict,
+    "the extraction's start, resume, stop and status (also unprefixed: hsx-runner start)",
+    forced=frozenset({"start", "resume"}),
+)
 TRAIN = KindSpec(
     "train",
     train.ACTIONS,
@@ -69,4 +80,4 @@ PIPELINE = KindSpec(
     stop_wait_s=60.0,  # its stage stops first
     stage=False,
 )
-KINDS = {k.name: k for k in (TRAIN, MEASURE, REGENERATE, PIPELINE)}
+KINDS = {k.name: k for k in (EXTRACT, TRAIN, MEASURE, REGENERATE, PIPELINE)}

@@ -42,6 +42,7 @@ ANSWER_CODES = {
     "measure": (OK, REFUSED),  # start/resume/stop refused (running, no draft, not running), reply says why
     # start/resume/stop refused (running, no dataset, not running), reply says why
     "regenerate": (OK, REFUSED),
+    "extract": (OK, REFUSED),  # the extraction's start/resume/stop, as their unprefixed verbs
     "pipeline": (OK, REFUSED),  # start/stop refused (no stages, running, not running), reply says why
 }
 

@@ -14,6 +14,7 @@ from runner import cli
 from runner.contract.kinds import KINDS
 from runner.contract.measure import MeasureRecord
 from runner.contract.regenerate import RegenerateRecord
+from runner.contract.status import StatusRecord
 from runner.contract.train import TrainRecord
 from tests.conftest import RUNNER, write_config
 
@@ -69,9 +70,34 @@ def test_the_real_runner_answers_every_kind_typed(tmp_path):
         pipeline={"stages": ["regenerate", "extract"]},
     )
     box = GpuBox(LocalTransport(), RUNNER, conf)
-    types = {"train": TrainRecord, "measure": MeasureRecord, "regenerate": RegenerateRecord}
+    types = {
+        "extract": StatusRecord,
+        "train": TrainRecord,
+        "measure": MeasureRecord,
+        "regenerate": RegenerateRecord,
+    }
     for kind, typ in types.items():
         rec = box.record(kind)
         assert isinstance(rec, typ) and rec.phase == "stopped", kind
     pipe = box.record("pipeline")
     assert pipe["phase"] == "stopped" and pipe["phases"] == {"regenerate": "stopped", "extract": "stopped"}
+
+
+def test_the_extraction_is_a_kind_and_its_unprefixed_verbs_stay_aliases(tmp_path):
+    """`hsx-runner extract ACTION` and `hsx-runner ACTION` answer the same (issue 46: the extraction
+    a kind like the others; operators and older clients keep the bare verbs)."""
+    conf = write_config(
+        tmp_path / "hsx.toml",
+        job={"model": "m", "dataset": str(tmp_path / "d.jsonl"), "out": str(tmp_path / "out")},
+    )
+    box = GpuBox(LocalTransport(), RUNNER, conf)
+    assert box.record("extract").to_dict() == box.status().to_dict()
+    t = Recording()
+    GpuBox(t, "/opt/hsx/bin/hsx-runner", "/etc/hsx.toml", timeout_s=30.0).call("extract", "start")
+    ((argv, timeout, once),) = t.calls
+    assert argv[1:3] == ["extract", "--json"] and argv[-1] == "start" and timeout == 600.0 and once
+    assert (
+        cli.parser().parse_args(["extract", "start", "--force"]).force
+    )  # past preflight, as `start --force`
+    with pytest.raises(SystemExit):
+        cli.parser().parse_args(["train", "start", "--force"])  # a kind without gates to pass has no --force
