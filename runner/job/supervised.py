@@ -12,6 +12,7 @@ import fcntl
 import json
 import os
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -94,6 +95,17 @@ def _launching(rec) -> bool:
 
 def refused(why: str) -> Reply:
     return Reply({"started": False, "reason": why}, why, REFUSED)
+
+
+def not_resumable(kind: Kind, root: str, done: Callable[[Any], str]) -> Reply | None:
+    """Why a resume of the run in ``root`` is refused: none started there, or it is done
+    (``done(record)``: what the refusal adds, where its output is or what to do)."""
+    rec = read(kind, root)
+    if not rec.started_at:
+        return refused(f"nothing to resume in {root}: start it first (hsx-runner {kind.verb} start)")
+    if rec.phase == "done":
+        return refused(f"the {kind.word} in {root} is done{done(rec)}")
+    return None
 
 
 def running(kind: Kind, root: str) -> Reply | None:

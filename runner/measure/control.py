@@ -60,11 +60,8 @@ def resume(cfg: Config) -> Reply:
     root = run_dir(cfg)
     if reply := _cheap(cfg, root):
         return reply
-    rec = read(root)
-    if not rec.started_at:
-        return refused(f"nothing to resume in {root}: start it first (hsx-runner measure start)")
-    if rec.phase == "done":
-        return refused(f"the measurement in {root} is done; move it aside to measure again")
+    if reply := supervised.not_resumable(KIND, root, lambda rec: "; move it aside to measure again"):
+        return reply
     return _launch(cfg, root, "resumed")
 
 

@@ -92,11 +92,8 @@ def resume(cfg: Config) -> Reply:
     root = run_dir(cfg)
     if reply := _cheap(cfg, root):
         return reply
-    rec = read(root)
-    if not rec.started_at:
-        return refused(f"nothing to resume in {root}: start it first (hsx-runner regenerate start)")
-    if rec.phase == "done":
-        return refused(f"the regeneration in {root} is done: {rec.output}")
+    if reply := supervised.not_resumable(KIND, root, lambda rec: f": {rec.output}"):
+        return reply
     return supervised.launch(KIND, root, cfg.path, "resumed", source=source(cfg), output=output(cfg))
 
 
