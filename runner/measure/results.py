@@ -12,6 +12,7 @@ from ..contract.atomic import read_jsonl, torn
 from ..contract.measure import NONE, SettingFigures
 
 KEYS = ("setting", "prompt", "output_ids", "meta_info", "latency_s")
+MAX_LINE = 1 << 28  # a long answer's line with its top logprobs runs past read_jsonl's 1 MiB default
 
 
 def append(path: str, row: dict) -> None:
@@ -29,7 +30,7 @@ def read(path: str) -> dict[tuple[str, int], dict]:
     request's own failure (``error``: never sent again); a torn or broken line is passed over, and
     its request measured again."""
     done: dict[tuple[str, int], dict] = {}
-    for row in read_jsonl(path):
+    for row in read_jsonl(path, max_line=MAX_LINE):  # its own writer's lines: one skipped is asked again
         if not isinstance(row.get("prompt"), int) or "setting" not in row:
             continue
         if isinstance(row.get("error"), str) or (

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 
 from aiohttp import web
 
@@ -107,3 +108,15 @@ def test_the_restart_cap_is_per_launch_so_a_resume_after_it_was_spent_gets_its_o
     launch = Served(from_dict({"job": {"model": str(tmp_path)}, "server": {"max_restarts": 2}}), rec)
     said = [asyncio.run(launch.again(Dead(), f"death {k}")) for k in range(3)]
     assert said == [True, True, False] and rec.d["restarts"] == 4 and rec.d["last_death"] == "death 1"
+
+
+def test_a_result_line_past_a_mebibyte_is_read_back_and_not_measured_again(tmp_path):
+    """A long answer's line (its top logprobs at every token) ran past the line reader's 1 MiB
+    bound, was passed over and its request measured again at every resume (issue 47)."""
+    path = str(tmp_path / "results.jsonl")
+    top = [[[-0.1, 5, "x" * 40], [-2.3, 6, "y" * 40]]] * 12000  # about 1.3 MB of JSON
+    row = {"setting": NONE, "prompt": 0, "output_ids": [5] * 12000, "meta_info": {"completion_tokens": 12000},
+           "latency_s": 1.0, "top_logprobs": top}  # fmt: skip
+    results.append(path, row)
+    assert os.path.getsize(path) > 1 << 20
+    assert list(results.read(path)) == [(NONE, 0)]
