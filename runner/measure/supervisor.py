@@ -30,14 +30,19 @@ from ..serve import plain
 from ..serve.server import Server
 from . import plan, record, results
 
+MAX_EVENT = 64 << 20  # one streamed event this long is no answer of [measure] max_new_tokens
+
 
 async def _events(content):
     """The JSON of each ``data:`` event of SGLang's streamed /generate, to ``[DONE]``. Split here, not
-    by aiohttp's lines, which refuse one past 64 KiB (a long answer's logprobs)."""
+    by aiohttp's lines, which refuse one past 64 KiB (a long answer's logprobs); one past
+    MAX_EVENT fails the request, never the box's memory."""
     buf = bytearray()
     async for chunk in content.iter_any():
         seen = max(0, len(buf) - 1)  # the end already searched: a long event is not searched again
         buf += chunk
+        if len(buf) > MAX_EVENT:
+            raise aiohttp.ClientPayloadError(f"the server sent an event past {MAX_EVENT} bytes")
         while (end := buf.find(b"\n\n", seen)) >= 0:
             data = bytes(buf[:end]).strip().removeprefix(b"data:").strip()
             del buf[: end + 2]
@@ -105,8 +110,10 @@ class Measure(Served):
                 got = event  # each says the whole output so far; the last, with its meta_info, ends it
         if got is None:
             raise aiohttp.ClientPayloadError("the server ended its answer without an event")
-        row = {"setting": setting, "prompt": idx, "output_ids": got.get("output_ids") or [],
-               "meta_info": got.get("meta_info") or {}, "latency_s": time.monotonic() - t0, "ttft_s": ttft,
+        ids, meta = got.get("output_ids") or [], got.get("meta_info") or {}
+        if not (isinstance(ids, list) and all(type(t) is int for t in ids) and isinstance(meta, dict)):
+            raise aiohttp.ClientPayloadError(f"the server's answer is malformed: {str(got)[:200]}")
+        row = {"setting": setting, "prompt": idx, "output_ids": ids, "meta_info": meta, "latency_s": time.monotonic() - t0, "ttft_s": ttft,
                "at": now_iso()}  # fmt: skip
         if setting == NONE:
             row["top_logprobs"] = await self._top_two(http, server, body, row["output_ids"])

@@ -19,7 +19,8 @@ from runner.measure import results, supervisor
 from runner.measure.supervisor import Measure
 from runner.text.measure import render_measure
 
-PROMPTS = [{"input_ids": [1, 2, 3]}, {"input_ids": [9] * 5000}, {"input_ids": [4, 5]}, {"input_ids": [6]}]
+PROMPTS = [{"input_ids": [1, 2, 3]}, {"input_ids": [9] * 5000}, {"input_ids": [4, 5]}, {"input_ids": [6]},
+           {"input_ids": [7]}]  # fmt: skip
 
 
 async def _generate(request: web.Request) -> web.StreamResponse:
@@ -31,6 +32,8 @@ async def _generate(request: web.Request) -> web.StreamResponse:
     await resp.prepare(request)
     if ids == [6]:  # its error event, on every try
         await resp.write(b'data: {"error": {"message": "the scheduler failed this request"}}\n\n')
+    elif ids == [7]:  # an answer of the wrong shape: its meta_info a string
+        await resp.write(b'data: {"output_ids": [7, 8], "meta_info": "oops"}\n\n')
     else:
         meta = {"completion_tokens": 2, "prompt_tokens": len(ids)}
         await resp.write(b"data: " + json.dumps({"output_ids": [7, 8], "meta_info": meta}).encode() + b"\n\n")
@@ -80,17 +83,17 @@ def test_a_refused_or_failing_request_is_written_with_its_reason_and_the_run_goe
     cfg = from_dict({"job": {"model": str(tmp_path)}, "measure": {"settings": ["3/1/4"]}})
     rec = asyncio.run(go())
     done = results.read(str(tmp_path / "results.jsonl"))
-    assert sorted(done) == [(NONE, 0), (NONE, 1), (NONE, 2), (NONE, 3)]  # each written, none to send again
+    assert sorted(done) == [(NONE, i) for i in range(5)]  # each written, none to send again
     assert "the server refused it" in done[(NONE, 1)]["error"] and "400" in done[(NONE, 1)]["error"]
     assert (
         "the server answered an error" in done[(NONE, 3)]["error"]
         and "failed 2 times" in done[(NONE, 3)]["error"]
     )
-    assert (
-        rec["failed"] == 2 and rec["done"] == 4 and rec["settings"][0]["requests"] == 2
-    )  # figures: answers only
+    assert "the server's answer is malformed" in done[(NONE, 4)]["error"]
+    assert rec["failed"] == 3 and rec["done"] == 5
+    assert rec["settings"][0]["requests"] == 2  # the figures count the answers only
     text = render_measure(MeasureRecord.from_dict({**rec, "started_at": "2026-12-01T12:00:00Z"}))
-    assert "2 requests failed on their own, not measured again (the last: request " in text
+    assert "3 requests failed on their own, not measured again (the last: request " in text
 
 
 def test_the_restart_cap_is_per_launch_so_a_resume_after_it_was_spent_gets_its_own(tmp_path):
