@@ -8,11 +8,12 @@ every few seconds) must not make a runner starting at that moment think it is ta
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import os
 import struct
 
-from ..contract.errors import LockedError
+from ..contract.errors import BrokenFileError, LockedError
 
 NAME = ".lock"
 # struct flock on Linux LP64: l_type, l_whence, l_start, l_len, l_pid (padded to 32 bytes)
@@ -30,7 +31,14 @@ class JobLock:
 
     def acquire(self) -> None:
         os.makedirs(os.path.dirname(self.path), exist_ok=True)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:  # never through a link: the pid would be written over whatever it names, as root
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+        except OSError as e:
+            if e.errno != errno.ELOOP:
+                raise
+            raise BrokenFileError(
+                self.path, "a link where hsx's lock goes", "remove it; hsx makes its own"
+            ) from None
         try:
             fcntl.fcntl(fd, fcntl.F_OFD_SETLK, _flock(fcntl.F_WRLCK))
         except OSError:  # EAGAIN or EACCES: another open file description holds it

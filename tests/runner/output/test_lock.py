@@ -109,3 +109,17 @@ def test_a_start_while_the_runner_holds_the_job_says_whether_it_is_done(tmp_path
         lock.release()
     assert rep.code == REFUSED and rep.payload()["reason"].startswith(said), rep.payload()
     assert f"pid {os.getpid()}" in rep.payload()["reason"]
+
+
+def test_a_link_where_the_lock_goes_is_refused_and_what_it_names_is_kept(tmp_path):
+    """A run dir's `.lock` made a link to another file (a wrong run_dir, or someone else's doing):
+    taking the lock wrote the pid over that file, as root (issue 47)."""
+    from runner.contract.errors import BrokenFileError
+
+    victim = tmp_path / "passwd"
+    victim.write_text("root:x:0:0\n")
+    (tmp_path / "run").mkdir()
+    os.symlink(victim, tmp_path / "run" / ".lock")
+    with pytest.raises(BrokenFileError, match="a link where hsx's lock goes"):
+        JobLock(str(tmp_path / "run" / ".lock")).acquire()
+    assert victim.read_text() == "root:x:0:0\n"
