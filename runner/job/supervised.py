@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..contract import fields, timing
-from ..contract.atomic import read_object, write_atomic
+from ..contract.atomic import no_follow, read_object, write_atomic
 from ..contract.errors import BrokenFileError, StatusError
 from ..contract.replies import OK, REFUSED, Reply
 from ..contract.status import NOT_STARTED, STATUS, age_s, gone, now_iso
@@ -120,9 +120,7 @@ LAUNCH_LOCK = ".launch.lock"  # held while a launch writes the record and waits 
 def one_launch(root: str):
     """The launches of one run dir, one at a time (two operators, a typed start and a Resume
     click, a pipeline's start): the lock file opened without following a link."""
-    fd = os.open(
-        os.path.join(root, LAUNCH_LOCK), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600
-    )
+    fd = no_follow(os.path.join(root, LAUNCH_LOCK), os.O_RDWR | os.O_CREAT, 0o600)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         yield

@@ -13,6 +13,7 @@ import fcntl
 import os
 import struct
 
+from ..contract.atomic import no_follow
 from ..contract.errors import BrokenFileError, LockedError
 
 NAME = ".lock"
@@ -32,7 +33,7 @@ class JobLock:
     def acquire(self) -> None:
         os.makedirs(os.path.dirname(self.path), exist_ok=True)
         try:  # never through a link: the pid would be written over whatever it names, as root
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+            fd = no_follow(self.path, os.O_RDWR | os.O_CREAT)
         except OSError as e:
             if e.errno != errno.ELOOP:
                 raise
