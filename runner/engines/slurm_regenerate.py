@@ -19,6 +19,7 @@ from ..contract.regenerate import ROWS, RegenerateRecord
 from ..contract.replies import OK, Reply
 from ..contract.status import STATUS, now_iso
 from ..data.dataset import line_offsets
+from ..job import rundir
 from ..output import ranks
 from ..output.jsonl import rank_file
 from ..regenerate import committed, control, record
@@ -93,6 +94,7 @@ def _submit(cfg: Config, root: str, st: dict, verb: str) -> Reply:
         return refused(
             verb, f"already running: {len(active)} rank(s) queued or running", ranks=sorted(active)
         )
+    rundir.claim(cfg, "regenerate")
     os.makedirs(os.path.join(root, "logs"), exist_ok=True)
     cmd = ["-m", "runner.regenerate.supervisor", root, os.path.abspath(cfg.path)]
     script = slurm_io.array_script(

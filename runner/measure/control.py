@@ -10,7 +10,7 @@ from ..contract.config import Config
 from ..contract.measure import RESULTS
 from ..contract.replies import OK, Reply
 from ..contract.train import in_sglang_units
-from ..job import supervised
+from ..job import rundir, supervised
 from ..job.supervised import refused
 from ..train import guard, runspec
 from ..train import record as train_record
@@ -18,7 +18,7 @@ from .record import KIND, read
 
 
 def run_dir(cfg: Config) -> str:
-    return os.path.abspath(cfg.measure.run_dir or cfg.job.out.rstrip("/") + "-measure")
+    return rundir.of(cfg, "measure")
 
 
 def draft(cfg: Config) -> str:
@@ -28,6 +28,8 @@ def draft(cfg: Config) -> str:
 def _cheap(cfg: Config, root: str) -> Reply | None:
     if reply := supervised.running(KIND, root):
         return reply
+    if why := rundir.refusal(cfg, "measure"):
+        return refused(why)
     if cfg.server.backend != "sglang":
         return refused(
             'a measurement serves the draft in SGLang: [server] backend must be "sglang" '
@@ -52,8 +54,7 @@ def start(cfg: Config) -> Reply:
         return reply
     if os.path.exists(os.path.join(root, RESULTS)):
         return refused(f"{root} holds a measurement: resume it (hsx-runner measure resume), or move it aside")
-    os.makedirs(root, exist_ok=True)
-    return _launch(cfg, root, "started")
+    return _launch(cfg, rundir.claim(cfg, "measure"), "started")
 
 
 def resume(cfg: Config) -> Reply:

@@ -5,18 +5,17 @@ under way stopped too)."""
 from __future__ import annotations
 
 import dataclasses
-import os
 
 from ..contract.config import Config
 from ..contract.replies import OK, Reply
-from ..job import supervised
+from ..job import rundir, supervised
 from ..job.supervised import refused
 from .record import KIND, read
 from .stages import STAGES
 
 
 def run_dir(cfg: Config) -> str:
-    return os.path.abspath(cfg.pipeline.run_dir or cfg.job.out.rstrip("/") + "-pipeline")
+    return rundir.of(cfg, "pipeline")
 
 
 def start(cfg: Config) -> Reply:
@@ -27,7 +26,9 @@ def start(cfg: Config) -> Reply:
         )
     if reply := supervised.running(KIND, root):
         return reply
-    os.makedirs(root, exist_ok=True)
+    if why := rundir.refusal(cfg, "pipeline"):
+        return refused(why)
+    rundir.claim(cfg, "pipeline")
     how = "resumed" if read(root).started_at else "started"
     return supervised.launch(KIND, root, cfg.path, how, stages=list(cfg.pipeline.stages))
 

@@ -12,7 +12,7 @@ from ..contract.ranks import STATE_FILE
 from ..contract.regenerate import FAILED_SUFFIX, META_SUFFIX, ROWS
 from ..contract.replies import OK, Reply
 from ..contract.stages import regenerated_path
-from ..job import supervised
+from ..job import rundir, supervised
 from ..job.supervised import refused
 from .record import KIND, read
 
@@ -21,7 +21,7 @@ HISTORY_POINTS = 500  # the status reply carries this many of the last
 
 
 def run_dir(cfg: Config) -> str:
-    return os.path.abspath(cfg.regenerate.run_dir or cfg.job.out.rstrip("/") + "-regenerate")
+    return rundir.of(cfg, "regenerate")
 
 
 def source(cfg: Config) -> str:
@@ -61,6 +61,8 @@ def refusal(cfg: Config) -> Reply | None:
     """What the config itself refuses, wherever the regeneration runs (this box, or Slurm); asked
     at start and at every resume (a Resume button's, a pipeline's), so a config edited meanwhile
     is checked too."""
+    if why := rundir.refusal(cfg, "regenerate"):
+        return refused(why)
     if not os.path.isfile(source(cfg)):
         return refused(f"no dataset at {source(cfg)} ([regenerate] input, else [job] dataset)")
     if hit := overwrites(cfg, source(cfg)):
@@ -84,7 +86,7 @@ def start(cfg: Config) -> Reply:
         return refused(f'{root} holds a regeneration on Slurm: resume it there ([cluster] engine = "slurm")')
     if os.path.exists(output(cfg)):
         return refused(f"{output(cfg)} exists: move it aside, or name another [regenerate] output")
-    os.makedirs(root, exist_ok=True)
+    rundir.claim(cfg, "regenerate")
     return supervised.launch(KIND, root, cfg.path, "started", source=source(cfg), output=output(cfg))
 
 

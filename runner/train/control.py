@@ -21,7 +21,7 @@ from ..contract.config import Config
 from ..contract.errors import BrokenFileError, ConfigError
 from ..contract.replies import NOT_OK, OK, REFUSED, Reply
 from ..contract.train import ACC_WINDOW
-from ..job import detach
+from ..job import detach, rundir
 from ..lanes import BuildError, building
 from ..output.lock import is_held_at, try_ofd
 from ..text.training import simulated
@@ -247,8 +247,7 @@ def start(cfg: Config, submit=None, extraction=None) -> Reply:
         return refused(refusal("training preflight", [fit]), checks=[fit])
     if reply := _fit(cfg, paths, spec, draft):
         return reply
-    os.makedirs(paths.root, exist_ok=True)
-    guard.mark_run(paths.root)  # every check passed: the folder is hsx's run dir from here
+    rundir.claim(cfg, "train")  # every check passed: the folder is hsx's run dir from here
     return locked(paths.root, lambda: _first(cfg, paths, submit))
 
 

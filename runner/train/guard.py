@@ -5,22 +5,20 @@ out of the folder hsx watches, undo the save and keep floors that make a crash r
 the target's own code against ``[job] trust_remote_code = false``, or train on features nobody
 verified. Each is refused with the ``[train]`` or ``[job]`` key to use instead.
 
-A run dir is hsx's own when it holds the ``.hsx-run`` mark a first start writes (or, from before
-the mark, a run.yaml whose output_dir is its own ``output``); otherwise it must be new or empty,
-since a start replaces its ``features/`` and ``eval/`` and SpecForge deletes checkpoints it finds.
-An export dir is new, marked ``.hsx-export``, or the run's own ``export/``.
+The run dir follows every kind's rule (``job.rundir``): a start replaces its ``features/`` and
+``eval/`` and SpecForge deletes checkpoints it finds. An export dir is new, marked
+``.hsx-export``, or the run's own ``export/``.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import stat
 
 from ..contract.config import Config
 from ..contract.errors import ConfigError
+from ..job import rundir
 
-RUN_MARK = ".hsx-run"
 EXPORT_MARK = ".hsx-export"
 OWNED = {
     ("output_dir",): "[train] run_dir (checkpoints go to its output/, which hsx watches)",
@@ -76,59 +74,11 @@ def specforge_keys(over: dict, base: dict) -> None:
     tables(over, base, "")
 
 
-def _inside(path: str, folder: str) -> bool:
-    path, folder = os.path.realpath(path), os.path.realpath(folder)
-    return path == folder or path.startswith(folder.rstrip("/") + "/")
-
-
-def _theirs(cfg: Config, path: str, what: str) -> None:
-    """Refuse ``path`` inside (or equal to) the job's output or model folder, or the dataset's
-    own folder (a run dir beside the dataset is fine; one holding it is not new)."""
-    for name, folder in (("[job] out", cfg.job.out), ("[job] model", cfg.job.model)):
-        if folder and _inside(path, folder):
-            raise ConfigError(f"{what} {path} is inside {name} ({folder}): set it elsewhere")
-    data = os.path.dirname(os.path.abspath(cfg.job.dataset)) if cfg.job.dataset else ""
-    if data and os.path.realpath(path) == os.path.realpath(data):
-        raise ConfigError(f"{what} {path} is the dataset's folder: set it elsewhere")
-
-
-def _own_run(root: str) -> bool:
-    if os.path.lexists(os.path.join(root, RUN_MARK)):
-        return True
-    try:
-        with open(os.path.join(root, "run.yaml")) as f:
-            return json.load(f).get("output_dir") == os.path.join(root, "output")
-    except (OSError, ValueError, AttributeError):
-        return False
-
-
-def run_dir(cfg: Config, root: str) -> None:
-    """A run dir hsx may write into: not a link, not inside the job's folders, and new, empty
-    or hsx's own (say which it is not)."""
-    if os.path.islink(root):
-        raise ConfigError(f"[train] run_dir {root} is a symlink: name the real folder")
-    _theirs(cfg, root, "[train] run_dir")
-    if not os.path.lexists(root):
-        return
-    if not os.path.isdir(root):
-        raise ConfigError(f"[train] run_dir {root} is not a folder")
-    if os.listdir(root) and not _own_run(root):
-        raise ConfigError(
-            f"[train] run_dir {root} holds files hsx did not write (no {RUN_MARK}): "
-            "a start would replace its features/ and eval/; set a new or empty folder"
-        )
-
-
-def mark_run(root: str) -> None:
-    with open(os.path.join(root, RUN_MARK), "a"):
-        pass
-
-
 def export_dir(cfg: Config, out: str, root: str) -> None:
     """An export dir hsx may write into: new, marked as an earlier export's, or the run's own."""
     if os.path.islink(out):
         raise ConfigError(f"[train] export_dir {out} is a symlink: name the real folder")
-    _theirs(cfg, out, "[train] export_dir")
+    rundir.theirs(cfg, out, "[train] export_dir")
     if not os.path.lexists(out) or out == os.path.join(root, "export"):
         return
     if not os.path.isdir(out) or (os.listdir(out) and not os.path.lexists(os.path.join(out, EXPORT_MARK))):

@@ -15,6 +15,7 @@ from .. import specforge_cpu
 from ..contract.atomic import write_atomic
 from ..contract.config import Config
 from ..contract.errors import ConfigError
+from ..job import rundir
 from ..output.store import DESCRIPTION
 from . import guard, split, target
 
@@ -46,7 +47,7 @@ class RunPaths:
 
 
 def run_dir(cfg: Config) -> str:
-    return os.path.abspath(cfg.train.run_dir or cfg.job.out.rstrip("/") + "-train")
+    return rundir.of(cfg, "train")
 
 
 def export_dir(cfg: Config) -> str:
@@ -182,8 +183,7 @@ def plan(cfg: Config) -> tuple[RunPaths, dict, dict]:
 
 def owned(cfg: Config) -> RunPaths:
     """The run's paths once the run dir and export dir are ones hsx may write into (ConfigError)."""
-    paths = RunPaths(run_dir(cfg))
-    guard.run_dir(cfg, paths.root)
+    paths = RunPaths(rundir.check(cfg, "train"))
     guard.export_dir(cfg, export_dir(cfg), paths.root)
     return paths
 
@@ -192,8 +192,7 @@ def prepare(cfg: Config) -> tuple[RunPaths, dict]:
     """Write the run dir's files for a first start (the view is kept if there); (paths, spec)."""
     paths, spec, draft = plan(cfg)
     owned(cfg)
-    os.makedirs(paths.root, exist_ok=True)
-    guard.mark_run(paths.root)
+    rundir.claim(cfg, "train")
     if cfg.train.eval_samples:
         split.write(cfg.job.out, paths.root, cfg.train.eval_samples, cfg.train.seed)
     target.view(cfg.job.model, paths.target)

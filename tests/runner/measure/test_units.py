@@ -197,7 +197,7 @@ def test_a_named_draft_others_may_write_is_refused_before_roots_sglang_loads_it(
     shared = tmp_path / "shared"
     (shared / "draft").mkdir(parents=True)
     (shared / "draft" / "config.json").write_text("{}")
-    conf = {"job": {"model": str(tmp_path), "out": str(tmp_path / "out")}, "server": {"backend": "sglang"},
+    conf = {"job": {"model": str(tmp_path / "model"), "out": str(tmp_path / "out")}, "server": {"backend": "sglang"},
             "measure": {"draft": str(shared / "draft")}}  # fmt: skip
     os.chmod(shared, 0o777)  # anyone may swap the draft for their own
     said = control.start(from_dict(conf))

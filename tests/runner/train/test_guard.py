@@ -13,6 +13,7 @@ import time
 import pytest
 
 from runner.contract.status import Phase, StatusRecord, write_record
+from runner.job import rundir
 from runner.procs import cmdline, pids
 from runner.train import control, exporter, guard, preflight, record, runspec, split, strays
 from tests.runner.helpers import wait_for
@@ -105,11 +106,11 @@ def test_an_export_dir_naming_the_models_folder_or_someones_files_is_refused(tmp
     before = sorted(os.listdir(tmp_path / "model"))
     cfg = _cfg(tmp_path, python=sys.executable, export_dir=str(tmp_path / "model"))
     root = runspec.run_dir(cfg)
+    rundir.claim(cfg, "train")
     _ckpt(tmp_path / "out-train" / "output", 4, ["training_state.pt", "training_state_rank0.pt"])
     record.Record(
         root, {"phase": "done", "run_id": "hsx-eagle3", "output_dir": f"{root}/output", "world": 1}
     ).write()
-    guard.mark_run(root)
     rep = exporter.export(cfg)
     assert (
         rep.code == 3
@@ -171,7 +172,7 @@ def test_two_resumes_at_once_launch_one_trainer_and_never_kill_the_winners(tmp_p
     cfg = _cfg(tmp_path, python=py, export_at_end=False)
     root = runspec.run_dir(cfg)
     os.makedirs(root)
-    guard.mark_run(root)
+    rundir.claim(cfg, "train")
     paths = runspec.RunPaths(root)
     open(paths.yaml, "w").write(json.dumps({k: {} for k in ("model", "data", "training", "deployment")}))
     _ckpt(tmp_path / "out-train" / "output", 4, ["training_state.pt", "training_state_rank0.pt"])
