@@ -21,6 +21,7 @@ import datetime as dt
 import re
 
 from bot.verbs.table import KINDS, PIPELINE, kind_of_key
+from bot.watch import standing
 from bot.watch.action import Action
 from bot.watch.posted import MAX_KEYS, Posted
 from runner.contract.status import parse_iso
@@ -36,13 +37,12 @@ def without_paths(said: str) -> str:
     return _PATH.sub("…", _PLACE.sub("", said))
 
 
-def _alert(d: dict, run: str) -> Action:
+def _alert(d: dict) -> Action:
     phase = d["phase"]
-    episode = d.get("pid") if phase == "crashed" else d.get("ended_at")
     head = f":rotating_light: Pipeline {phase.upper()}"
     text = f"{head}\n{render_pipeline(d, full=False)}"
     private = f"{head}: {d.get('reason') or 'no reason given'}\n{render_pipeline(d)}"
-    return Action("alert", text, key=f"{KEY}{phase}:{run}:{episode}", resume=True, private=private)
+    return Action("alert", text, key=standing.ended_key(PIPELINE, d), resume=True, private=private)
 
 
 def _started(d: dict, p: Posted, run: str) -> Action | None:
@@ -89,7 +89,7 @@ def judge(st, d: dict, now: dt.datetime | None = None):
     p.start(run)
     found = []
     if d.get("phase") in ("crashed", "failed"):
-        found.append(_alert(d, run))
+        found.append(_alert(d))
     if d.get("phase") == "done":
         found.append(_done(d, run))
     later = [a] if (a := _started(d, p, run)) else []

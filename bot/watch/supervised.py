@@ -8,6 +8,7 @@ from __future__ import annotations
 import datetime as dt
 
 from bot.verbs.table import Kind
+from bot.watch import standing
 from bot.watch.action import Action
 from runner.contract.status import age_s
 from runner.text.human import human_duration
@@ -46,11 +47,9 @@ def alerts(of: Kind, rec, now: dt.datetime, say, stall: tuple[str, str] | None, 
     a resume keeps). ``say``: the kind's ``post``; ``ended``: False where the run's crash or
     failure is already its ranks' alerts (on Slurm)."""
     name, run, out = of.name.capitalize(), rec.started_at, []
-    if ended and rec.phase in ("crashed", "failed"):
-        episode = rec.pid if rec.phase == "crashed" else rec.ended_at
-        out.append(say("alert", f":rotating_light: {name} {rec.phase.upper()}", rec, now,
-                       f"{of.key}{rec.phase}:{run}:{episode}", why=f": {rec.reason or 'no reason given'}",
-                       resume=True))  # fmt: skip
+    if ended and (key := standing.ended_key(of, rec.to_dict())):
+        out.append(say("alert", f":rotating_light: {name} {rec.phase.upper()}", rec, now, key,
+                       why=f": {rec.reason or 'no reason given'}", resume=True))  # fmt: skip
     if rec.restarts:
         head = f":warning: {name}'s server restarted ({rec.restarts} so far)"
         out.append(say("alert", head, rec, now, f"{of.key}restarts:{run}:{rec.restarts}"))

@@ -28,7 +28,7 @@ import functools
 from dataclasses import dataclass, field
 
 from bot.verbs.table import TRAINING
-from bot.watch import supervised
+from bot.watch import standing, supervised
 from bot.watch.action import Action
 from bot.watch.posted import MAX_KEYS, Posted
 from runner.contract.config import Config
@@ -150,7 +150,7 @@ def judge(st, rec: TrainRecord, now: dt.datetime | None = None, lim: TrainLimits
     episode = f"{rec.run_id}:{rec.launches}"
     found: list[Action] = []
     if rec.phase == "crashed":
-        found.append(_post("alert", ":rotating_light: Training CRASHED", rec, now, f"{TRAINING.key}crashed:{episode}",
+        found.append(_post("alert", ":rotating_light: Training CRASHED", rec, now, standing.train_crash_key(rec.to_dict()),
                            why=f": {_reason(rec)}", resume=True))  # fmt: skip
     if rec.nan_loss:
         head = f":rotating_light: Training loss is NaN at step {rec.step}"

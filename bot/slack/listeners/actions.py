@@ -1,5 +1,6 @@
 """Buttons: confirm or cancel a stop (any kind's) or free-gpus, and Resume on a crash alert (once
-per alert; it runs the verb the alert's kind resumes with: `/train resume`, `/pipeline start`)."""
+per alert, and only while that alert stands: its run still crashed or failed in that launch; it
+runs the verb the alert's kind resumes with: `/train resume`, `/pipeline start`)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,9 @@ from bot.slack.slack_out import CANCEL, CONFIRM, CONFIRM_BEFORE, text_with_audit
 from bot.verbs.access import refusal
 from bot.verbs.commands import Command, confirmed_command
 from bot.verbs.table import kind_of_key
+from bot.watch import standing
 from bot.watch.action import RESUME
+from remote.errors import RemoteError
 
 
 def _ack(ack):
@@ -23,6 +26,24 @@ def _refused(rt: Runtime, body: dict, respond) -> bool:
     if why:
         respond(text=why, response_type="ephemeral", replace_original=False)
     return bool(why)
+
+
+def _gone(rt: Runtime, key: str) -> str | None:
+    """Why the alert ``key`` no longer stands (the run resumed, ended or started again since); None
+    where it stands, or where the box cannot say now (the resume itself then says what it finds)."""
+    kind = standing.judged(key)
+    if kind is None:
+        return None
+    try:
+        d = rt.handlers.box.record(kind.word).to_dict()
+    except RemoteError:
+        return None
+    if standing.stands(key, d):
+        return None
+    return (
+        f"this alert no longer stands: the {kind.name} has moved on since (it reads {d.get('phase')} now); "
+        f"nothing was resumed. `{kind.slash} status` says where it is"
+    )
 
 
 def register(app, rt: Runtime) -> None:
@@ -56,6 +77,9 @@ def register(app, rt: Runtime) -> None:
         if not rt.handlers.is_operator(user):
             reply = resume()  # refused and audited
             respond(text=reply.text, response_type="ephemeral", replace_original=False)
+            return
+        if why := _gone(rt, key):
+            respond(text=why, response_type="ephemeral", replace_original=False)
             return
         if not rt.buttons.claim(key, user):
             who = rt.buttons.owner(key) or "someone"

@@ -136,9 +136,50 @@ def test_the_watcher_posts_the_crash_once_and_its_resume_button_runs_pipeline_st
         resumed = bot.rec.wait_for("response", 2)[1]
         assert "pipeline resumed (pid 89)" in resumed["text"]
         calls = [c[-1] for c in fake.calls() if c[0] == "pipeline"]
-        assert calls.count("start") == 1 and calls.count("status") == 3
+        assert calls.count("start") == 1 and calls.count("status") == 4  # 3 ticks, and the click's
         assert [(e["action"], e["result"][:7]) for e in bot.audit()] == [
             ("pipeline start", "refused"),
+            ("pipeline start", "attempt"),
+            ("pipeline start", "ok"),
+        ]
+
+
+def test_a_resume_button_whose_alert_no_longer_stands_resumes_nothing(fake, cfg):
+    """The button is tied to the run and the launch it was posted for (issue 47): clicked after the
+    pipeline was resumed by hand, or after that run crashed again in a later launch, it says so and
+    starts nothing; the later crash's own button resumes."""
+    cfg = dataclasses.replace(cfg, pipeline=WITH_PIPELINE)
+    fake.reply("pipeline-status", CRASHED)
+    fake.reply("pipeline-start", {"started": True, "pid": 90, "message": "pipeline resumed (pid 90)"})
+    again = {**CRASHED, "pid": 8080, "reason": "pipeline's supervisor (pid 8080) is gone"}
+    with serve(cfg, box=fake.box(), fake=fake) as (bot, _, _):
+
+        def button(pid: int) -> str:
+            (alert,) = [p for p in bot.rec.named("chat.postMessage")
+                        if "Pipeline CRASHED" in p["text"] and p["channel"] == "C0ALERTS" and p not in seen]  # fmt: skip
+            seen.append(alert)
+            blocks = json.loads(alert["blocks"]) if isinstance(alert["blocks"], str) else alert["blocks"]
+            value = blocks[1]["elements"][0]["value"]
+            assert value.endswith(f":{pid}"), value
+            return value
+
+        seen: list = []
+        _tick(fake, cfg, bot)
+        first = button(7070)
+        fake.reply("pipeline-status", RUNNING | {"pid": 7171})  # resumed by `/pipeline start` meanwhile
+        assert bot.click("hsx_resume", first) == 200
+        (gone,) = bot.rec.wait_for("response")
+        assert "this alert no longer stands" in gone["text"] and "reads running now" in gone["text"]
+        fake.reply("pipeline-status", again)  # that launch crashed too: a new alert, a new button
+        _tick(fake, cfg, bot)
+        second = button(8080)
+        assert bot.click("hsx_resume", first) == 200
+        assert "no longer stands" in bot.rec.wait_for("response", 2)[1]["text"]
+        assert bot.click("hsx_resume", second) == 200
+        assert "pipeline resumed (pid 90)" in bot.rec.wait_for("response", 3)[2]["text"]
+        calls = [c[-1] for c in fake.calls() if c[0] == "pipeline"]
+        assert calls.count("start") == 1
+        assert [(e["action"], e["result"][:7]) for e in bot.audit()] == [
             ("pipeline start", "attempt"),
             ("pipeline start", "ok"),
         ]

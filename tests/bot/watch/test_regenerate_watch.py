@@ -149,7 +149,7 @@ def test_the_watcher_posts_the_crash_once_and_its_resume_button_runs_regenerate_
         resumed = bot.rec.wait_for("response", 2)[1]
         assert "regeneration resumed" in resumed["text"]
         calls = [c[-1] for c in fake.calls() if c[0] == "regenerate"]
-        assert calls.count("resume") == 1 and calls.count("status") == 3
+        assert calls.count("resume") == 1 and calls.count("status") == 4  # 3 ticks, and the click's
         assert "resume" not in fake.verbs()  # not the extraction's
         assert [(e["action"], e["result"][:7]) for e in bot.audit()] == [
             ("regenerate resume", "refused"),
