@@ -6,6 +6,8 @@ hsx's own markup, is added after. Its blocks come escaped from summary.
 
 from __future__ import annotations
 
+import dataclasses
+
 from bot.render.mrkdwn import escape
 from bot.verbs.commands import Reply, confirmed_command
 
@@ -30,6 +32,11 @@ def text_with_audit(reply: Reply) -> str:
     if reply.audit and reply.audit not in reply.text:
         return f"{slack_text(reply)}\n{reply.audit}"
     return slack_text(reply)
+
+
+def channel_text(reply: Reply) -> str:
+    """What the channel reads of a reply: its ``public`` text where it has one, with the audit line."""
+    return text_with_audit(dataclasses.replace(reply, text=reply.public or reply.text))
 
 
 def blocks_with_audit(reply: Reply) -> list[dict] | None:
@@ -80,6 +87,10 @@ def respond_reply(reply: Reply, respond, client, channel: str | None) -> None:
             title=reply.image_name.removesuffix(".png"),
             initial_comment=slack_text(reply),
         )
+        return
+    if reply.public and not reply.ephemeral:  # the channel without the box's paths; the asker with
+        respond(text=channel_text(reply), blocks=blocks_with_audit(reply), response_type="in_channel")
+        respond(text=slack_text(reply), response_type="ephemeral", replace_original=False)
         return
     kind = "ephemeral" if reply.ephemeral else "in_channel"
     respond(text=text_with_audit(reply), blocks=blocks_with_audit(reply), response_type=kind)

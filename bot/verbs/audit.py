@@ -19,6 +19,14 @@ from runner.text.training import WITHHELD
 
 _lock = threading.Lock()
 SLACK_ID_RE = re.compile(r"^[UW][A-Z0-9]{2,}$")
+_PLACE = re.compile(r"\s+(?:into|to|in|at|from)\s+~?/[^\s\"'`)\]]*")  # "… into /data/x.jsonl"
+_PATH = re.compile(r"(?<![\w.~/-])~?/[^\s\"'`)\]]*")  # a path of the box, not "3/1/4" or "rows/s"
+
+
+def without_paths(said: str) -> str:
+    """What the box said as the channel reads it: "62 rows regenerated", not where to; any other
+    path of the box as "…" (members' texts withhold them; operators get them by themselves)."""
+    return _PATH.sub("…", _PLACE.sub("", said))
 
 
 def mention(user: str) -> str:

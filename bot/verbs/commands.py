@@ -83,6 +83,7 @@ class Reply:
     error: bool = False
     markup: bool = False  # text is mrkdwn hsx wrote itself (mentions), sent to Slack unescaped
     extra: dict = field(default_factory=dict)
+    public: str = ""  # what the channel reads where text has the box's paths: text then to the asker alone
 
 
 def _help(problem: str, kind: Kind = EXTRACTION) -> Command:

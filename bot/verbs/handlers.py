@@ -12,7 +12,7 @@ from collections.abc import Callable
 from bot.render import summary
 from bot.verbs import extraction, measure, pipeline, regenerate, train
 from bot.verbs.access import Allowance
-from bot.verbs.audit import AuditLog, mention
+from bot.verbs.audit import AuditLog, mention, without_paths
 from bot.verbs.commands import Command, Reply, answer_text, failed, help_reply, parse
 from bot.verbs.table import EXTRACTION, KINDS, MEASURING, PIPELINE, REGENERATING, TRAINING, Kind, Verb
 from remote.errors import RemoteError
@@ -124,7 +124,9 @@ class Handlers:
         answer = Answer.from_dict(reply)
         line = self.audit.record(user, cmd.action, "ok" if answer.ok else "refused", answer.message, ref=ref)
         said = (text or answer_text)(cmd, answer)
-        return Reply(text=said, audit=line, error=not answer.ok, extra={"reply": reply})
+        public = without_paths(said)
+        return Reply(text=said, audit=line, error=not answer.ok, extra={"reply": reply},
+                     public=public if public != said else "")  # fmt: skip
 
     def chart(
         self, history: Callable, record: Callable, story: Callable, draw, need: str, name: str

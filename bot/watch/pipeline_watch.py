@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import copy
 import datetime as dt
-import re
 
+from bot.verbs.audit import without_paths
 from bot.verbs.table import KINDS, PIPELINE, kind_of_key
 from bot.watch import standing
 from bot.watch.action import Action
@@ -28,13 +28,6 @@ from runner.contract.status import parse_iso
 from runner.text.pipeline import render_pipeline
 
 KEY = PIPELINE.key
-_PLACE = re.compile(r"\s+(?:into|to|in|at|from)\s+/\S*")  # "… into /data/x.jsonl"
-_PATH = re.compile(r"(?<!\S)/\S*")
-
-
-def without_paths(said: str) -> str:
-    """A stage's hand-on as the channel reads it: "62 rows regenerated", not where to."""
-    return _PATH.sub("…", _PLACE.sub("", said))
 
 
 def _alert(d: dict) -> Action:

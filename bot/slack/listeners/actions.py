@@ -5,7 +5,7 @@ runs the verb the alert's kind resumes with: `/train resume`, `/pipeline start`)
 from __future__ import annotations
 
 from bot.slack.runtime import Runtime
-from bot.slack.slack_out import CANCEL, CONFIRM, CONFIRM_BEFORE, text_with_audit
+from bot.slack.slack_out import CANCEL, CONFIRM, CONFIRM_BEFORE, channel_text, slack_text, text_with_audit
 from bot.verbs.access import refusal
 from bot.verbs.commands import Command, confirmed_command
 from bot.verbs.table import kind_of_key
@@ -60,7 +60,9 @@ def register(app, rt: Runtime) -> None:
             respond(text=text_with_audit(reply), replace_original=True, response_type="ephemeral")
             return
         respond(delete_original=True)
-        respond(text=text_with_audit(reply), response_type="in_channel", replace_original=False)
+        respond(text=channel_text(reply), response_type="in_channel", replace_original=False)
+        if reply.public:
+            respond(text=slack_text(reply), response_type="ephemeral", replace_original=False)
 
     def cancel(respond):
         respond(delete_original=True)
@@ -94,7 +96,9 @@ def register(app, rt: Runtime) -> None:
             rt.buttons.release(key)  # let someone try again
             respond(text=text_with_audit(reply), response_type="ephemeral", replace_original=False)
             return
-        respond(text=f"{original}\n{text_with_audit(reply)}", replace_original=True)
+        respond(text=f"{original}\n{channel_text(reply)}", replace_original=True)
+        if reply.public:
+            respond(text=slack_text(reply), response_type="ephemeral", replace_original=False)
 
     app.action(CONFIRM)(ack=_ack, lazy=[confirm])
     app.action(CONFIRM_BEFORE)(ack=_ack, lazy=[confirm])

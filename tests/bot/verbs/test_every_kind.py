@@ -59,13 +59,17 @@ def test_chat_words_become_the_kinds_fixed_verbs_or_help(kind):
 
 @pytest.mark.parametrize("kind", WORDED, ids=_ids(WORDED))
 def test_an_operators_start_runs_the_fixed_verb_and_audits(kind, fake, any_cfg):
-    said = f"{kind.name} started (pid 77)"
+    """The channel reads the box's answer without its paths (issue 47); the operator who asked
+    gets them, to themself alone."""
+    said = f"{kind.name} started (pid 77); /data/out-{kind.word}"
     fake.reply(f"{kind.word}-start", {"started": True, "pid": 77, "message": said})
     with serve(any_cfg, box=fake.box(), fake=fake) as (bot, _, _):
         bot.command("start", command=kind.slash)
-        (resp,) = bot.rec.wait_for("response")
-        assert resp["response_type"] == "in_channel"
-        assert said in resp["text"] and f"<@{OPERATOR}> `{kind.word} start` → ok" in resp["text"]
+        channel, own = bot.rec.wait_for("response", 2)
+        assert channel["response_type"] == "in_channel" and "/data" not in channel["text"]
+        assert f"{kind.name} started (pid 77); …" in channel["text"]
+        assert f"<@{OPERATOR}> `{kind.word} start` → ok" in channel["text"]
+        assert own["response_type"] == "ephemeral" and said in own["text"]
         assert fake.calls() == [fake.argv(kind.word, "start")]
         audit = bot.audit()
     action = kind.action("start")
@@ -81,8 +85,9 @@ def test_a_refused_start_says_the_boxs_reason_and_is_audited_as_refused(kind, fa
     fake.reply(f"{kind.word}-start", refused(why).payload(), code=REFUSED)  # as the box's runner says it
     with serve(any_cfg, box=fake.box(), fake=fake) as (bot, _, _):
         bot.command("start", command=kind.slash)
-        (resp,) = bot.rec.wait_for("response")
-        assert f"refused: {why}" in resp["text"]
+        channel, own = bot.rec.wait_for("response", 2)
+        assert "refused: … holds a run: resume it" in channel["text"] and "/data" not in channel["text"]
+        assert own["response_type"] == "ephemeral" and f"refused: {why}" in own["text"]
         assert [e["result"] for e in bot.audit()] == ["attempt", "refused"]
 
 

@@ -12,7 +12,8 @@ import json
 
 from slack_sdk import WebClient
 
-from bot.watch.pipeline_watch import judge, without_paths
+from bot.verbs.audit import without_paths
+from bot.watch.pipeline_watch import judge
 from bot.watch.watcher import Watcher, WatchState
 from runner.contract.config import from_dict
 
