@@ -55,11 +55,12 @@ def test_full_disk_pauses_alerts_once_then_resume_finishes(gpu_box, demo_assets,
     try:
         bot, rec, box = ops.bot, ops.rec, ops.rt.handlers.box
         bot.command("start")  # preflight sees the worst case will not fit: refused, nothing started
-        (refused,) = rec.wait_for("response", timeout=60)
+        refused, own = rec.wait_for("response", 2, timeout=60)  # the channel's, then the asker's
         assert "preflight refused the start: disk:" in refused["text"], refused["text"]
+        assert str(out) not in refused["text"] and str(out) in own["text"], own["text"]
         assert not os.path.exists(os.path.join(out, "status.json"))
         bot.command("start --force")  # the operator knows better (samples are smaller): it runs
-        forced = rec.wait_for("response", 2, timeout=60)[1]
+        forced = rec.wait_for("response", 3, timeout=60)[2]
         assert "refused" not in forced["text"], forced["text"]
         outcomes = [(e["action"], e["result"]) for e in bot.audit() if e["result"] != "attempt"]
         assert outcomes[-2:] == [("start", "refused"), ("start --force", "ok")]
