@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import datetime as dt
 import fcntl
 import json
 import os
@@ -20,8 +19,8 @@ from ..contract import fields, timing
 from ..contract.atomic import no_follow, read_object, write_atomic
 from ..contract.errors import BrokenFileError, StatusError
 from ..contract.replies import OK, REFUSED, Reply
-from ..contract.status import NOT_STARTED, STATUS, age_s, gone, now_iso
-from ..output.lock import is_held_at
+from ..contract.status import NOT_STARTED, STATUS, gone, now_iso
+from ..output.lock import blocks, is_held_at, wait_ofd
 from . import detach
 
 
@@ -80,17 +79,11 @@ def read(kind: Kind, root: str) -> Any:
         rec = kind.record.from_dict(d)
     except StatusError as e:
         raise BrokenFileError(path, str(e), kind.fix) from None
-    if rec.active and not is_held_at(os.path.join(root, ".lock"))[0] and not _launching(rec):
-        why = gone(f"{kind.doing} supervisor", rec.pid, rec.phase, rec.heartbeat)
-        rec = dataclasses.replace(rec, phase="crashed", reason=why)
+    if rec.active and not is_held_at(os.path.join(root, ".lock"))[0]:
+        if not (rec.phase == "preflight" and launching(root)):  # a launch under way is not a crash
+            why = gone(f"{kind.doing} supervisor", rec.pid, rec.phase, rec.heartbeat)
+            rec = dataclasses.replace(rec, phase="crashed", reason=why)
     return rec
-
-
-def _launching(rec) -> bool:
-    """A launch under way: the record says preflight with no pid yet (``launch`` wrote it, its
-    supervisor has not claimed the run), for no longer than a claim may take."""
-    age = age_s(rec.heartbeat, dt.datetime.now(dt.timezone.utc))
-    return rec.phase == "preflight" and rec.pid is None and age is not None and age < timing.current().claim_s
 
 
 def refused(why: str) -> Reply:
@@ -118,14 +111,22 @@ LAUNCH_LOCK = ".launch.lock"  # held while a launch writes the record and waits 
 
 @contextlib.contextmanager
 def one_launch(root: str):
-    """The launches of one run dir, one at a time (two operators, a typed start and a Resume
-    click, a pipeline's start): the lock file opened without following a link."""
+    """The launches of one run dir, every kind's, one at a time (two operators, a typed start and
+    a Resume click, a pipeline's start, the training's export): an OFD lock on ``.launch.lock``
+    (opened without following a link), waited for, so the second finds what the first launched;
+    a reader sees a launch under way (``launching``) without taking it."""
+    os.makedirs(root, exist_ok=True)
     fd = no_follow(os.path.join(root, LAUNCH_LOCK), os.O_RDWR | os.O_CREAT, 0o600)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+        wait_ofd(fd, fcntl.F_WRLCK)
         yield
     finally:
         os.close(fd)
+
+
+def launching(root: str) -> bool:
+    """A start, resume or export of the run in ``root`` is under way (it holds the launch lock)."""
+    return blocks(os.path.join(root, LAUNCH_LOCK), fcntl.F_WRLCK)
 
 
 def launch(kind: Kind, root: str, config: str, how: str, **first) -> Reply:

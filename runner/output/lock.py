@@ -91,6 +91,11 @@ def try_ofd(fd: int, kind: int) -> bool:
     return True
 
 
+def wait_ofd(fd: int, kind: int) -> None:
+    """Take an OFD lock of ``kind`` on ``fd``, waiting for whoever holds it."""
+    fcntl.fcntl(fd, fcntl.F_OFD_SETLKW, _flock(kind))
+
+
 def blocks(path: str, kind: int) -> bool:
     """Whether another holder would refuse a lock of ``kind`` on ``path``, never taking it."""
     try:

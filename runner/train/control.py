@@ -7,7 +7,6 @@ deletes nothing; resume reuses the first launch's run.yaml unchanged and adds on
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import shutil
@@ -15,20 +14,20 @@ import subprocess
 import sys
 
 from ..contract import timing
-from ..contract.atomic import no_follow, write_atomic
+from ..contract.atomic import write_atomic
 from ..contract.checks import refusal
 from ..contract.config import Config
 from ..contract.errors import BrokenFileError, ConfigError
 from ..contract.replies import NOT_OK, OK, REFUSED, Reply
 from ..contract.train import ACC_WINDOW
-from ..job import detach, rundir
+from ..job import detach, rundir, supervised
 from ..lanes import BuildError, building
-from ..output.lock import is_held_at, try_ofd
+from ..output.lock import is_held_at
 from ..text.training import simulated
 from . import exclusive, guard, interpreter, preflight, progress, runspec, strays
 from .history import read as history_of
 from .history import reset as reset_history
-from .record import LAUNCH_LOCK, Record, now, read
+from .record import Record, now, read
 
 VERSION = "0.2.0"
 AFTER = "after-extraction"  # the action that arranges a start at the extraction's end
@@ -146,18 +145,11 @@ def _going(paths: runspec.RunPaths) -> Reply | None:
 
 
 def locked(root: str, fn) -> Reply:
-    """``fn()`` under the run's launch lock: a start, resume or export at a time, so a second
-    resume's stray-killing and checkpoint choice never race the first's launch."""
-    os.makedirs(root, exist_ok=True)
-    fd = no_follow(os.path.join(root, LAUNCH_LOCK), os.O_RDWR | os.O_CREAT)
-    try:
-        if not try_ofd(fd, fcntl.F_WRLCK):  # an OFD lock: a status sees a launch under way without taking it
-            return refused(
-                f"another start, resume or export of {root} is under way: ask again when it has answered"
-            )
+    """``fn()`` under the run's launch lock (every kind's, ``supervised.one_launch``): a start,
+    resume or export at a time, so a second resume's stray-killing and checkpoint choice never
+    race the first's launch; the second then finds the first's run going and is refused."""
+    with supervised.one_launch(root):
         return fn()
-    finally:
-        os.close(fd)
 
 
 def _idle(cfg: Config) -> runspec.RunPaths | Reply:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-import fcntl
 import json
 import math
 import os
@@ -23,7 +22,8 @@ from ..contract.errors import BrokenFileError, StatusError
 from ..contract.fields import check
 from ..contract.status import NOT_STARTED, gone
 from ..contract.train import ACC_WINDOW, ACTIVE, PHASES, WRITTEN, TrainRecord, checked
-from ..output.lock import blocks, is_held_at
+from ..job.supervised import launching
+from ..output.lock import is_held_at
 from .progress import number
 
 BOX = {"output_dir": "str | None", "steps_per_epoch": "int | None"}  # read here only, never sent
@@ -118,7 +118,6 @@ def read(root: str) -> dict:
     return judged(root)[0]
 
 
-LAUNCH_LOCK = ".launch.lock"  # held by a start, resume or export (control.locked)
 TRIES = 3  # reads of a record that moves on while it is read, before the last one is judged
 
 
@@ -135,7 +134,7 @@ def judged(root: str) -> tuple[dict, str | None]:
         out = _checked(root, d)
         if out["phase"] not in ACTIVE or is_held_at(os.path.join(root, ".lock"))[0]:
             return out, None
-        if out["phase"] == "preflight" and blocks(os.path.join(root, LAUNCH_LOCK), fcntl.F_WRLCK):
+        if out["phase"] == "preflight" and launching(root):
             return out, None  # its launch is still under way (a supervisor starting, a job submitted)
         if _raw(root) == d:
             break

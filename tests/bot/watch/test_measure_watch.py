@@ -1,21 +1,16 @@
 """The watcher on the draft's measurement: a crash or failure alerts once per launch with a Resume
 button, a restart and a stall once each, each setting measured once in the thread, and done with
-the measured accept length beside the simulated one; the pure judging, then the real loop
-against the recording Slack API and the Resume button through the signed endpoint."""
+the measured accept length beside the simulated one; the pure judging (the real loop and its
+Resume button: test_every_kind_watch.py)."""
 
 from __future__ import annotations
 
-import dataclasses
 import datetime as dt
-import json
-
-from slack_sdk import WebClient
 
 from bot.watch.measure_watch import judge
-from bot.watch.watcher import Watcher, WatchState
+from bot.watch.watcher import WatchState
 from runner.contract.measure import MeasureRecord
 
-from ..http_bot import STRANGER, serve
 from ..verbs.test_measure_chat import ALONE, BEST, MEASURING_REC, NOW
 
 CRASHED = {**MEASURING_REC, "phase": "crashed",
@@ -80,31 +75,3 @@ def test_each_setting_measured_once_in_the_thread_and_done_says_both_figures():
     assert "510 tokens/s with the draft · 300 without · 1.70×" in done.text
     assert "serve it: python -m sglang.launch_server" in done.private and "launch_server" not in done.text
     assert run([{**MEASURING_REC, "started_at": None, "phase": "stopped"}]) == []  # never started
-
-
-def test_the_watcher_posts_the_crash_and_its_resume_button_runs_measure_resume(fake, cfg):
-    cfg = dataclasses.replace(cfg, measure=dataclasses.replace(cfg.measure, draft="/data/draft"))
-    fake.reply("measure-status", CRASHED)
-    fake.reply("measure-resume", {"started": True, "pid": 79, "message": "measurement resumed (pid 79)"})
-    with serve(cfg, box=fake.box(), fake=fake) as (bot, _, _):
-        for _ in range(2):
-            Watcher(fake.box(), cfg, WebClient(token="x", base_url=bot.api), clock=lambda: NOW).tick()
-        posts = bot.rec.named("chat.postMessage")
-        (alert,) = [p for p in posts if "Measurement CRASHED" in p["text"] and p["channel"] == "C0ALERTS"]
-        blocks = json.loads(alert["blocks"]) if isinstance(alert["blocks"], str) else alert["blocks"]
-        button = blocks[1]["elements"][0]
-        assert button["action_id"] == "hsx_resume" and button["value"].startswith("measure:")
-
-        assert bot.click("hsx_resume", button["value"], user=STRANGER) == 200
-        (refusal,) = bot.rec.wait_for("response")
-        assert "refused" in refusal["text"]
-        assert bot.click("hsx_resume", button["value"]) == 200
-        resumed = bot.rec.wait_for("response", 2)[1]
-        assert "measurement resumed" in resumed["text"]
-        measure_calls = [c[-1] for c in fake.calls() if c[0] == "measure"]
-        assert measure_calls.count("resume") == 1 and "resume" not in fake.verbs()  # not the extraction's
-        assert [(e["action"], e["result"][:7]) for e in bot.audit()] == [
-            ("measure resume", "refused"),
-            ("measure resume", "attempt"),
-            ("measure resume", "ok"),
-        ]

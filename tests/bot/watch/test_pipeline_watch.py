@@ -1,8 +1,8 @@
 """The watcher on the pipeline: a crash or failure alerts once per episode with a Resume button
 that runs `/pipeline start`, each stage's start once per run in the thread, and done once with
 what each stage handed on (the paths for operators only); the pure judging, then the real loop
-against the recording Slack API and the Resume button through the signed endpoint, on a fake
-runner's reply and on a run dir the real `hsx-runner pipeline` reads."""
+against the recording Slack API on a fake runner's reply and on a run dir the real `hsx-runner
+pipeline` reads (the Resume button on a fake reply: test_every_kind_watch.py)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from bot.watch.watcher import Watcher, WatchState
 from runner.contract.config import from_dict
 
 from ..conftest import EXTRACTING
-from ..http_bot import STRANGER, serve
+from ..http_bot import serve
 from ..verbs.test_pipeline_chat import CRASHED, FOUR, RUNNING, WITH_PIPELINE
 
 NOW = dt.datetime(2030, 1, 1, 11, 43, tzinfo=dt.timezone.utc)
@@ -114,76 +114,6 @@ def test_each_crashed_stage_the_pipeline_resumed_itself_is_said_once_after_its_s
 def _tick(fake, cfg, bot, n: int = 1):
     for _ in range(n):
         Watcher(fake.box(), cfg, WebClient(token="x", base_url=bot.api), clock=lambda: NOW).tick()
-
-
-def test_the_watcher_posts_the_crash_once_and_its_resume_button_runs_pipeline_start(fake, cfg):
-    cfg = dataclasses.replace(cfg, pipeline=WITH_PIPELINE)
-    fake.reply("pipeline-status", CRASHED)
-    fake.reply("pipeline-start", {"started": True, "pid": 89, "message": "pipeline resumed (pid 89)"})
-    with serve(cfg, box=fake.box(), fake=fake) as (bot, _, _):
-        _tick(fake, cfg, bot, 3)
-        posts = bot.rec.named("chat.postMessage")
-        (alert,) = [p for p in posts if "Pipeline CRASHED" in p["text"] and p["channel"] == "C0ALERTS"]
-        (dm,) = [p for p in posts if "Pipeline CRASHED" in p["text"] and p["channel"] == "U0OPERATOR"]
-        assert "pid 7070" not in alert["text"] and "(pid 7070) is gone" in dm["text"]
-        blocks = json.loads(alert["blocks"]) if isinstance(alert["blocks"], str) else alert["blocks"]
-        button = blocks[1]["elements"][0]
-        assert button["action_id"] == "hsx_resume" and button["value"].startswith("pipeline:")
-
-        assert bot.click("hsx_resume", button["value"], user=STRANGER) == 200
-        (refusal,) = bot.rec.wait_for("response")
-        assert "only operators may `pipeline start`" in refusal["text"]
-        assert bot.click("hsx_resume", button["value"]) == 200
-        resumed = bot.rec.wait_for("response", 2)[1]
-        assert "pipeline resumed (pid 89)" in resumed["text"]
-        calls = [c[-1] for c in fake.calls() if c[0] == "pipeline"]
-        assert calls.count("start") == 1 and calls.count("status") == 4  # 3 ticks, and the click's
-        assert [(e["action"], e["result"][:7]) for e in bot.audit()] == [
-            ("pipeline start", "refused"),
-            ("pipeline start", "attempt"),
-            ("pipeline start", "ok"),
-        ]
-
-
-def test_a_resume_button_whose_alert_no_longer_stands_resumes_nothing(fake, cfg):
-    """The button is tied to the run and the launch it was posted for (issue 47): clicked after the
-    pipeline was resumed by hand, or after that run crashed again in a later launch, it says so and
-    starts nothing; the later crash's own button resumes."""
-    cfg = dataclasses.replace(cfg, pipeline=WITH_PIPELINE)
-    fake.reply("pipeline-status", CRASHED)
-    fake.reply("pipeline-start", {"started": True, "pid": 90, "message": "pipeline resumed (pid 90)"})
-    again = {**CRASHED, "pid": 8080, "reason": "pipeline's supervisor (pid 8080) is gone"}
-    with serve(cfg, box=fake.box(), fake=fake) as (bot, _, _):
-
-        def button(pid: int) -> str:
-            (alert,) = [p for p in bot.rec.named("chat.postMessage")
-                        if "Pipeline CRASHED" in p["text"] and p["channel"] == "C0ALERTS" and p not in seen]  # fmt: skip
-            seen.append(alert)
-            blocks = json.loads(alert["blocks"]) if isinstance(alert["blocks"], str) else alert["blocks"]
-            value = blocks[1]["elements"][0]["value"]
-            assert value.endswith(f":{pid}"), value
-            return value
-
-        seen: list = []
-        _tick(fake, cfg, bot)
-        first = button(7070)
-        fake.reply("pipeline-status", RUNNING | {"pid": 7171})  # resumed by `/pipeline start` meanwhile
-        assert bot.click("hsx_resume", first) == 200
-        (gone,) = bot.rec.wait_for("response")
-        assert "this alert no longer stands" in gone["text"] and "reads running now" in gone["text"]
-        fake.reply("pipeline-status", again)  # that launch crashed too: a new alert, a new button
-        _tick(fake, cfg, bot)
-        second = button(8080)
-        assert bot.click("hsx_resume", first) == 200
-        assert "no longer stands" in bot.rec.wait_for("response", 2)[1]["text"]
-        assert bot.click("hsx_resume", second) == 200
-        assert "pipeline resumed (pid 90)" in bot.rec.wait_for("response", 3)[2]["text"]
-        calls = [c[-1] for c in fake.calls() if c[0] == "pipeline"]
-        assert calls.count("start") == 1
-        assert [(e["action"], e["result"][:7]) for e in bot.audit()] == [
-            ("pipeline start", "attempt"),
-            ("pipeline start", "ok"),
-        ]
 
 
 def test_the_watcher_says_each_stage_in_the_thread_and_done_once_with_paths_by_dm(fake, cfg):

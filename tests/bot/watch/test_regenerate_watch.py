@@ -1,12 +1,11 @@
 """The watcher on the regeneration: a crash or failure alerts once per launch with a Resume button,
 a restart and a stall once each, 25/50/75% of the rows once each in the thread, and done with the
 rows regenerated and not (the output's path for operators only); the pure judging, then the real
-loop against the recording Slack API and the Resume button through the signed endpoint, on a fake
-runner's record and on a run dir the real `hsx-runner regenerate` reads."""
+loop on a run dir the real `hsx-runner regenerate` reads (the Resume button on a fake runner's
+record: test_every_kind_watch.py)."""
 
 from __future__ import annotations
 
-import dataclasses
 import datetime as dt
 import json
 
@@ -16,9 +15,8 @@ from bot.watch.regenerate_watch import judge
 from bot.watch.watcher import Watcher, WatchState
 from runner.contract.config import from_dict
 from runner.contract.regenerate import RegenerateRecord
-from runner.contract.stages import RegenerateConfig
 
-from ..http_bot import STRANGER, serve
+from ..http_bot import serve
 from ..verbs.test_regenerate_chat import CRASHED, RUNNING
 
 NOW = dt.datetime(2026, 12, 1, 12, 10, tzinfo=dt.timezone.utc)
@@ -125,37 +123,6 @@ def test_a_quarter_of_the_rows_once_each_in_the_thread_and_done_says_the_rows():
     skipped = run([{**RUNNING, "done": 50}], kinds=("milestone",))  # a jump says where it is
     assert skipped == [("milestone", "Regeneration 75% reached", False)]
     assert run([{**RUNNING, "started_at": None, "phase": "stopped"}]) == []  # never started
-
-
-def test_the_watcher_posts_the_crash_once_and_its_resume_button_runs_regenerate_resume(fake, cfg):
-    cfg = dataclasses.replace(cfg, regenerate=RegenerateConfig(output="/data/chat.regenerated.jsonl"))
-    fake.reply("regenerate-status", CRASHED)
-    fake.reply("regenerate-resume", {"started": True, "pid": 79, "message": "regeneration resumed (pid 79)"})
-    with serve(cfg, box=fake.box(), fake=fake) as (bot, _, _):
-        for _ in range(3):
-            Watcher(fake.box(), cfg, WebClient(token="x", base_url=bot.api), clock=lambda: NOW).tick()
-        posts = bot.rec.named("chat.postMessage")
-        (alert,) = [p for p in posts if "Regeneration CRASHED" in p["text"] and p["channel"] == "C0ALERTS"]
-        (dm,) = [p for p in posts if "Regeneration CRASHED" in p["text"] and p["channel"] == "U0OPERATOR"]
-        assert "/data" not in alert["text"] and "is gone; /data/x" in dm["text"]
-        blocks = json.loads(alert["blocks"]) if isinstance(alert["blocks"], str) else alert["blocks"]
-        button = blocks[1]["elements"][0]
-        assert button["action_id"] == "hsx_resume" and button["value"].startswith("regenerate:")
-
-        assert bot.click("hsx_resume", button["value"], user=STRANGER) == 200
-        (refusal,) = bot.rec.wait_for("response")
-        assert "refused" in refusal["text"]
-        assert bot.click("hsx_resume", button["value"]) == 200
-        resumed = bot.rec.wait_for("response", 2)[1]
-        assert "regeneration resumed" in resumed["text"]
-        calls = [c[-1] for c in fake.calls() if c[0] == "regenerate"]
-        assert calls.count("resume") == 1 and calls.count("status") == 4  # 3 ticks, and the click's
-        assert "resume" not in fake.verbs()  # not the extraction's
-        assert [(e["action"], e["result"][:7]) for e in bot.audit()] == [
-            ("regenerate resume", "refused"),
-            ("regenerate resume", "attempt"),
-            ("regenerate resume", "ok"),
-        ]
 
 
 def test_the_watcher_asks_nothing_of_the_regeneration_while_its_section_is_as_its_defaults(fake, cfg):

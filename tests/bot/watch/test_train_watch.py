@@ -1,6 +1,6 @@
 """The watcher on the training record: crash (with Resume), NaN loss and the zero loss-and-acc
 trap, each once per episode, and done with the export path; the pure judging, then the real
-loop against the recording Slack API and the Resume button through the signed endpoint."""
+loop against the recording Slack API (the Resume button: test_every_kind_watch.py)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,6 @@ from runner.text.training import render_train
 from tests.runner.helpers import wait_for
 
 from .. import slack_api
-from ..http_bot import STRANGER, serve
 from ..verbs.test_train_chat import TRAINING
 
 T0 = dt.datetime(2030, 1, 1, 11, 43, tzinfo=dt.timezone.utc)
@@ -103,34 +102,6 @@ def test_done_waits_for_the_ends_export_and_posts_the_flags_that_serve_the_draft
     assert "done; export failed: ValueError: serving state is missing keys — `/train export` tries again" in (
         render_train(TrainRecord.from_dict(failed), NOW)
     )
-
-
-def test_the_watcher_posts_the_crash_and_its_resume_button_runs_train_resume(fake, cfg):
-    cfg = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, python=sys.executable))
-    fake.reply("train-status", CRASHED)
-    fake.reply("train-resume", {"started": True, "pid": 78, "message": "training resumed (trainer pid 78)"})
-    with serve(cfg, box=fake.box(), fake=fake) as (bot, _, _):
-        Watcher(fake.box(), cfg, WebClient(token="x", base_url=bot.api), clock=lambda: T0).tick()
-        Watcher(fake.box(), cfg, WebClient(token="x", base_url=bot.api), clock=lambda: T0).tick()
-        posts = bot.rec.named("chat.postMessage")
-        (alert,) = [p for p in posts if "Training CRASHED" in p["text"] and p["channel"] == "C0ALERTS"]
-        blocks = json.loads(alert["blocks"]) if isinstance(alert["blocks"], str) else alert["blocks"]
-        button = blocks[1]["elements"][0]
-        assert button["action_id"] == "hsx_resume"
-
-        assert bot.click("hsx_resume", button["value"], user=STRANGER) == 200
-        (refusal,) = bot.rec.wait_for("response")
-        assert "refused" in refusal["text"]
-        assert bot.click("hsx_resume", button["value"]) == 200
-        resumed = bot.rec.wait_for("response", 2)[1]
-        assert "training resumed" in resumed["text"]
-        train_calls = [c[-1] for c in fake.calls() if c[0] == "train"]
-        assert train_calls.count("resume") == 1 and "resume" not in fake.verbs()  # not the extraction's
-        assert [(e["action"], e["result"][:7]) for e in bot.audit()] == [
-            ("train resume", "refused"),
-            ("train resume", "attempt"),
-            ("train resume", "ok"),
-        ]
 
 
 def at(t: dt.datetime) -> str:
