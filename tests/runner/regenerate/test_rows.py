@@ -125,18 +125,19 @@ def test_the_record_refuses_a_negative_count_by_name():
 
 
 def test_a_launch_under_way_is_not_a_crash_but_one_that_never_claimed_is(tmp_path):
-    """A status asked between the launch's preflight and its supervisor's claim of the lock."""
-    import datetime as dt
-
+    """A status asked between the launch's preflight and its supervisor's claim of the lock: while
+    the launch holds the launch lock, preflight; once it has let go with no supervisor holding
+    the run, crashed, however fresh the record."""
+    from runner.job import supervised
     from runner.regenerate import record
 
     rec = record.load(str(tmp_path))
     rec.update(phase="preflight", pid=None)
     rec.write()
-    assert record.read(str(tmp_path)).phase == "preflight"
-    old = (dt.datetime.now(dt.timezone.utc) - dt.timedelta(hours=1)).strftime("%Y-%m-%dT%H:%M:%SZ")
-    rec.d["heartbeat"] = old
-    (tmp_path / "status.json").write_text(json.dumps(rec.d))
+    with supervised.one_launch(str(tmp_path)):
+        assert record.read(str(tmp_path)).phase == "preflight"
+        assert supervised.launching(str(tmp_path))
+    assert not supervised.launching(str(tmp_path))
     assert record.read(str(tmp_path)).phase == "crashed"
     rec.update(pid=12345)  # claimed, then gone: a crash at once
     rec.write()
