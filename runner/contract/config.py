@@ -146,6 +146,10 @@ class ClusterConfig:
     time_limit: str = ""  # sbatch --time, e.g. "2-00:00:00"
     max_concurrent: int = 0  # the array's %N cap; 0: no cap
     requeue: bool = True  # preempted tasks go back to the queue and resume by themselves
+    max_requeues: int = (
+        3  # per task: requeued this often (before a time limit, a preemption, a node failure), then an alert
+    )
+    requeue_signal_s: int = 120  # Slurm signals a task this long before its time limit, to stop and requeue
     sbatch_args: list[str] = field(default_factory=list)  # more sbatch options, one per item
     python: str = ""  # interpreter on the compute nodes; default: the one running hsx-runner
 
@@ -350,8 +354,10 @@ def validate_cluster(cfg: Config) -> None:
         raise ConfigError(f"[cluster] engine must be 'local' or 'slurm', got {c.engine!r}")
     if c.ranks < 1:
         raise ConfigError("[cluster] ranks must be at least 1")
-    if c.gpus_per_node < 0 or c.max_concurrent < 0:
-        raise ConfigError("[cluster] gpus_per_node and max_concurrent must not be negative")
+    if c.gpus_per_node < 0 or c.max_concurrent < 0 or c.max_requeues < 0:
+        raise ConfigError("[cluster] gpus_per_node, max_concurrent and max_requeues must not be negative")
+    if not 10 <= c.requeue_signal_s <= 65535:  # sbatch --signal's @seconds
+        raise ConfigError("[cluster] requeue_signal_s must be 10..65535 seconds")
     for a in c.sbatch_args:
         if not isinstance(a, str):
             raise ConfigError(f"[cluster] sbatch_args must be strings, got {a!r}")

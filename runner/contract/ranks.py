@@ -67,6 +67,8 @@ class RankEntry:
     eta_s: float | None = None
     heartbeat_age_s: float | None = None
     reason: str | None = None
+    requeues: int = 0  # how often Slurm requeued its task (before a time limit, a preemption, a node failure)
+    requeued_for: str | None = None  # why, the last time
 
     def __post_init__(self) -> None:
         self.state = RankState(self.state)  # a plain string from a caller: still one vocabulary

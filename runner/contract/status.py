@@ -130,6 +130,8 @@ class StatusRecord:
     ranks: list[RankEntry] | None = None  # a cluster run only: one entry per rank (the Slurm engine)
     background: dict | None = None  # a background verb (verify) and its progress; filled by readers
     handoff: str | None = None  # [train] set, the job done: HANDOFF_PENDING, then what came of it
+    requeues: int = 0  # a Slurm rank: how often its task was requeued (runner/job/requeue.py)
+    requeued_for: str | None = None  # ... and why, the last time
 
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)

@@ -17,6 +17,7 @@ from ..contract.config import Config
 from ..contract.errors import HsxError, StatusError
 from ..contract.ranks import STATE_FILE
 from ..contract.status import StatusRecord, read_record
+from ..job import requeue
 from ..output import ranks
 from .slurm_merge import Task
 
@@ -124,13 +125,48 @@ def write_script(cfg: Config, world: int) -> str:
     return array_script(cfg, os.path.join(cfg.job.out, SCRIPT), cmd, world, "start/resume")
 
 
+# Slurm signals the batch shell (sbatch --signal=B:USR1@[cluster] requeue_signal_s) before the time
+# limit, and before a preemption where the cluster sends it. bash runs a trap only between
+# commands, so the rank runs in the background and the shell waits: the trap stops the rank
+# (SIGTERM: it commits what is in flight and ends "stopped"), notes why beside the script and
+# requeues this task alone, while [cluster] max_requeues allows; past it the task runs on into
+# its time limit and ends as Slurm ends it. The rank itself refuses to run past the budget
+# (runner/job/requeue.py), whoever requeued it.
+REQUEUE = """task="${{SLURM_ARRAY_JOB_ID}}_${{SLURM_ARRAY_TASK_ID}}"
+n="${{SLURM_RESTART_COUNT:-0}}"
+requeue() {{
+  [ "$n" -lt {most} ] || return 0
+  kill -TERM "$child" 2>/dev/null
+  wait "$child"
+  echo "$((n + 1)) {why}" > {note}
+  echo "hsx: task $task {why}: requeued ($((n + 1)) of {most})" >&2
+  scontrol requeue "$task"
+  exit 0
+}}
+trap requeue USR1
+{cmd} --rank "$SLURM_ARRAY_TASK_ID" --world {world} &
+child=$!
+while :; do
+  wait "$child"
+  code=$?
+  kill -0 "$child" 2>/dev/null || break
+done
+exit "$code"
+"""
+
+
 def array_script(cfg: Config, path: str, cmd: list[str], world: int, verbs: str) -> str:
-    """One array task = one rank: ``[cluster] python`` running ``cmd`` with the task's rank."""
+    """One array task = one rank: ``[cluster] python`` running ``cmd`` with the task's rank,
+    requeued by itself before its time limit (``REQUEUE``)."""
     os.makedirs(os.path.dirname(path), exist_ok=True)
     cmd = [cfg.cluster.python or sys.executable, *cmd]
-    text = (
-        f"#!/bin/bash\n# hsx: one array task = one rank; written by hsx-runner {verbs}\n"
-        f'exec {shlex.join(cmd)} --rank "$SLURM_ARRAY_TASK_ID" --world {world}\n'
+    most = cfg.cluster.max_requeues if cfg.cluster.requeue else 0
+    note = (
+        shlex.quote(os.path.join(os.path.dirname(os.path.abspath(path)), requeue.NOTE))
+        + '"$SLURM_ARRAY_TASK_ID"'
+    )
+    text = f"#!/bin/bash\n# hsx: one array task = one rank; written by hsx-runner {verbs}\n" + REQUEUE.format(
+        cmd=shlex.join(cmd), world=world, most=most, why=requeue.SIGNALLED, note=note
     )
     write_atomic(path, text)
     return path
@@ -147,7 +183,7 @@ def sbatch_argv(cfg: Config, todo: list[int], script: str, out: str = "", name: 
         "--nodes=1", "--ntasks=1", f"--chdir={os.path.dirname(os.path.abspath(cfg.path))}",
     ]  # fmt: skip
     if c.requeue:
-        argv.append("--requeue")
+        argv += ["--requeue", f"--signal=B:USR1@{c.requeue_signal_s}"]
     return argv + site_flags(c, c.gpus_per_node) + [script]
 
 

@@ -124,6 +124,7 @@ def rank_entries(i: Inputs) -> list[tuple[RankEntry, StatusRecord | None]]:
             total=hi - lo, done=rec.done if rec else 0, failed=rec.failed if rec else 0,
             rate=rec.rate if running else None, eta_s=rec.eta_s if running else None,
             heartbeat_age_s=rec.heartbeat_age_s if rec else None, reason=rec.reason if rec else None,
+            requeues=rec.requeues if rec else 0, requeued_for=rec.requeued_for if rec else None,
         )  # fmt: skip
         entries.append((e, rec))
     return entries

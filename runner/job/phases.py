@@ -19,6 +19,7 @@ from ..output.lock import JobLock
 from ..output.store import Store, describe
 from ..serve.selftest import self_test
 from ..serve.server import Server
+from . import requeue
 from .disk import DiskGuard, worst_case_bytes
 from .record import Recorder, claim_record
 from .view import tail
@@ -122,6 +123,9 @@ class Job:
         recorder.carry_counts()  # the last run's numbers until the plan replaces them
         recorder.record.server.backend = cfg.server.backend
         self.recorder = recorder
+        if self.rank is not None and (why := self._requeued()):
+            recorder.phase(Phase.FAILED, why)
+            return 1
         ds = None
         ticker = asyncio.create_task(self._tick())
         try:
@@ -236,6 +240,13 @@ class Job:
             return 1
         self._done()
         return 0
+
+    def _requeued(self) -> str | None:
+        """A Slurm rank's requeues so far and why, in its record; why it stops when they are past
+        ``[cluster] max_requeues``."""
+        n, rec = requeue.count(), self.recorder.record
+        rec.requeues, rec.requeued_for = n, requeue.why(os.path.join(self.out, ".slurm"), self.rank, n)
+        return requeue.past_budget(n, self.cfg.cluster.max_requeues if self.cfg.cluster.requeue else 0)
 
     def _done(self) -> None:
         """DONE; with [train] set, the record says first that this runner hands the features to

@@ -255,6 +255,16 @@ def ranks_line(rec: StatusRecord | RegenerateRecord) -> str:
     return line
 
 
+def requeues_line(rec: StatusRecord | RegenerateRecord) -> str:
+    """A cluster run whose tasks Slurm requeued: 'requeued: rank 0 twice (the last: signalled
+    before its time limit or a preemption), rank 3 once (…)'."""
+    times = {1: "once", 2: "twice"}
+    each = [f"rank {r.rank} {times.get(r.requeues, f'{r.requeues} times')}"
+            + (f" (the last: {r.requeued_for})" if r.requeued_for else "")
+            for r in rec.ranks or [] if r.requeues]  # fmt: skip
+    return "requeued: " + ", ".join(each) if each else ""
+
+
 def restarts_line(srv) -> str:
     last = f" (last: {srv.last_death})" if srv.last_death else ""
     return f"server restarts: {srv.restarts}{last}"
@@ -270,6 +280,8 @@ def render_text(rec: StatusRecord, now: dt.datetime | None = None, stale_s: floa
         lines.append(handoff_line(rec))
     if ranks_line(rec):
         lines.append(ranks_line(rec))
+    if requeues_line(rec):
+        lines.append(requeues_line(rec))
     if rec.phase is not Phase.EXTRACTING and rec.server.restarts and rec.phase is not Phase.STARTING_SERVER:
         lines.append(restarts_line(rec.server))
     for extra in (stale_note(rec, now, stale_s), _error_tail(rec) if rec.phase is not Phase.DONE else ""):

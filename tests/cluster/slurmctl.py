@@ -40,6 +40,8 @@ def available() -> str:
     return ""
 
 
+# A requeued task waits out its old credential (cred_expire, 120 s by default) and the next
+# scheduling pass (sched_interval, 60 s): a test cluster requeues in seconds instead.
 CONF = """\
 ClusterName=hsxtest
 SlurmctldHost={host}(127.0.0.1)
@@ -48,7 +50,7 @@ SlurmctldPort={ctld_port}
 SlurmdUser=root
 AuthType=auth/munge
 CredType=cred/munge
-AuthInfo=socket={sock}
+AuthInfo=socket={sock},cred_expire=5
 StateSaveLocation={d}/state
 SlurmctldPidFile={d}/slurmctld.pid
 SlurmctldLogFile={d}/slurmctld.log
@@ -60,6 +62,7 @@ AccountingStorageType=accounting_storage/none
 JobCompType=jobcomp/none
 JobAcctGatherType=jobacct_gather/none
 SchedulerType=sched/builtin
+SchedulerParameters=sched_interval=2
 SelectType=select/cons_tres
 SelectTypeParameters=CR_CPU
 SlurmdParameters=config_overrides

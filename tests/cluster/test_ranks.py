@@ -57,6 +57,7 @@ RANK_JSON = {
     "rank": 1, "lo": 2000, "hi": 4000, "state": "node_fail", "job": "17_1", "slurm": "NODE_FAIL",
     "node": "gpu-3", "slurm_reason": "NodeFail", "phase": "extracting", "total": 2000, "done": 812,
     "failed": 2, "rate": None, "eta_s": None, "heartbeat_age_s": 431.5, "reason": None,
+    "requeues": 1, "requeued_for": "requeued by Slurm (a node failure or a preemption)",
 }  # fmt: skip
 
 

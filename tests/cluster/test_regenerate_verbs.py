@@ -71,9 +71,11 @@ def test_start_submits_every_rank_as_one_array_of_the_supervisor(conf, slurm):
     for want in ("--array=0,1,2", "--job-name=hsx-regenerate-t", "--partition=gpu",
                  f"--output={root}/logs/slurm-%A_%a.out"):  # fmt: skip
         assert want in argv, (want, argv)
-    script = open(argv[-1]).read().splitlines()[-1]
+    (script,) = [
+        x for x in open(argv[-1]).read().splitlines() if "--rank" in x
+    ]  # the rank, in the background
     assert f"-m runner.regenerate.supervisor {root} {os.path.abspath(conf)}" in script
-    assert script.endswith('--rank "$SLURM_ARRAY_TASK_ID" --world 3')
+    assert script.endswith('--rank "$SLURM_ARRAY_TASK_ID" --world 3 &')
     st = slurm_io.load_state(root)
     assert st["ranges"] == [[0, 3], [3, 6], [6, 9]] and st["tasks"]["2"]["job"] == "41" and st["started_at"]
     code, rep = regen(conf, "start")
