@@ -146,6 +146,15 @@ def judge(
     reached = p.reached(rec.done, rec.total, lim.milestone_pct) if rec.total else 0
     if reached and not rec.phase.is_failed():  # a failed record's counts are in its alert, not a milestone
         later.append(Action("milestone", f"{reached}% reached\n{text}", key=f"milestone:{job}:{reached}"))
+    for r in rec.ranks or []:  # a Slurm task requeued (its time limit, a preemption, a node): once each
+        key = f"requeue:{r.job}:{r.requeues}"
+        if (
+            r.requeues and key not in p.requeued and r.state not in ALERTING
+        ):  # past its budget: the alert says it
+            p.requeued = (p.requeued + [key])[-MAX_KEYS:]
+            times = {1: "once", 2: "twice"}.get(r.requeues, f"{r.requeues} times")
+            said = f"Rank {r.rank} requeued {times} ({r.requeued_for or 'by Slurm'}); it resumes at {r.done:,} / {r.total:,}"
+            later.append(Action("milestone", said, key=key))
     # done, once the hand-off to training ([train]) has ended: the text says what came of it
     if rec.phase is Phase.DONE and p.milestone < 100 and rec.handoff != status.HANDOFF_PENDING:
         later.append(Action("done", f":white_check_mark: {text}", key=f"done:{job}"))

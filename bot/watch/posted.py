@@ -19,6 +19,7 @@ class Posted:
     milestone: int = 0  # the highest percent posted (100: done, where done ends the milestones)
     eval_step: int = -1  # the last eval posted, by its step (the training's)
     active: list[str] = field(default_factory=list)  # alert keys posted (the extraction's: while true)
+    requeued: list[str] = field(default_factory=list)  # a Slurm rank's requeues said, by their keys
 
     @classmethod
     def load(cls, d: dict) -> Posted:
@@ -42,6 +43,7 @@ class Posted:
     def undelivered(self, prev: Posted, a: Action) -> None:
         """A post that failed: the next tick posts it again."""
         self.active = [k for k in self.active if k != a.key]
+        self.requeued = [k for k in self.requeued if k != a.key]
         back = prev if prev.run == self.run else Posted()  # a new run's milestones count from 0
         if a.key.removeprefix(kind_of_key(a.key).key).startswith("eval:"):
             self.eval_step = back.eval_step

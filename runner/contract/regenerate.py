@@ -56,6 +56,8 @@ class RegenerateRecord(RunHead):
     disk_free: int | None = None  # bytes free where the output goes
     committed_at: str | None = None  # the last row committed, or regenerating began: the stall clock
     ranks: list[RankEntry] | None = None  # on Slurm only: one entry per rank
+    requeues: int = 0  # a Slurm rank: how often its task was requeued (runner/job/requeue.py)
+    requeued_for: str | None = None  # ... and why, the last time
 
     @classmethod
     def from_dict(cls, d: Any) -> RegenerateRecord:

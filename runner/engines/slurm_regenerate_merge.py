@@ -59,6 +59,7 @@ def entries(i: Inputs) -> list[tuple[RankEntry, RegenerateRecord | None]]:
             phase=rec.phase if rec else None, total=hi - lo, done=rec.done if rec else 0,
             failed=rec.failed if rec else 0, rate=rec.rows_per_s if running else None,
             eta_s=rec.eta_s if running else None, heartbeat_age_s=age, reason=(rec.reason or None) if rec else None,
+            requeues=rec.requeues if rec else 0, requeued_for=rec.requeued_for if rec else None,
         )  # fmt: skip
         out.append((e, rec))
     return out

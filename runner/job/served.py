@@ -13,7 +13,7 @@ import aiohttp
 
 from ..contract import timing
 from ..contract.config import Config, load
-from ..contract.errors import ServerError, ServerExited
+from ..contract.errors import JobFailed, ServerError, ServerExited
 from ..contract.status import now_iso
 from ..output.lock import JobLock
 from ..serve.server import Server
@@ -115,6 +115,8 @@ def main(argv: list[str], make, lock_name: str = ".lock") -> int:
     rec.write()
     try:
         end, why = asyncio.run(run.run()), ""
+    except JobFailed as e:  # the run's own refusal (a Slurm task past its requeues): its words are the reason
+        end, why = "failed", str(e)[:500]
     except Exception as e:  # noqa: BLE001 - said in the record: the reason a failed run ends
         end, why = "failed", f"{type(e).__name__}: {str(e)[:500]}"
     rec.update(

@@ -25,11 +25,11 @@ import time
 import aiohttp
 
 from ..contract.config import Config
-from ..contract.errors import ServerError
+from ..contract.errors import JobFailed, ServerError
 from ..contract.regenerate import ROWS
 from ..contract.status import now_iso
 from ..data.dataset import RowError, line_offsets, load_tokenizer, parse_row
-from ..job import served
+from ..job import requeue, served
 from ..job.served import Served, Stopped
 from ..output import jsonl, ranks
 from ..output.jsonl import rank_file
@@ -210,6 +210,13 @@ class Regenerate(Served):
 
     async def _run(self) -> str:
         cfg = self.cfg
+        if self.rank is not None:  # a Slurm task: how often it was requeued, and past the budget, not again
+            n = requeue.count()
+            self.rec.update(
+                requeues=n, requeued_for=requeue.why(os.path.join(self.root, ".slurm"), self.rank, n)
+            )
+            if why := requeue.past_budget(n, cfg.cluster.max_requeues if cfg.cluster.requeue else 0):
+                raise JobFailed(why)
         source = self.rec.d.get("source") or control.source(cfg)
         offsets = line_offsets(source)
         total = len(offsets) - 1

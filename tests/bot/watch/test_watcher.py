@@ -400,3 +400,26 @@ def test_an_unreadable_record_is_its_own_alert_at_once_and_ends_when_one_reads()
         ":white_check_mark: Status readable again on gpu-1"
     ]
     assert not any(k.startswith("unreadable:") for k in st.active)
+
+
+def test_a_requeued_slurm_rank_is_a_milestone_once_per_requeue_never_a_crash_alert():
+    """A rank whose task Slurm requeued (issue 48) and that runs again: a line in the thread, once
+    per requeue of its task; past its budget (failed) the rank's alert says it instead."""
+    base = {"rank": 0, "lo": 0, "hi": 300, "job": "7_0", "slurm": "RUNNING", "phase": "extracting",
+            "total": 300, "done": 120, "requeues": 1, "requeued_for": "signalled before its time limit or a preemption"}  # fmt: skip
+    st, said = WatchState(), []
+    for i, r in enumerate([{**base, "state": "running"}, {**base, "state": "running", "done": 150},
+                           {**base, "state": "pending", "slurm": "PENDING", "requeues": 2, "requeued_for": None},
+                           {**base, "state": "failed", "slurm": "FAILED", "requeues": 3}]):  # fmt: skip
+        now = T0 + dt.timedelta(minutes=i)
+        acts, st = decide(st, Observation(now, record=rec(heartbeat_at=now.isoformat(), ranks=[r])), LIM)
+        heads = [(a.kind, a.text.split("\n")[0]) for a in acts]
+        said += [(k, h) for k, h in heads if h.startswith("Rank 0 requeued") or k == "alert"]
+    assert said[:2] == [
+        (
+            "milestone",
+            "Rank 0 requeued once (signalled before its time limit or a preemption); it resumes at 120 / 300",
+        ),
+        ("milestone", "Rank 0 requeued twice (by Slurm); it resumes at 120 / 300"),
+    ], said
+    assert [k for k, _ in said[2:]] == ["alert"] and not any(k == "alert" for k, _ in said[:2]), said

@@ -1,0 +1,52 @@
+"""A regeneration rank whose Slurm task was requeued past `[cluster] max_requeues` (issue 48):
+it ends failed saying so, with its count and why, and starts no server. The real supervisor, as
+the batch script runs it, in a process of its own."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+from runner.job import requeue
+from tests.conftest import write_config
+
+ROW = '{"conversations": [{"role": "user", "content": "ka lo"}], "id": 1}\n'
+
+
+def test_a_rank_past_its_requeues_ends_failed_saying_so_and_starts_no_server(tmp_path, demo_assets):
+    (tmp_path / "data.jsonl").write_text(ROW)
+    job = {
+        "model": str(demo_assets / "model"),
+        "dataset": str(tmp_path / "data.jsonl"),
+        "out": str(tmp_path / "out"),
+    }
+    conf = write_config(tmp_path / "hsx.toml", job=job, cluster={"engine": "slurm", "max_requeues": 1})
+    root = tmp_path / "out-regenerate"
+    (root / ".slurm").mkdir(parents=True)
+    (root / ".slurm" / "requeued.0").write_text(f"2 {requeue.SIGNALLED}\n")  # the shell's note of the 2nd
+    argv = [
+        sys.executable,
+        "-m",
+        "runner.regenerate.supervisor",
+        str(root),
+        conf,
+        "--rank",
+        "0",
+        "--world",
+        "1",
+    ]
+    p = subprocess.run(
+        argv, env={**os.environ, "SLURM_RESTART_COUNT": "2"}, capture_output=True, text=True, timeout=120
+    )
+    assert p.returncode == 1, p.stderr[-2000:]
+    with open(root / "status.rank0.json") as f:
+        rec = json.load(f)
+    assert rec["phase"] == "failed" and rec["reason"].startswith(
+        "requeued 2 times, past [cluster] max_requeues = 1"
+    )
+    assert rec["requeues"] == 2 and rec["requeued_for"] == requeue.SIGNALLED, rec
+    assert not any(n.startswith("server") for n in os.listdir(root)), os.listdir(
+        root
+    )  # no server was started
