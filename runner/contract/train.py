@@ -106,6 +106,8 @@ class TrainRecord:
     building: str | None = None  # the trainer's venv being built (a first start): its step and index
     bad_lines: int | None = None  # this launch's log lines the supervisor could not use
     bad_line: str | None = None  # the last of them: its line number and what was wrong, never the line
+    requeues: int | None = None  # on Slurm: how often its job was requeued (runner/job/requeue.py)
+    requeued_for: str | None = None  # ... and why, the last time
 
     @classmethod
     def from_dict(cls, d: Any) -> TrainRecord:

@@ -24,7 +24,8 @@ from ..contract.atomic import read_object, write_atomic
 from ..contract.config import Config
 from ..contract.replies import OK, REFUSED, Reply
 from ..contract.status import now_iso
-from ..train import control, record, runspec
+from ..job import requeue
+from ..train import control, interpreter, record, runspec
 from . import slurm_io
 from .slurm_merge import QUEUED, RUNNING
 
@@ -50,14 +51,46 @@ def node_argv(argv: list[str], nodes: int, own_port: bool = True) -> list[str]:
             "bash", "-c", NODE + (PORT if own_port else ""), "hsx-train-node", *argv]  # fmt: skip
 
 
+# The job requeues itself as an array task does (slurm_io.REQUEUE): the supervisor runs in the
+# background, and the trap stops it (its trainer ends as at `train stop`, the last complete
+# checkpoint kept) and requeues the job within [cluster] max_requeues. A requeued job starts its
+# script again: first its launch again, as `train resume` makes it (``requeued``: the last
+# complete checkpoint, the same nodes x gpus), or its refusal past the budget.
+SCRIPT_TEXT = """#!/bin/bash
+# hsx: the training's supervisor on the job's first node; written by hsx-runner train
+n="${{SLURM_RESTART_COUNT:-0}}"
+if [ "$n" -gt 0 ]; then
+  {again} || exit $?
+fi
+requeue() {{
+  [ "$n" -lt {most} ] || return 0
+  kill -TERM "$child" 2>/dev/null
+  wait "$child"
+  echo "$((n + 1)) {why}" > {note}
+  echo "hsx: job $SLURM_JOB_ID {why}: requeued ($((n + 1)) of {most})" >&2
+  scontrol requeue "$SLURM_JOB_ID"
+  exit 0
+}}
+trap requeue USR1
+{cmd} &
+child=$!
+while :; do
+  wait "$child"
+  code=$?
+  kill -0 "$child" 2>/dev/null || break
+done
+exit "$code"
+"""
+
+
 def write_script(cfg: Config, paths: runspec.RunPaths) -> str:
     py = cfg.cluster.python or sys.executable
     cmd = [py, "-m", "runner.train.supervisor", paths.root]
+    again = [py, "-m", "runner.engines.slurm_train", "requeued", os.path.abspath(cfg.path or "hsx.toml")]
     path = os.path.join(paths.root, SCRIPT)
-    text = (
-        "#!/bin/bash\n# hsx: the training's supervisor on the job's first node; written by hsx-runner train\n"
-        f"exec {shlex.join(cmd)}\n"
-    )
+    most = cfg.cluster.max_requeues if cfg.cluster.requeue else 0
+    text = SCRIPT_TEXT.format(cmd=shlex.join(cmd), again=shlex.join(again), most=most, why=requeue.SIGNALLED,
+                              note=shlex.quote(requeue.note_path(paths.root, 0)))  # fmt: skip
     write_atomic(path, text, 0o755)
     return path
 
@@ -67,8 +100,9 @@ def sbatch_argv(cfg: Config, paths: runspec.RunPaths, script: str) -> list[str]:
     argv = [
         "sbatch", "--parsable", f"--job-name=hsx-train-{cfg.job.name}", f"--nodes={t.nodes}",
         "--ntasks-per-node=1", f"--output={os.path.join(paths.root, 'slurm-%j.out')}", "--open-mode=append",
-        f"--chdir={paths.root}", "--no-requeue",  # a requeued batch script would find no launch waiting
+        f"--chdir={paths.root}",
     ]  # fmt: skip
+    argv += ["--requeue", f"--signal=B:USR1@{c.requeue_signal_s}"] if c.requeue else ["--no-requeue"]
     return argv + slurm_io.site_flags(c, t.gpus) + [script]
 
 
@@ -170,3 +204,44 @@ def stop(cfg: Config, wait: float) -> Reply:
     gone = _live(paths) is None
     text = f"cancelled Slurm job {live[0]}" + ("" if gone else "; still ending")
     return Reply({"stopped": True, "done": gone, "job_id": live[0]}, text, OK)
+
+
+def requeued(cfg: Config) -> int:
+    """Inside the requeued job, before its supervisor: the launch again as ``train resume`` makes
+    it (the last complete checkpoint), handed to this job's script instead of a new job; past
+    ``[cluster] max_requeues``, or with nothing to resume, the record says why (crashed: the
+    watcher's alert and its Resume button, which submits a new job) and the job ends."""
+    paths = runspec.RunPaths(runspec.run_dir(cfg))
+    n = requeue.count()
+    said = {"requeues": n, "requeued_for": requeue.why(paths.root, 0, n)}
+    if why := requeue.past_budget(n, cfg.cluster.max_requeues if cfg.cluster.requeue else 0):
+        return _ends(paths, why, said)
+    interpreter.resolve_config(cfg)  # "auto": this node's venv, as the CLI resolves it
+    reply = control.resume(cfg, lambda cfg, paths, launch: Reply({"started": True}, "requeued", OK))
+    if reply.code != OK:
+        return _ends(paths, f"requeued, but not resumed: {reply.text}", said)
+    rec = record.Record.load(paths.root)
+    rec.update(**said)
+    rec.write()
+    return 0
+
+
+def _ends(paths: runspec.RunPaths, why: str, said: dict) -> int:
+    rec = record.Record.load(paths.root)
+    rec.update(phase="crashed", reason=why, ended_at=now_iso(), **said)  # the alert's Resume: a new job
+    rec.write()
+    print(f"hsx: {why}", file=sys.stderr)
+    return 1
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 2 or argv[0] != "requeued":
+        print("usage: python -m runner.engines.slurm_train requeued CONFIG", file=sys.stderr)
+        return 2
+    from ..contract.config import load
+
+    return requeued(load(argv[1]))
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

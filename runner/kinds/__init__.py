@@ -23,7 +23,7 @@ def resolve_trainer(cfg: Config) -> None:
     if cfg.train.python == AUTO_PYTHON:
         from ..train import interpreter
 
-        cfg.train.python = interpreter.resolve(cfg.train.python, cfg.train.envs_dir or None)
+        interpreter.resolve_config(cfg)
 
 
 def held(cfg: Config, what: str, fn: Callable[[], Reply]) -> Reply:

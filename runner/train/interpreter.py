@@ -31,6 +31,11 @@ def resolve(python: str, root: str | None = None) -> str:
     return os.path.join(lane.venv_dir(root or default_root()), "bin", "python")
 
 
+def resolve_config(cfg) -> None:
+    """``cfg``'s ``[train] python = "auto"`` made the interpreter it names on this box."""
+    cfg.train.python = resolve(cfg.train.python, cfg.train.envs_dir or None)
+
+
 def lane_of(python: str):
     """The lane whose venv ``python`` is, else None (an interpreter of the operator's own)."""
     return next((m for m in LANES if m.root_of(python)), None)

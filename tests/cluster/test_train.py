@@ -50,10 +50,13 @@ def test_the_job_is_nodes_by_gpus_and_each_node_runs_specforges_launcher_with_it
         paths.root + "/slurm-train.sh",
     ]
     for want in ("--nodes=4", "--ntasks-per-node=1", "--gpus-per-node=8", "--partition=gpu",
-                 "--time=2-00:00:00", "--no-requeue", f"--chdir={paths.root}"):  # fmt: skip
+                 "--time=2-00:00:00", "--requeue", "--signal=B:USR1@120", f"--chdir={paths.root}"):  # fmt: skip
         assert want in argv, (want, argv)
-    script = open(os.path.join(paths.root, "slurm-train.sh")).read()
-    assert script.splitlines()[-1].endswith(f"-m runner.train.supervisor {paths.root}")
+    path = os.path.join(paths.root, "slurm-train.sh")
+    script = open(path).read()
+    assert subprocess.run(["bash", "-n", path]).returncode == 0, script
+    assert f"-m runner.train.supervisor {paths.root} &" in script and "trap requeue USR1" in script
+    assert '[ "$n" -lt 3 ] || return 0' in script and "-m runner.engines.slurm_train requeued" in script
     one = ["/venv/bin/python", "-m", "specforge.cli", "train", "-c", paths.yaml]
     assert slurm_train.node_argv(one, 1) == one  # one node: SpecForge's launcher as on a box
     many = slurm_train.node_argv(one, 4)
@@ -234,3 +237,60 @@ def test_two_slurm_nodes_train_together_to_the_end(slurm_two_nodes, demo_assets,
     assert "NumNodes=2 " in shown and " NodeList=localhost,node2\n" in shown, shown
     for node in slurm_two_nodes.names:  # the trainer's step ran a task on each node
         assert f"StepId={job}.0" in open(os.path.join(slurm_two_nodes.dir, f"slurmd-{node}.log")).read(), node
+
+
+def test_a_training_job_signalled_before_its_time_limit_requeues_itself_and_trains_to_the_end(
+    slurm, demo_assets, tmp_path
+):
+    """Issue 48 for the training: Slurm's signal before the time limit (USR1 to the batch shell,
+    as sbatch --signal sends it) stops the trainer, the job requeues itself, and the requeued job
+    resumes from the last complete checkpoint, the same job and nodes, to the end: each step's
+    loss logged once in the history the chart draws, the requeue in the record. Its cost: about
+    two minutes (one extraction, SpecForge's trainer launched twice on Slurm)."""
+    from runner.contract.train_history import parse_history
+    from runner.job import requeue
+
+    py = specforge_train_python()
+    conf = write_job(tmp_path / "t", demo_assets, samples=24)
+    runner("run", "--config", conf, check=True, timeout=300)
+    runner("verify", "--config", conf, check=True, timeout=120)
+    cluster = {"engine": "slurm", "gpus_per_node": 0, "max_requeues": 1}
+    write_config(conf, **read_config(conf), cluster=cluster, train=_train_section(py))
+    rep = _train(conf, "start")
+    assert rep["started"] and "--requeue" in rep["argv"], rep
+    deadline = time.monotonic() + 240
+    while not ((st := _train(conf, "status"))["phase"] == "training" and (st["checkpoint_step"] or 0) >= 2):
+        assert time.monotonic() < deadline and st["phase"] in ("preflight", "loading", "training"), st
+        time.sleep(0.2)
+    subprocess.run(["scancel", "--signal=USR1", "--batch", rep["job_id"]], check=True)
+    while (st := _train(conf, "status"))["phase"] != "done" or st["launches"] != 2:
+        assert time.monotonic() < deadline + 120 and st["phase"] not in ("failed", "crashed"), st
+        time.sleep(0.5)
+    assert st["step"] == st["total_steps"] == 24 and st["launch"] == "resume", st
+    assert st["requeues"] == 1 and st["requeued_for"] == requeue.SIGNALLED, st
+    out = os.path.join(os.path.dirname(conf), "out-train")
+    assert slurm_train._job(runspec.RunPaths(out))["job"] == rep["job_id"]  # the same job, requeued
+    hist = parse_history(_train(conf, "history"))
+    steps = [p["step"] for p in hist["points"]]
+    assert steps == sorted(set(steps)) and steps[-1] == 24, steps  # no step logged twice
+    assert [m["kind"] for m in hist["marks"]].count("resumed") == 1, hist["marks"]
+
+
+def test_a_training_job_requeued_past_its_budget_ends_crashed_saying_so(tmp_path, monkeypatch):
+    """Requeued more often than [cluster] max_requeues (Slurm's own requeues count too): the job's
+    script runs no supervisor again; the record says why, with the count, as a crash (its alert's
+    Resume submits a new job)."""
+    from runner.job import requeue
+    from runner.train import record
+
+    cfg = _site(tmp_path, gpus_per_node=0, time_limit="", nodes=1, gpus=1)
+    root = runspec.run_dir(cfg)
+    os.makedirs(root)
+    record.Record(root, {"phase": "training", "run_id": "hsx-eagle3", "launches": 2}).write()
+    monkeypatch.setenv("SLURM_RESTART_COUNT", "4")
+    assert slurm_train.requeued(cfg) == 1
+    d = record.read(root)
+    assert d["phase"] == "crashed" and d["reason"].startswith(
+        "requeued 4 times, past [cluster] max_requeues = 3"
+    )
+    assert d["requeues"] == 4 and d["requeued_for"] == requeue.BY_SLURM, d
