@@ -4,7 +4,9 @@ The supervisor appends one JSON line per step line and eval line of its launch (
 each step: every rank prints the same, all-reduced, line) and one per launch and per end. The
 reader skips what it cannot read (a line torn by a kill -9, garbage), and a launch that never
 wrote its end (its supervisor killed) reads as crashed at its last logged step, as the record
-does. A fresh start begins a new file: the run before it kept no checkpoint.
+does. A resume from step K trains the steps after K again: their points and evals from the
+launches before it are dropped, so the curve has each step once, as the draft it saved learned
+it. A fresh start begins a new file: the run before it kept no checkpoint.
 """
 
 from __future__ import annotations
@@ -80,6 +82,9 @@ def read(root: str, rec: dict) -> dict:
         elif kind == "launch":
             if d.get("how") == "resume":
                 marks.append({"step": step, "kind": "resumed", "launch": launch})
+                if step is not None:  # the steps past its checkpoint are trained again: the new ones stand
+                    points = [p for p in points if p["step"] <= step]
+                    evals = [e for e in evals if e["step"] <= step]
         elif kind in ENDS:
             marks.append({"step": step, "kind": kind, "launch": launch})
         else:

@@ -239,41 +239,73 @@ def test_two_slurm_nodes_train_together_to_the_end(slurm_two_nodes, demo_assets,
         assert f"StepId={job}.0" in open(os.path.join(slurm_two_nodes.dir, f"slurmd-{node}.log")).read(), node
 
 
-def test_a_training_job_signalled_before_its_time_limit_requeues_itself_and_trains_to_the_end(
+def test_a_training_job_requeued_by_its_signal_and_by_a_node_failure_trains_to_the_end(
     slurm, demo_assets, tmp_path
 ):
-    """Issue 48 for the training: Slurm's signal before the time limit (USR1 to the batch shell,
-    as sbatch --signal sends it) stops the trainer, the job requeues itself, and the requeued job
-    resumes from the last complete checkpoint, the same job and nodes, to the end: each step's
-    loss logged once in the history the chart draws, the requeue in the record. Its cost: about
-    two minutes (one extraction, SpecForge's trainer launched twice on Slurm)."""
+    """Issue 48 for the training, twice in one run: Slurm's signal before the time limit (USR1 to
+    the batch shell, as sbatch --signal sends it) stops the trainer and the job requeues itself;
+    later its node is set DOWN under it, and Slurm requeues it itself (NODE_FAIL). Each time the
+    requeued job resumes from the last complete checkpoint, the same job, to the end: each step
+    logged once in the history the chart draws, the requeues and the last one's cause in the
+    record. Its cost: about 75 s (one extraction, SpecForge's trainer launched three times)."""
     from runner.contract.train_history import parse_history
     from runner.job import requeue
 
     py = specforge_train_python()
-    conf = write_job(tmp_path / "t", demo_assets, samples=24)
+    conf = write_job(tmp_path / "t", demo_assets, samples=STEPS)
     runner("run", "--config", conf, check=True, timeout=300)
     runner("verify", "--config", conf, check=True, timeout=120)
-    cluster = {"engine": "slurm", "gpus_per_node": 0, "max_requeues": 1}
+    cluster = {"engine": "slurm", "gpus_per_node": 0, "max_requeues": 2}
     write_config(conf, **read_config(conf), cluster=cluster, train=_train_section(py))
     rep = _train(conf, "start")
     assert rep["started"] and "--requeue" in rep["argv"], rep
-    deadline = time.monotonic() + 240
-    while not ((st := _train(conf, "status"))["phase"] == "training" and (st["checkpoint_step"] or 0) >= 2):
-        assert time.monotonic() < deadline and st["phase"] in ("preflight", "loading", "training"), st
-        time.sleep(0.2)
+    deadline = time.monotonic() + 420
+
+    def training(launches: int, ckpt: int) -> dict:
+        while True:
+            st = _train(conf, "status")
+            if (
+                st["phase"] == "training"
+                and st["launches"] == launches
+                and (st["checkpoint_step"] or 0) >= ckpt
+            ):
+                return st
+            assert time.monotonic() < deadline and st["phase"] not in ("done", "failed"), st
+            time.sleep(0.2)
+
+    first = training(1, 2)
     subprocess.run(["scancel", "--signal=USR1", "--batch", rep["job_id"]], check=True)
-    while (st := _train(conf, "status"))["phase"] != "done" or st["launches"] != 2:
-        assert time.monotonic() < deadline + 120 and st["phase"] not in ("failed", "crashed"), st
+    again = training(2, first["checkpoint_step"] + 2)
+    assert again["requeues"] == 1 and again["requeued_for"] == requeue.SIGNALLED, again
+    node = ["scontrol", "update", "nodename=localhost"]
+    subprocess.run([*node, "state=down", "reason=hsx-test"], check=True)  # as a node that fails
+    try:
+        while slurm_io_state(rep["job_id"]) not in ("PENDING", "REQUEUED"):
+            assert time.monotonic() < deadline, slurm_io_state(rep["job_id"])
+            time.sleep(0.2)
+    finally:  # back (the test cluster's ReturnToService may have brought it back already)
+        subprocess.run([*node, "state=resume"], capture_output=True)
+    while (st := _train(conf, "status"))["phase"] != "done" or st["launches"] != 3:
+        assert time.monotonic() < deadline and st["phase"] not in ("failed",), st
         time.sleep(0.5)
-    assert st["step"] == st["total_steps"] == 24 and st["launch"] == "resume", st
-    assert st["requeues"] == 1 and st["requeued_for"] == requeue.SIGNALLED, st
+    assert st["step"] == st["total_steps"] == STEPS and st["launch"] == "resume", st
+    assert st["requeues"] == 2 and st["requeued_for"] == requeue.BY_SLURM, st
     out = os.path.join(os.path.dirname(conf), "out-train")
     assert slurm_train._job(runspec.RunPaths(out))["job"] == rep["job_id"]  # the same job, requeued
     hist = parse_history(_train(conf, "history"))
     steps = [p["step"] for p in hist["points"]]
-    assert steps == sorted(set(steps)) and steps[-1] == 24, steps  # no step logged twice
-    assert [m["kind"] for m in hist["marks"]].count("resumed") == 1, hist["marks"]
+    assert steps == sorted(set(steps)) and steps[-1] == STEPS, steps  # no step logged twice
+    assert [m["kind"] for m in hist["marks"]].count("resumed") == 2, hist["marks"]
+
+
+STEPS = 40
+
+
+def slurm_io_state(job: str) -> str:
+    from runner.engines import slurm_io
+
+    task = slurm_io.job(job)
+    return task.state if task else ""
 
 
 def test_a_training_job_requeued_past_its_budget_ends_crashed_saying_so(tmp_path, monkeypatch):
