@@ -125,6 +125,10 @@ def render_train(rec: TrainRecord, now: dt.datetime | None = None, full: bool = 
         lines.append(f"last durable checkpoint: step {rec.checkpoint_step:,}{age}")
     elif rec.started:
         lines.append("no durable checkpoint yet")
+    if rec.requeues:  # on Slurm: its job requeued (a time limit, a preemption, a node) and resumed
+        times = {1: "once", 2: "twice"}.get(rec.requeues, f"{rec.requeues} times")
+        lines.append(f"requeued by Slurm {times}, each time resumed from its last checkpoint"
+                     + (f" (the last: {rec.requeued_for})" if rec.requeued_for else ""))  # fmt: skip
     if rec.run_bytes is not None:
         lines.append(_disk_line(rec, full))
     lines += _ending(rec, full)

@@ -270,3 +270,13 @@ def test_progress_says_the_run_dirs_disk_use_and_a_queued_jobs_reason():
     assert "waiting: Slurm job 7 is pending (Resources)" in text.splitlines()
     with pytest.raises(StatusError, match="'run_bytes'"):
         TrainRecord.from_dict({**TRAINING, "run_bytes": "lots"})
+
+
+def test_a_training_slurm_requeued_says_how_often_and_why():
+    rec = TrainRecord.from_dict(
+        {**TRAINING, "requeues": 2, "requeued_for": "requeued by Slurm (a node failure or a preemption)"}
+    )
+    text = render_train(rec, now=NOW)
+    assert ("requeued by Slurm twice, each time resumed from its last checkpoint "
+            "(the last: requeued by Slurm (a node failure or a preemption))") in text, text  # fmt: skip
+    assert "requeued" not in render_train(TrainRecord.from_dict(TRAINING), now=NOW)
