@@ -127,24 +127,25 @@ def write_script(cfg: Config, world: int) -> str:
 
 # Slurm signals the batch shell (sbatch --signal=B:USR1@[cluster] requeue_signal_s) before the time
 # limit, and before a preemption where the cluster sends it. bash runs a trap only between
-# commands, so the rank runs in the background and the shell waits: the trap stops the rank
-# (SIGTERM: it commits what is in flight and ends "stopped"), notes why beside the script and
-# requeues this task alone, while [cluster] max_requeues allows; past it the task runs on into
-# its time limit and ends as Slurm ends it. The rank itself refuses to run past the budget
-# (runner/job/requeue.py), whoever requeued it.
-REQUEUE = """task="${{SLURM_ARRAY_JOB_ID}}_${{SLURM_ARRAY_TASK_ID}}"
+# commands, so the work runs in the background and the shell waits: the trap stops it (SIGTERM:
+# a rank commits what is in flight, the training's supervisor stops its trainer as at `train
+# stop`), notes why beside the script and requeues this task or job alone, while [cluster]
+# max_requeues allows; past it the work runs on into its time limit and ends as Slurm ends it.
+# The work itself refuses to run past the budget (runner/job/requeue.py), whoever requeued it.
+REQUEUE = """#!/bin/bash
+# hsx: {what}
 n="${{SLURM_RESTART_COUNT:-0}}"
-requeue() {{
+{first}requeue() {{
   [ "$n" -lt {most} ] || return 0
   kill -TERM "$child" 2>/dev/null
   wait "$child"
   echo "$((n + 1)) {why}" > {note}
-  echo "hsx: task $task {why}: requeued ($((n + 1)) of {most})" >&2
-  scontrol requeue "$task"
+  echo "hsx: {task} {why}: requeued ($((n + 1)) of {most})" >&2
+  scontrol requeue "{task}"
   exit 0
 }}
 trap requeue USR1
-{cmd} --rank "$SLURM_ARRAY_TASK_ID" --world {world} &
+{cmd} &
 child=$!
 while :; do
   wait "$child"
@@ -155,21 +156,30 @@ exit "$code"
 """
 
 
+def requeueing(cfg: Config, path: str, what: str, cmd: str, task: str, note: str, first: str = "") -> str:
+    """``cmd`` (shell words) as a batch script that requeues its ``task`` (``REQUEUE``); ``note``:
+    where its trap says why (shell words), ``first``: what a requeued run does before ``cmd``."""
+    most = cfg.cluster.max_requeues if cfg.cluster.requeue else 0
+    if first:
+        first = f'if [ "$n" -gt 0 ]; then\n  {first} || exit $?\nfi\n'
+    text = REQUEUE.format(
+        what=what, first=first, most=most, why=requeue.SIGNALLED, note=note, task=task, cmd=cmd
+    )
+    write_atomic(path, text, 0o755)
+    return path
+
+
 def array_script(cfg: Config, path: str, cmd: list[str], world: int, verbs: str) -> str:
     """One array task = one rank: ``[cluster] python`` running ``cmd`` with the task's rank,
     requeued by itself before its time limit (``REQUEUE``)."""
     os.makedirs(os.path.dirname(path), exist_ok=True)
     cmd = [cfg.cluster.python or sys.executable, *cmd]
-    most = cfg.cluster.max_requeues if cfg.cluster.requeue else 0
-    note = (
-        shlex.quote(os.path.join(os.path.dirname(os.path.abspath(path)), requeue.NOTE))
-        + '"$SLURM_ARRAY_TASK_ID"'
-    )
-    text = f"#!/bin/bash\n# hsx: one array task = one rank; written by hsx-runner {verbs}\n" + REQUEUE.format(
-        cmd=shlex.join(cmd), world=world, most=most, why=requeue.SIGNALLED, note=note
-    )
-    write_atomic(path, text)
-    return path
+    here = os.path.dirname(os.path.abspath(path))
+    return requeueing(
+        cfg, path, f"one array task = one rank; written by hsx-runner {verbs}",
+        f'{shlex.join(cmd)} --rank "$SLURM_ARRAY_TASK_ID" --world {world}', "${SLURM_ARRAY_JOB_ID}_${SLURM_ARRAY_TASK_ID}",
+        shlex.quote(os.path.join(here, requeue.NOTE)) + '"$SLURM_ARRAY_TASK_ID"',
+    )  # fmt: skip
 
 
 def sbatch_argv(cfg: Config, todo: list[int], script: str, out: str = "", name: str = "") -> list[str]:

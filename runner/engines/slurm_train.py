@@ -51,48 +51,19 @@ def node_argv(argv: list[str], nodes: int, own_port: bool = True) -> list[str]:
             "bash", "-c", NODE + (PORT if own_port else ""), "hsx-train-node", *argv]  # fmt: skip
 
 
-# The job requeues itself as an array task does (slurm_io.REQUEUE): the supervisor runs in the
-# background, and the trap stops it (its trainer ends as at `train stop`, the last complete
-# checkpoint kept) and requeues the job within [cluster] max_requeues. A requeued job starts its
-# script again: first its launch again, as `train resume` makes it (``requeued``: the last
-# complete checkpoint, the same nodes x gpus), or its refusal past the budget.
-SCRIPT_TEXT = """#!/bin/bash
-# hsx: the training's supervisor on the job's first node; written by hsx-runner train
-n="${{SLURM_RESTART_COUNT:-0}}"
-if [ "$n" -gt 0 ]; then
-  {again} || exit $?
-fi
-requeue() {{
-  [ "$n" -lt {most} ] || return 0
-  kill -TERM "$child" 2>/dev/null
-  wait "$child"
-  echo "$((n + 1)) {why}" > {note}
-  echo "hsx: job $SLURM_JOB_ID {why}: requeued ($((n + 1)) of {most})" >&2
-  scontrol requeue "$SLURM_JOB_ID"
-  exit 0
-}}
-trap requeue USR1
-{cmd} &
-child=$!
-while :; do
-  wait "$child"
-  code=$?
-  kill -0 "$child" 2>/dev/null || break
-done
-exit "$code"
-"""
-
-
 def write_script(cfg: Config, paths: runspec.RunPaths) -> str:
+    """The job's supervisor, requeued as an array task is (``slurm_io.REQUEUE``): the trap stops it
+    (its trainer ends as at `train stop`, the last complete checkpoint kept) and requeues the job.
+    A requeued job starts its script again: first its launch again as `train resume` makes it
+    (``requeued``: the last complete checkpoint, the same nodes x gpus), or its refusal past
+    the budget."""
     py = cfg.cluster.python or sys.executable
     cmd = [py, "-m", "runner.train.supervisor", paths.root]
     again = [py, "-m", "runner.engines.slurm_train", "requeued", os.path.abspath(cfg.path or "hsx.toml")]
-    path = os.path.join(paths.root, SCRIPT)
-    most = cfg.cluster.max_requeues if cfg.cluster.requeue else 0
-    text = SCRIPT_TEXT.format(cmd=shlex.join(cmd), again=shlex.join(again), most=most, why=requeue.SIGNALLED,
-                              note=shlex.quote(requeue.note_path(paths.root, 0)))  # fmt: skip
-    write_atomic(path, text, 0o755)
-    return path
+    return slurm_io.requeueing(
+        cfg, os.path.join(paths.root, SCRIPT), "the training's supervisor on the job's first node; written by hsx-runner train",
+        shlex.join(cmd), "$SLURM_JOB_ID", shlex.quote(requeue.note_path(paths.root, 0)), shlex.join(again),
+    )  # fmt: skip
 
 
 def sbatch_argv(cfg: Config, paths: runspec.RunPaths, script: str) -> list[str]:

@@ -82,3 +82,26 @@ def cluster_job(dest, assets, rows: list[str] | None = None, samples: int | None
         extra["rows"] = rows
     cluster = {"engine": "slurm", "gpus_per_node": 0, **cluster}
     return write_job(dest, assets, samples, **extra, **{f"cluster__{k}": v for k, v in cluster.items()})
+
+
+class Watching:
+    """The watcher's judging of a cluster job's merged status, poll after poll, as the bot's
+    watcher does it: ``poll()`` reads `hsx-runner status` and keeps the alerts it would post."""
+
+    def __init__(self, conf: str):
+        from bot.watch.watcher import Limits, WatchState
+
+        self.conf, self.lim, self.state, self.alerts = conf, Limits(), WatchState(), []
+
+    def poll(self) -> dict:
+        import datetime as dt
+
+        from bot.watch.watcher import Observation, decide
+        from runner.contract.status import StatusRecord
+        from tests.runner.helpers import status
+
+        st = status(self.conf)
+        now = dt.datetime.now(dt.timezone.utc)
+        acts, self.state = decide(self.state, Observation(now, StatusRecord.from_dict(st)), self.lim)
+        self.alerts.extend(a for a in acts if a.kind == "alert")
+        return st

@@ -7,15 +7,13 @@ Its cost: ~55 s on the 2-core machine (one test cluster, four starts of one rank
 
 from __future__ import annotations
 
-import datetime as dt
 import os
 import subprocess
 
-from bot.watch.watcher import Limits, Observation, WatchState, decide
 from runner.contract.status import StatusRecord
 from runner.job import requeue
 from runner.text.extraction import render_text
-from tests.cluster.conftest import cluster_job
+from tests.cluster.conftest import Watching, cluster_job
 from tests.cluster.test_slurm import act, rank_record
 from tests.runner.helpers import discovered, out_dir, status, verify, wait_for
 
@@ -52,16 +50,8 @@ def test_a_signalled_task_requeues_itself_and_resumes_then_past_its_budget_alert
 
     # requeued by Slurm itself, past the budget of one: the rank stops, failed, saying why
     subprocess.run(["scontrol", "requeue", task], check=True)
-    lim, state, alerts = Limits(), WatchState(), []
-
-    def poll() -> dict:
-        nonlocal state
-        s = status(conf)
-        acts, state = decide(
-            state, Observation(dt.datetime.now(dt.timezone.utc), StatusRecord.from_dict(s)), lim
-        )
-        alerts.extend(a for a in acts if a.kind == "alert")
-        return s
+    watching = Watching(conf)
+    poll, alerts = watching.poll, watching.alerts
 
     st = wait_for(
         lambda: (s := poll())["phase"] == "failed" and s, timeout=90, what="the rank past its budget"

@@ -4,18 +4,16 @@ through a cancel and a SIGKILL, and compact of a finished raw cluster output."""
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 import os
 import shutil
 import signal
 import subprocess
 
-from bot.watch.watcher import Limits, Observation, WatchState, decide
 from runner.contract.status import StatusRecord
 from runner.output.lock import is_held_at
 from runner.text.extraction import render_text
-from tests.cluster.conftest import SHARD, cluster_job, short_rows
+from tests.cluster.conftest import SHARD, Watching, cluster_job, short_rows
 from tests.conftest import runner
 from tests.runner.helpers import (
     assert_items_equal,
@@ -152,16 +150,8 @@ def test_ckpt_gz_ranks_one_cancelled_one_killed_resume_only_those(
 
     wait_for(strike, timeout=120, what="ranks 1 and 2 extracting")
 
-    lim, state, alerts = Limits(), WatchState(), []
-
-    def poll() -> dict:
-        nonlocal state
-        st = status(conf)
-        acts, state = decide(
-            state, Observation(dt.datetime.now(dt.timezone.utc), StatusRecord.from_dict(st)), lim
-        )
-        alerts.extend(a for a in acts if a.kind == "alert")
-        return st
+    watching = Watching(conf)
+    poll, alerts = watching.poll, watching.alerts
 
     st = wait_for(
         lambda: (s := poll())["ranks"][1]["state"] == "cancelled" and s, timeout=60, what="cancelled"
