@@ -13,8 +13,17 @@ import subprocess
 import pytest
 
 from runner.contract.status import parse_iso
+from runner.output.lock import is_held_at
 from tests.conftest import BIN, runner, specforge_train_python
-from tests.runner.helpers import assert_same_tensors, done_count, status, tensors, verify, wait_for
+from tests.runner.helpers import (
+    assert_same_tensors,
+    discovered,
+    done_count,
+    status,
+    tensors,
+    verify,
+    wait_for,
+)
 
 pytestmark = pytest.mark.slow  # `hsx demo` runs real runner processes (torch)
 
@@ -217,3 +226,30 @@ def test_demo_options_sglang_cannot_run_are_refused_before_anything_is_built(tmp
         capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert p.returncode != 0 and says in p.stderr and not (tmp_path / "d").exists()
+
+
+def test_the_demos_pipeline_resumes_its_killed_extraction_and_ends_done(tmp_path):
+    """`hsx demo --headless` with a pipeline (the target's answers, then the extraction): its
+    extraction runner killed -9 mid-way (an OOM kill, a bad node), the pipeline resumes the stage
+    by itself and the one command ends done, every sample once, the resume counted (issue 48).
+    Its cost: about 40 s (one demo, its extraction run twice)."""
+    work, n = tmp_path / "p", 60
+    argv = [HSX, "demo", "--stages", "regenerate,extract", "--workdir", str(work), "--samples", str(n),
+            "--headless", "--pace", "0.5"]  # fmt: skip
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    conf = str(work / "hsx.toml")
+    wait_for(lambda: os.path.exists(conf) and (s := status(conf))["phase"] == "extracting" and s["done"] >= 5,
+             timeout=240, what="the extraction stage under way")  # fmt: skip
+    held, pid = is_held_at(os.path.join(work, "out", ".lock"))
+    assert held and pid
+    os.kill(pid, signal.SIGKILL)
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0 and "pipeline done" in out, out[-3000:] + err[-2000:]
+    st = status(conf)
+    assert st["phase"] == "done" and st["done"] == n, st
+    pipe = json.loads(runner("pipeline", "status", "--json", "--config", conf, check=True).stdout)
+    assert pipe["phase"] == "done" and pipe["resumes"] == {"extract": 1} and len(pipe["healed"]) == 1, pipe
+    found = discovered(str(work / "out"))
+    assert sorted(found) == list(range(n)) and all(len(v) == 1 for v in found.values())
+    code, rep = verify(conf)
+    assert code == 0 and rep["ok"] == n, rep
