@@ -132,6 +132,8 @@ def write_script(cfg: Config, world: int) -> str:
 # stop`), notes why beside the script and requeues this task or job alone, while [cluster]
 # max_requeues allows; past it the work runs on into its time limit and ends as Slurm ends it.
 # The work itself refuses to run past the budget (runner/job/requeue.py), whoever requeued it.
+# A SIGTERM (scancel, `stop`) is passed on and the shell waits for the work to end: a shell that
+# died first would leave the work outside the job, where Slurm's kill after KillWait misses it.
 REQUEUE = """#!/bin/bash
 # hsx: {what}
 n="${{SLURM_RESTART_COUNT:-0}}"
@@ -145,6 +147,7 @@ n="${{SLURM_RESTART_COUNT:-0}}"
   exit 0
 }}
 trap requeue USR1
+trap 'kill -TERM "$child" 2>/dev/null' TERM INT
 {cmd} &
 child=$!
 while :; do

@@ -12,6 +12,7 @@ import subprocess
 
 from runner.contract.status import StatusRecord
 from runner.output.lock import is_held_at
+from runner.procs import cmdline, pids
 from runner.text.extraction import render_text
 from tests.cluster.conftest import SHARD, Watching, cluster_job, short_rows
 from tests.conftest import runner
@@ -65,6 +66,9 @@ def test_small_job_is_one_rank_and_stop_is_scancel_then_compact(slurm, demo_asse
     assert code == 3 and "already running" in rep["reason"]
     code, rep = act("stop", conf, "--wait", "30")
     assert code == 0 and rep["stopped"], rep
+    # ended in Slurm, ended on the node: the batch shell waits for its rank, so no runner is left
+    # outside the job (once, a shell that died first left it running, its server killed under it)
+    assert not [p for p in pids() if conf in cmdline(p)], [cmdline(p) for p in pids() if conf in cmdline(p)]
     st = status(conf)
     assert st["phase"] == "stopped" and st["ranks"][0]["state"] == "stopped", st
     assert 0 < st["done"] < 300
