@@ -238,7 +238,8 @@ def test_the_demos_pipeline_resumes_its_killed_extraction_and_ends_done(tmp_path
             "--headless", "--pace", "0.5"]  # fmt: skip
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     conf = str(work / "hsx.toml")
-    wait_for(lambda: os.path.exists(conf) and (s := status(conf))["phase"] == "extracting" and s["done"] >= 5,
+    begun = os.path.join(work, "out", "status.json")  # the extraction's record: the config whole by then
+    wait_for(lambda: os.path.exists(begun) and (s := status(conf))["phase"] == "extracting" and s["done"] >= 5,
              timeout=240, what="the extraction stage under way")  # fmt: skip
     held, pid = is_held_at(os.path.join(work, "out", ".lock"))
     assert held and pid
