@@ -162,7 +162,7 @@ exit "$code"
 def requeueing(cfg: Config, path: str, what: str, cmd: str, task: str, note: str, first: str = "") -> str:
     """``cmd`` (shell words) as a batch script that requeues its ``task`` (``REQUEUE``); ``note``:
     where its trap says why (shell words), ``first``: what a requeued run does before ``cmd``."""
-    most = cfg.cluster.max_requeues if cfg.cluster.requeue else 0
+    most = requeue.budget(cfg)
     if first:
         first = f'if [ "$n" -gt 0 ]; then\n  {first} || exit $?\nfi\n'
     text = REQUEUE.format(

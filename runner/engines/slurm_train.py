@@ -185,7 +185,7 @@ def requeued(cfg: Config) -> int:
     paths = runspec.RunPaths(runspec.run_dir(cfg))
     n = requeue.count()
     said = {"requeues": n, "requeued_for": requeue.why(paths.root, 0, n)}
-    if why := requeue.past_budget(n, cfg.cluster.max_requeues if cfg.cluster.requeue else 0):
+    if why := requeue.past_budget(n, requeue.budget(cfg)):
         return _ends(paths, why, said)
     interpreter.resolve_config(cfg)  # "auto": this node's venv, as the CLI resolves it
     reply = control.resume(cfg, lambda cfg, paths, launch: Reply({"started": True}, "requeued", OK))

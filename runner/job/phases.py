@@ -246,7 +246,7 @@ class Job:
         ``[cluster] max_requeues``."""
         n, rec = requeue.count(), self.recorder.record
         rec.requeues, rec.requeued_for = n, requeue.why(os.path.join(self.out, ".slurm"), self.rank, n)
-        return requeue.past_budget(n, self.cfg.cluster.max_requeues if self.cfg.cluster.requeue else 0)
+        return requeue.past_budget(n, requeue.budget(self.cfg))
 
     def _done(self) -> None:
         """DONE; with [train] set, the record says first that this runner hands the features to

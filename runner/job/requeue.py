@@ -41,6 +41,11 @@ def why(script_dir: str, rank: int, n: int) -> str | None:
     return (reason or SIGNALLED) if said == str(n) else BY_SLURM
 
 
+def budget(cfg) -> int:
+    """How often a task may be requeued: ``[cluster] max_requeues``, none with requeue off."""
+    return cfg.cluster.max_requeues if cfg.cluster.requeue else 0
+
+
 def past_budget(n: int, most: int) -> str | None:
     """The reason a task requeued ``n`` times stops, past ``[cluster] max_requeues`` = ``most``."""
     if n <= most:

@@ -215,7 +215,7 @@ class Regenerate(Served):
             self.rec.update(
                 requeues=n, requeued_for=requeue.why(os.path.join(self.root, ".slurm"), self.rank, n)
             )
-            if why := requeue.past_budget(n, cfg.cluster.max_requeues if cfg.cluster.requeue else 0):
+            if why := requeue.past_budget(n, requeue.budget(cfg)):
                 raise JobFailed(why)
         source = self.rec.d.get("source") or control.source(cfg)
         offsets = line_offsets(source)
