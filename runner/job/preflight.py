@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import sys
 import time
 
 from ..contract.checks import check as _check
@@ -15,6 +14,7 @@ from ..data import layers
 from ..output import lock
 from ..serve import gpus
 from ..text.extraction import gpus_text
+from . import patch_check
 from .disk import TYPICAL_RATIO, fmt, worst_case_bytes
 
 HELD_MIB = 2048  # a GPU with this much memory in use is held, whether or not NVML shows who
@@ -193,39 +193,10 @@ def preflight(
     checks.append(autostart_check(cfg))
 
     if s.backend == "sglang":
-        problems = patch_problems(cfg)
+        problems = patch_check.problems(cfg)
         checks.append(_check("sglang patch", not problems, "; ".join(problems) or "hook points of SGLang 0.5.23 present",
                              "pip install 'hsx-ops[sglang]' (SGLang 0.5.23)"))  # fmt: skip
     return {"ok": all(c["ok"] for c in checks), "checks": checks}
-
-
-PATCH_CHECK = (
-    "import json\n"
-    "from patches.hooks import IncompatibleSGLang\n"
-    "from patches.hooks_installed import check_installed\n"
-    "try:\n    print(json.dumps(check_installed()))\n"
-    "except IncompatibleSGLang as e:\n    print(json.dumps([str(e)]))\n"
-)
-
-
-def patch_problems(cfg: Config) -> list[str]:
-    """The patch's hook points, checked in the interpreter that will run the server (the
-    SGLang venv is often not the runner's)."""
-    import json
-    import subprocess
-
-    from ..serve.server import server_env
-
-    python = cfg.server.python or sys.executable
-    try:
-        p = subprocess.run([python, "-c", PATCH_CHECK], capture_output=True, text=True, timeout=300,
-                           env=server_env(cfg, "", []))  # fmt: skip
-    except (OSError, subprocess.TimeoutExpired) as e:
-        return [f"cannot run {python}: {e}"]
-    try:
-        return [str(x) for x in json.loads(p.stdout.strip().splitlines()[-1])]
-    except (IndexError, ValueError):
-        return [f"{python} could not check the patch: {(p.stderr or p.stdout).strip()[-300:]}"]
 
 
 UNIT = gpus.RUNNER_UNIT
