@@ -49,17 +49,24 @@ def run_rate(conf: str) -> float:
     return (b["done"] - a["done"]) / max(span, 1.0)
 
 
-def test_headless_demo_runs_the_whole_loop_and_reruns_resume(tmp_path):
-    p = demo(tmp_path / "d", "--headless")
+def test_headless_demo_runs_the_whole_loop_reruns_resume_and_a_seed_gives_the_same_run(tmp_path):
+    p = demo(tmp_path / "a", "--headless", "--seed", "7")
     assert p.returncode == 0, p.stderr
     assert "Done: 40 / 40 written" in p.stdout and "paced" not in p.stdout
-    conf = str(tmp_path / "d" / "hsx.toml")
+    conf = str(tmp_path / "a" / "hsx.toml")
     assert run_rate(conf) > PACED_MAX  # full speed: no pace unless asked
     code, rep = verify(conf)
     assert code == 0 and rep["ok"] == 40
-    p = demo(tmp_path / "d", "--headless")
+    p = demo(tmp_path / "a", "--headless", "--seed", "7")
     assert p.returncode == 0
     assert status(conf)["done_this_run"] == 0
+    # the same seed elsewhere: the same data, model and tensors
+    assert demo(tmp_path / "b", "--headless", "--seed", "7").returncode == 0
+    assert filecmp.cmp(tmp_path / "a" / "data.jsonl", tmp_path / "b" / "data.jsonl", shallow=False)
+    assert filecmp.cmp(
+        tmp_path / "a/model/model.safetensors", tmp_path / "b/model/model.safetensors", shallow=False
+    )
+    assert_same_tensors(tensors(conf), tensors(str(tmp_path / "b/hsx.toml")))
 
 
 def _samples(out) -> list[str]:
@@ -90,16 +97,6 @@ def test_a_rerun_keeps_the_hsx_toml_the_user_edited(tmp_path):
     assert conf.read_text() == edited and f"keeping {conf}" in p.stdout and "your edits stay" in p.stdout
     assert len(_samples(work / "out")) == 6 and all(n.endswith(".ckpt.gz") for n in _samples(work / "out"))
     assert verify(str(conf))[0] == 0
-
-
-def test_same_seed_gives_identical_data_and_tensors(tmp_path):
-    assert demo(tmp_path / "a", "--headless", "--seed", "7").returncode == 0
-    assert demo(tmp_path / "b", "--headless", "--seed", "7").returncode == 0
-    assert filecmp.cmp(tmp_path / "a" / "data.jsonl", tmp_path / "b" / "data.jsonl", shallow=False)
-    assert filecmp.cmp(
-        tmp_path / "a/model/model.safetensors", tmp_path / "b/model/model.safetensors", shallow=False
-    )
-    assert_same_tensors(tensors(str(tmp_path / "a/hsx.toml")), tensors(str(tmp_path / "b/hsx.toml")))
 
 
 def test_the_console_demo_is_paced_to_be_watched(tmp_path):
