@@ -17,7 +17,7 @@ from runner.output import verified
 from runner.text.training import render_train
 from runner.train import preflight, progress, split
 from tests.conftest import BIN, ROOT, runner, specforge_train_python
-from tests.runner.helpers import until
+from tests.runner.helpers import runner_json, until
 
 pytestmark = pytest.mark.slow
 SAMPLES, HELD = 12, 3
@@ -50,7 +50,13 @@ def test_the_demo_trains_its_draft_to_the_end_and_exports_it(tmp_path):
     assert verified.check(cfg.job.out)[0]
     assert _train(conf, "start")["started"]
     running = ("preflight", "loading", "training")
-    st = until(lambda: _train(conf, "status"), lambda st: st["phase"] not in running, 300, 0.5, "the end")
+    st = until(
+        lambda: runner_json("train", str(conf), "status")[1],
+        lambda st: st["phase"] not in running,
+        300,
+        0.5,
+        "the end",
+    )
     # only the training files count: 9 samples x 3 epochs = 27 steps, an eval at the step-20 save
     total = min(cfg.train.max_steps, (SAMPLES - HELD) * cfg.train.epochs)
     assert st["phase"] == "done" and st["step"] == st["total_steps"] == total, st
