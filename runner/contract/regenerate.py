@@ -58,6 +58,7 @@ class RegenerateRecord(RunHead):
     ranks: list[RankEntry] | None = None  # on Slurm only: one entry per rank
     requeues: int = 0  # a Slurm rank: how often its task was requeued (runner/job/requeue.py)
     requeued_for: str | None = None  # ... and why, the last time
+    requeued_from: int | None = None  # ... and its done count then (runner/job/requeue.py stalled)
 
     @classmethod
     def from_dict(cls, d: Any) -> RegenerateRecord:

@@ -132,6 +132,7 @@ class StatusRecord:
     handoff: str | None = None  # [train] set, the job done: HANDOFF_PENDING, then what came of it
     requeues: int = 0  # a Slurm rank: how often its task was requeued (runner/job/requeue.py)
     requeued_for: str | None = None  # ... and why, the last time
+    requeued_from: int | None = None  # ... and its done count then (runner/job/requeue.py stalled)
 
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)

@@ -108,6 +108,7 @@ class TrainRecord:
     bad_line: str | None = None  # the last of them: its line number and what was wrong, never the line
     requeues: int | None = None  # on Slurm: how often its job was requeued (runner/job/requeue.py)
     requeued_for: str | None = None  # ... and why, the last time
+    requeued_from: int | None = None  # ... and its last complete checkpoint's step then
 
     @classmethod
     def from_dict(cls, d: Any) -> TrainRecord:

@@ -184,8 +184,12 @@ def requeued(cfg: Config) -> int:
     watcher's alert and its Resume button, which submits a new job) and the job ends."""
     paths = runspec.RunPaths(runspec.run_dir(cfg))
     n = requeue.count()
-    said = {"requeues": n, "requeued_for": requeue.why(paths.root, 0, n)}
-    if why := requeue.past_budget(n, requeue.budget(cfg)):
+    last = record.Record.load(paths.root).d
+    at = last.get("checkpoint_step") or 0  # what a resume starts from
+    said = {"requeues": n, "requeued_for": requeue.why(paths.root, 0, n), "requeued_from": at}
+    if why := requeue.past_budget(n, requeue.budget(cfg)) or requeue.stalled(
+        n, at, last.get("requeued_from")
+    ):
         return _ends(paths, why, said)
     interpreter.resolve_config(cfg)  # "auto": this node's venv, as the CLI resolves it
     reply = control.resume(cfg, lambda cfg, paths, launch: Reply({"started": True}, "requeued", OK))

@@ -55,7 +55,7 @@ class Recorder:
             old = read_record(self.path)
         except Exception:  # noqa: BLE001 - no usable record: start from zero
             return
-        for k in ("total", "done", "failed", "adopted", "truncated"):
+        for k in ("total", "done", "failed", "adopted", "truncated", "requeued_from"):
             setattr(self.record, k, getattr(old, k))
 
     # --- counters --------------------------------------------------------------------------

@@ -46,6 +46,19 @@ def budget(cfg) -> int:
     return cfg.cluster.max_requeues if cfg.cluster.requeue else 0
 
 
+def stalled(n: int, at: int, last: int | None) -> str | None:
+    """The reason a task requeued again stops when nothing was done since its last requeue
+    (``last``: its progress then, ``at``: now): it fails the same way each time (a server that
+    cannot come up before the signal, a sample that outlasts the time limit), so the rest of the
+    budget would be spent the same way; the operator's alert comes now instead."""
+    if n < 2 or last is None or at > last:
+        return None
+    return (
+        f"requeued {n} times, the last two at {at:,} with nothing done between: it fails the "
+        "same way each time, so not run again; see its Slurm log, then resume it"
+    )
+
+
 def past_budget(n: int, most: int) -> str | None:
     """The reason a task requeued ``n`` times stops, past ``[cluster] max_requeues`` = ``most``."""
     if n <= most:

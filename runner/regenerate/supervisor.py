@@ -210,8 +210,8 @@ class Regenerate(Served):
 
     async def _run(self) -> str:
         cfg = self.cfg
-        if self.rank is not None:  # a Slurm task: how often it was requeued, and past the budget, not again
-            n = requeue.count()
+        n = requeue.count() if self.rank is not None else 0  # a Slurm task: how often it was requeued
+        if self.rank is not None:
             self.rec.update(
                 requeues=n, requeued_for=requeue.why(os.path.join(self.root, ".slurm"), self.rank, n)
             )
@@ -223,6 +223,11 @@ class Regenerate(Served):
         lo, hi = (0, total) if self.rank is None else ranks.even_range(total, self.rank, self.world)
         share = hi - lo  # a rank's record counts its own rows
         done = committed.read(self.log, hi, lo)
+        if self.rank is not None:  # requeued again with nothing done between: not again
+            last = self.rec.d.get("requeued_from")
+            self.rec.update(requeued_from=len(done) if n else None)
+            if why := requeue.stalled(n, len(done), last):
+                raise JobFailed(why)
         self.rec.update(
             total=share, source=source, output=control.output(cfg), failures=control.failures(cfg)
         )

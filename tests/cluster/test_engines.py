@@ -232,3 +232,24 @@ def test_a_supervisor_taking_its_run_while_status_reads_it_is_not_said_crashed(t
     finally:
         lock.release()
     assert d["phase"] in ("preflight", "loading"), d
+
+
+def test_a_training_job_requeued_again_from_the_same_checkpoint_stops_for_the_alert(tmp_path, monkeypatch):
+    """Inside a training job requeued a second time whose last complete checkpoint is where the first
+    requeue resumed from (issue 48: it fails the same way each time): crashed, saying so, within
+    its budget; the alert's Resume submits a new job. From a later checkpoint it would resume."""
+    from runner.engines import slurm_train
+    from runner.job import requeue
+    from runner.train import runspec
+    from runner.train.record import Record
+
+    cfg = config(tmp_path, "slurm")
+    paths = runspec.RunPaths(runspec.run_dir(cfg))
+    os.makedirs(paths.root)
+    Record(paths.root, {"phase": "training", "step": 6, "checkpoint_step": 4, "requeued_from": 4}).write()
+    monkeypatch.setenv("SLURM_RESTART_COUNT", "2")
+    assert slurm_train.requeued(cfg) == 1
+    d = Record.load(paths.root).d
+    assert d["phase"] == "crashed" and "the last two at 4 with nothing done between" in d["reason"], d
+    assert d["requeues"] == 2 and d["requeued_from"] == 4
+    assert requeue.stalled(2, 6, 4) is None  # a later checkpoint: resumed as before

@@ -53,3 +53,12 @@ def test_the_batch_script_traps_the_signal_and_requeues_within_the_budget(tmp_pa
 def test_the_keys_are_checked(bad):
     with pytest.raises(ConfigError, match=r"\[cluster\]"):
         from_dict({"cluster": bad})
+
+
+def test_a_task_requeued_again_with_nothing_done_between_stops():
+    assert requeue.stalled(1, 0, None) is None  # a first requeue has nothing to compare with
+    assert requeue.stalled(2, 40, 12) is None  # work done since the last: it goes on
+    said = requeue.stalled(2, 12, 12)
+    assert said.startswith("requeued 2 times, the last two at 12 with nothing done between")
+    assert requeue.stalled(3, 12, 12) and requeue.stalled(2, 0, 0)
+    assert requeue.stalled(0, 0, 0) is None  # not requeued: a start or a resume

@@ -15,6 +15,50 @@ from tests.conftest import write_config
 ROW = '{"conversations": [{"role": "user", "content": "ka lo"}], "id": 1}\n'
 
 
+def _rank(tmp_path, demo_assets, restarts: int, max_requeues: int, record: dict | None = None):
+    """The rank's supervisor as its requeued task runs it; its record after."""
+    (tmp_path / "data.jsonl").write_text(ROW)
+    job = {
+        "model": str(demo_assets / "model"),
+        "dataset": str(tmp_path / "data.jsonl"),
+        "out": str(tmp_path / "out"),
+    }
+    conf = write_config(
+        tmp_path / "hsx.toml", job=job, cluster={"engine": "slurm", "max_requeues": max_requeues}
+    )
+    root = tmp_path / "out-regenerate"
+    (root / ".slurm").mkdir(parents=True)
+    if record is not None:
+        (root / "status.rank0.json").write_text(json.dumps(record))
+    argv = [
+        sys.executable,
+        "-m",
+        "runner.regenerate.supervisor",
+        str(root),
+        conf,
+        "--rank",
+        "0",
+        "--world",
+        "1",
+    ]
+    env = {**os.environ, "SLURM_RESTART_COUNT": str(restarts)}
+    p = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120)
+    with open(root / "status.rank0.json") as f:
+        return p, json.load(f), root
+
+
+def test_a_rank_requeued_again_with_nothing_done_between_ends_failed_and_starts_no_server(
+    tmp_path, demo_assets
+):
+    """The first requeue kept its progress (0 rows); the second finds none since: it would fail the
+    same way again, so it stops within its budget of 3, for the operator's alert."""
+    p, rec, root = _rank(tmp_path, demo_assets, 2, 3, {"phase": "crashed", "requeues": 1, "requeued_from": 0})
+    assert p.returncode == 1, p.stderr[-2000:]
+    assert rec["phase"] == "failed" and "the last two at 0 with nothing done between" in rec["reason"], rec
+    assert rec["requeues"] == 2 and rec["requeued_from"] == 0
+    assert not any(n.startswith("server") for n in os.listdir(root)), os.listdir(root)
+
+
 def test_a_rank_past_its_requeues_ends_failed_saying_so_and_starts_no_server(tmp_path, demo_assets):
     (tmp_path / "data.jsonl").write_text(ROW)
     job = {
