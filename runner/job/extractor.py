@@ -42,6 +42,11 @@ class ServerDown(Exception):
     """The server process is gone; wait for the restart without spending an attempt."""
 
 
+class Drained(Exception):
+    """A stop came while this sample waited for a server the monitor will not start again: it
+    stays remaining, for the next run."""
+
+
 class Extractor:
     def __init__(
         self, cfg, dataset: Dataset, store: Store, recorder: Recorder, server: Server, dump_dir: str
@@ -128,6 +133,8 @@ class Extractor:
                 await self._extract(sample)
             except asyncio.CancelledError:
                 raise
+            except Drained:
+                pass  # stopping: the sample stays remaining
             except Exception as e:  # noqa: BLE001 - any failure of one sample is recorded, not fatal
                 self._sample_failed(sample.idx, e)
             else:
@@ -169,7 +176,7 @@ class Extractor:
                 ):
                     with attempt:
                         attempt_no += 1
-                        await self.server_up.wait()
+                        await self._server_back()
                         if self.abort_reason:
                             raise JobFailed(self.abort_reason)
                         rid = f"s{sample.idx}-{self.nonce}-{attempt_no}"
@@ -181,9 +188,25 @@ class Extractor:
                         await asyncio.to_thread(self._commit, sample.idx, rid, meta)
                 return
             except ServerDown:
-                await self.server_up.wait()
+                if self.stopping.is_set():
+                    raise Drained from None  # no server is started again once asked to stop
+                await self._server_back()
                 if self.abort_reason:
                     raise JobFailed(self.abort_reason) from None
+
+    async def _server_back(self) -> None:
+        """Until the server is up; a stop ends the wait (Drained): the monitor starts no server
+        once asked to stop, and a drain whose server died would wait for one forever."""
+        if self.server_up.is_set():
+            return
+        waits = [asyncio.ensure_future(e.wait()) for e in (self.server_up, self.stopping)]
+        try:
+            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for w in waits:
+                w.cancel()
+        if not self.server_up.is_set():
+            raise Drained
 
     async def _request(self, rid: str, ids: list[int], mask: list[int]) -> dict:
         url = self.server.url + "/generate"

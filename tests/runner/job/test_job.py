@@ -9,6 +9,7 @@ import signal
 import pytest
 
 from runner.contract.replies import BROKEN
+from runner.data.demo_assets import PACE_ENV
 from tests.conftest import runner
 from tests.runner.helpers import (
     assert_same_tensors,
@@ -106,6 +107,26 @@ def test_sigterm_stops_cleanly_and_resume_finishes(job):
     runner("run", "--config", conf, check=True)
     code, rep = verify(conf)
     assert code == 0 and rep["ok"] == 80
+
+
+@pytest.mark.slow
+def test_a_stop_whose_server_dies_mid_drain_still_ends_stopped_and_resume_finishes(job):
+    """SIGTERM, then the server killed while its answers are drained (the OOM killer, a stop that
+    reached it too): no server is started again once asked to stop, so the drain ends with what
+    answered instead of waiting on a server that will not come (the runner never ended before)."""
+    conf = job(samples=40)
+    p = start_run(conf, **{PACE_ENV: "1.5"})  # each answer 1.5 s: four always in flight
+    wait_for(lambda: done_count(conf) >= 4 and server_pid(conf), what="4 samples")
+    spid = server_pid(conf)
+    p.send_signal(signal.SIGTERM)
+    os.kill(spid, signal.SIGKILL)
+    assert p.wait(60) == 0, p.stderr.read()[-2000:]
+    st = status(conf)
+    assert st["phase"] == "stopped" and not st["alive"] and st["failed"] == 0, st
+    code, rep = verify(conf)
+    assert rep["corrupt"] == [] and len(rep["missing"]) == 40 - rep["ok"]
+    runner("run", "--config", conf, check=True)
+    assert verify(conf)[1]["ok"] == 40
 
 
 @pytest.mark.slow
