@@ -18,7 +18,11 @@ MARKER = "hsx-sglang-ready"
 # SGLang's CPU engine (``--device cpu`` alone fails in its rotary embedding), eager, small; its
 # children forked from the launcher that already imported SGLang (tests/sglang_cpu/sitecustomize.py).
 FORK_ENV = "HSX_SGLANG_CPU_FORK"
-ENV = {"SGLANG_USE_CPU_ENGINE": "1", FORK_ENV: "1"}
+# A stop (SIGTERM to the server's group) ends the scheduler first, and SGLang takes that for a
+# crash: with its GPU diagnostics on it sleeps 5 s "to let GPU activity settle" before it exits,
+# every stop. No GPU here, and hsx reads a death's reason from the log, which says it either way.
+NO_CRASH_DIAGNOSTICS = {"SGLANG_PYSPY_DUMP_BEFORE_CRASH": "0", "SGLANG_CUDA_COREDUMP_BEFORE_CRASH": "0"}
+ENV = {"SGLANG_USE_CPU_ENGINE": "1", FORK_ENV: "1", **NO_CRASH_DIAGNOSTICS}
 ARGS = [
     "--device", "cpu", "--sampling-backend", "pytorch", "--disable-cuda-graph",
     "--max-total-tokens", "8192", "--max-running-requests", "4",
