@@ -41,7 +41,7 @@ def pytest_collection_modifyitems(items):
     for item in items:
         if any(_starts(item, name) for name in SLOW_FIXTURES.intersection(item.fixturenames)):
             item.add_marker(pytest.mark.slow)
-    # Costliest modules first: with -n 2 --dist loadfile each worker takes the next module as it
+    # Costliest modules first: with -n 3 --dist loadfile each worker takes the next module as it
     # frees, so the long ones start early and the short ones fill in at the end (stable sort:
     # a module's tests keep their order).
     from tests import times
