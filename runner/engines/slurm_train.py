@@ -146,6 +146,9 @@ def status(cfg: Config) -> Reply:
     job = _job(paths).get("job")
     if job and unheld == "preflight":  # launched (slurm.json is written under the launch lock)
         d.update(_waiting(job, paths))
+    elif job and d["phase"] == "stopped" and requeue.pending(paths.root, 0, d.get("requeues") or 0):
+        said = _waiting(job, paths)  # stopped by its own requeue: queued again, not stopped
+        d.update(said, reason=f"requeued by its batch script; {said['reason']}")
     return control.status(cfg, d)
 
 

@@ -41,6 +41,17 @@ def why(script_dir: str, rank: int, n: int) -> str | None:
     return (reason or SIGNALLED) if said == str(n) else BY_SLURM
 
 
+def pending(script_dir: str, rank: int, n: int) -> bool:
+    """The batch script requeued the task after the run that counted ``n`` requeues, and the next
+    run has not begun: the task waits in the queue (stopped as at a `stop`, but coming back)."""
+    try:
+        with open(note_path(script_dir, rank), encoding="utf-8") as f:
+            said = f.read().split(" ", 1)[0]
+    except OSError:
+        return False
+    return said.isdigit() and int(said) > n
+
+
 def budget(cfg) -> int:
     """How often a task may be requeued: ``[cluster] max_requeues``, none with requeue off."""
     return cfg.cluster.max_requeues if cfg.cluster.requeue else 0

@@ -253,3 +253,30 @@ def test_a_training_job_requeued_again_from_the_same_checkpoint_stops_for_the_al
     assert d["phase"] == "crashed" and "the last two at 4 with nothing done between" in d["reason"], d
     assert d["requeues"] == 2 and d["requeued_from"] == 4
     assert requeue.stalled(2, 6, 4) is None  # a later checkpoint: resumed as before
+
+
+def test_a_training_stopped_by_its_own_requeue_reads_waiting_not_stopped(tmp_path, monkeypatch):
+    """Between its batch script's requeue and the job's next run the trainer is stopped as at
+    `train stop`; `train status` says it waits in the queue (issue 48), and a stop of the
+    operator's own, with no requeue noted, still reads stopped."""
+    from runner.engines import slurm_train
+    from runner.job import requeue
+    from runner.train import runspec
+    from runner.train.record import Record
+
+    cfg = config(tmp_path, "slurm")
+    paths = runspec.RunPaths(runspec.run_dir(cfg))
+    os.makedirs(paths.root)
+    with open(os.path.join(paths.root, slurm_train.JOB), "w") as f:
+        json.dump({"job": "7"}, f)
+    Record(paths.root, {"phase": "stopped", "reason": "stopped on request", "step": 5, "requeues": 0}).write()
+    monkeypatch.setenv("PATH", _slurm_bin(tmp_path, 'echo "7|PENDING||BeginTime"'))
+    assert slurm_train.status(cfg).obj["phase"] == "stopped"  # no requeue noted: the operator's stop
+    with open(requeue.note_path(paths.root, 0), "w") as f:
+        f.write(f"1 {requeue.SIGNALLED}\n")
+    d = slurm_train.status(cfg).obj
+    assert d["phase"] == "preflight" and d["reason"].startswith(
+        "requeued by its batch script; Slurm job 7 is pending"
+    ), d
+    Record(paths.root, {"phase": "training", "step": 6, "requeues": 1}).write()  # the next run began
+    assert not requeue.pending(paths.root, 0, 1)
