@@ -127,7 +127,7 @@ def test_pipeline_status_tells_an_operator_the_paths_and_a_member_whom_to_ask(fa
     assert fake.calls() == [fake.argv("pipeline", "status")] * 2
 
 
-def test_hsx_pipeline_status_json_prints_the_reply_and_plain_the_operators_text(fake, conf, capsys):
+def test_hsx_pipeline_status_json_prints_the_reply_and_plain_the_operators_text(fake, conf, capsys, patient):
     fake.reply("pipeline-status", RUNNING)
     assert cli.main(["pipeline", "status", "--json", "--config", conf]) == 0
     said = json.loads(capsys.readouterr().out)

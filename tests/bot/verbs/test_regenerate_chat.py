@@ -116,7 +116,9 @@ def test_regenerate_status_tells_an_operator_the_paths_and_a_member_whom_to_ask(
     assert fake.calls() == [fake.argv("regenerate", "status")] * 2
 
 
-def test_hsx_regenerate_status_json_prints_the_reply_and_plain_the_operators_text(fake, conf, capsys):
+def test_hsx_regenerate_status_json_prints_the_reply_and_plain_the_operators_text(
+    fake, conf, capsys, patient
+):
     fake.reply("regenerate-status", {**RUNNING, "history": [POINT]})
     assert cli.main(["regenerate", "status", "--json", "--config", conf]) == 0
     said = json.loads(capsys.readouterr().out)
