@@ -25,6 +25,8 @@ class KindSpec:
     stop_wait_s: float = 30.0  # `stop --wait`'s default: how long the box waits for it to end
     stage: bool = True  # a pipeline's stage (the pipeline is not one of its own)
     forced: frozenset[str] = frozenset()  # the actions `--force` may pass preflight's gates for
+    # its section's run_dir as configured ("": beside [job] out); None: it writes into [job] out
+    run_dir: Callable[[Any], str] | None = None
 
     def timeout_s(self, action: str, default: float) -> float:
         return max(default, self.long_s if action in self.long else 0.0)
@@ -53,6 +55,7 @@ TRAIN = KindSpec(
     1800.0,
     train.TrainRecord.from_dict,
     "train the EAGLE-3 draft on the output with SpecForge ([train])",
+    run_dir=lambda cfg: cfg.train.run_dir,
 )  # the start checks the trainer's interpreter; export runs SpecForge's exporter
 MEASURE = KindSpec(
     "measure",
@@ -61,6 +64,7 @@ MEASURE = KindSpec(
     600.0,
     measure.MeasureRecord.from_dict,
     "measure the exported draft in SGLang, against the target alone ([measure])",
+    run_dir=lambda cfg: cfg.measure.run_dir,
 )
 REGENERATE = KindSpec(
     "regenerate",
@@ -69,6 +73,7 @@ REGENERATE = KindSpec(
     600.0,
     regenerate.RegenerateRecord.from_dict,
     "write the dataset's answers again with the target ([regenerate])",
+    run_dir=lambda cfg: cfg.regenerate.run_dir,
 )
 PIPELINE = KindSpec(
     "pipeline",
@@ -79,5 +84,6 @@ PIPELINE = KindSpec(
     "run [pipeline] stages as one, each handing on to the next; start again resumes",
     stop_wait_s=60.0,  # its stage stops first
     stage=False,
+    run_dir=lambda cfg: cfg.pipeline.run_dir,
 )
 KINDS = {k.name: k for k in (EXTRACT, TRAIN, MEASURE, REGENERATE, PIPELINE)}

@@ -16,18 +16,19 @@ from ..contract import measure, pipeline, regenerate, train
 from ..contract.atomic import no_follow, read_object
 from ..contract.config import Config
 from ..contract.errors import ConfigError
+from ..contract.kinds import KINDS as SPECS
 from ..contract.ranks import STATE_FILE
 from ..contract.status import STATUS
 
 MARK = ".hsx-run"
-KINDS = ("train", "measure", "regenerate", "pipeline")
+KINDS = tuple(name for name, spec in SPECS.items() if spec.run_dir)  # the kinds with a run dir
 _RECORDS = {"train": train.TrainRecord, "measure": measure.MeasureRecord,
             "regenerate": regenerate.RegenerateRecord, "pipeline": pipeline.PipelineRecord}  # fmt: skip
 
 
 def of(cfg: Config, kind: str) -> str:
     """The kind's run dir: ``[KIND] run_dir``, else beside ``[job] out`` as ``OUT-KIND``."""
-    return os.path.abspath(getattr(cfg, kind).run_dir or cfg.job.out.rstrip("/") + f"-{kind}")
+    return os.path.abspath(SPECS[kind].run_dir(cfg) or cfg.job.out.rstrip("/") + f"-{kind}")
 
 
 def inside(path: str, folder: str) -> bool:
