@@ -3,7 +3,13 @@ single-node Slurm: the rank's batch shell signalled as before its time limit (wh
 --signal sends) stops the rank, requeues its task and the rank resumes where it was; requeued
 again past `[cluster] max_requeues` (here by Slurm itself, as after a node failure) the rank ends
 failed with the reason, the watcher alerts once, and a resume ends it done: every sample once.
-Its cost: ~55 s on the 2-core machine (one test cluster, four starts of one rank's task)."""
+Its cost: ~55 s on the 2-core machine (one test cluster, four starts of one rank's task).
+
+And the same with nothing simulated: a task past its real time limit (two minutes),
+signalled by slurmctld itself, requeued by its batch script until the extraction ends
+done with no command after `start`. Its cost: ~3 minutes of wall (two runs, the first
+signalled ~90 s in, the requeue held ~15 s), little CPU (a paced server answering one request at a
+time), beside the other workers."""
 
 from __future__ import annotations
 
@@ -11,6 +17,7 @@ import os
 import subprocess
 
 from runner.contract.status import StatusRecord
+from runner.data.demo_assets import PACE_ENV
 from runner.job import requeue
 from runner.text.extraction import render_text
 from tests.cluster.conftest import Watching, cluster_job
@@ -72,3 +79,32 @@ def test_a_signalled_task_requeues_itself_and_resumes_then_past_its_budget_alert
     with open(os.path.join(out, ".slurm", "requeued.0")) as f:
         assert f.read().split(" ", 1)[0] == "1"  # the shell's note of its own requeue
     assert status(conf)["ranks"][0]["requeues"] == 0  # the new task's own count
+
+
+def test_a_task_past_its_real_time_limit_is_signalled_requeued_and_ends_done_with_no_command(
+    slurm, demo_assets, tmp_path, monkeypatch
+):
+    """240 answers of at least 0.5 s each, one at a time: 120 s of work, more than the whole
+    two-minute limit, so the task cannot end in one run however fast the machine. slurmctld sends
+    the signal at its first look at time limits once the end is within requeue_signal_s plus its
+    check's period: measured here, a two-minute run was signalled ~90 s in (its next run ended it);
+    with a one-minute limit runs got 9-19 s, sometimes less than their server's start, and two such
+    runs in a row stopped the task by the rule against failing the same way twice."""
+    samples = 240
+    monkeypatch.setenv(PACE_ENV, "0.5")  # sbatch hands the submitting environment to the task
+    conf = cluster_job(tmp_path / "tl", demo_assets, samples=samples, ranks=1, time_limit="2",
+                       requeue_signal_s=10, max_requeues=8, job__concurrency=1)  # fmt: skip
+    code, rep = act("start", conf)
+    assert code == 0 and "--time=2" in rep["argv"] and "--signal=B:USR1@10" in rep["argv"], rep
+    st = wait_for(
+        lambda: (s := status(conf))["phase"] in ("done", "failed") and s,
+        timeout=900,
+        what="the extraction's end",
+    )
+    rank = st["ranks"][0]
+    assert st["phase"] == "done", rank
+    assert 1 <= rank["requeues"] <= 8 and rank["requeued_for"] == requeue.SIGNALLED, rank
+    found = discovered(out_dir(conf))
+    assert sorted(found) == list(range(samples)) and all(len(v) == 1 for v in found.values())
+    with open(os.path.join(out_dir(conf), ".slurm", "requeued.0")) as f:
+        assert f.read().split(" ", 1)[0] == str(rank["requeues"])  # each requeue the script's own
