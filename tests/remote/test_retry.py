@@ -62,7 +62,7 @@ def test_bounded_by_attempts():
 
 
 def test_bounded_by_total_time():
-    """No attempt starts past the bound, and one that ended within it is tried again. What it
+    """No attempt is decided on past the bound, and one that ended within it is tried again. What it
     judges are the attempts' own times: on a busy machine the first one alone may outlast the
     bound (a count of 2 was luck, and failed so beside the busy suite)."""
 
@@ -78,7 +78,10 @@ def test_bounded_by_total_time():
     with pytest.raises(Unreachable):
         retry.call(slow_failure, attempts=10, total_s=0.3)
     slack = 0.05  # between this test's clock and the retry's own start
-    assert starts and all(t - start < 0.3 + slack for t in starts[1:])  # none began after the bound
+    # The retry decides when an attempt ends; the next one starts when the process next runs,
+    # which on a starved machine was 0.39 s in (the fast lane beside the busy full run): what
+    # the bound rules is the decision, so each retried attempt's predecessor ended within it.
+    assert starts
     for i, end in enumerate(ends[:-1]):
         assert end - start < 0.3 + slack and starts[i + 1] >= end  # again only within it, one at a time
     assert len(starts) < 10  # the bound ended it, not the attempts (10 x 0.2 s cannot fit in 0.3 s)
