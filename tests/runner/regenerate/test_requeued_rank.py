@@ -46,7 +46,9 @@ def _rank(tmp_path, demo_assets, restarts: int, max_requeues: int, record=None, 
         "1",
     ]
     env = {**os.environ, "SLURM_RESTART_COUNT": str(restarts)}
-    p = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120)
+    p = subprocess.run(
+        argv, env=env, capture_output=True, text=True, timeout=600
+    )  # a starved machine: 120 s ran out
     assert p.returncode == 1, p.stderr[-2000:]
     with open(root / "status.rank0.json") as f:
         rec = json.load(f)
