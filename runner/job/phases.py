@@ -245,10 +245,8 @@ class Job:
         """A Slurm rank's requeues so far and why, in its record; why it stops when they are past
         ``[cluster] max_requeues`` or the last two came with nothing done between."""
         n, rec = requeue.count(), self.recorder.record
-        last, rec.requeued_from = (
-            rec.requeued_from,
-            (rec.done if n else None),
-        )  # done: the last run's, carried
+        last = rec.requeued_from
+        rec.requeued_from = rec.done if n else None  # done: the last run's, carried
         rec.requeues, rec.requeued_for = n, requeue.why(os.path.join(self.out, ".slurm"), self.rank, n)
         return requeue.past_budget(n, requeue.budget(self.cfg)) or requeue.stalled(n, rec.done, last)
 

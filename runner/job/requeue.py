@@ -33,22 +33,24 @@ def why(script_dir: str, rank: int, n: int) -> str | None:
     task itself (the note names its count), else Slurm's own; None on a first run."""
     if n <= 0:
         return None
+    said, reason = _note(script_dir, rank)
+    return (reason or SIGNALLED) if said == str(n) else BY_SLURM
+
+
+def _note(script_dir: str, rank: int) -> tuple[str, str]:
+    """The batch script's last note: the requeue it counted and why ("" and "" when none)."""
     try:
         with open(note_path(script_dir, rank), encoding="utf-8") as f:
             said, _, reason = f.read().strip().partition(" ")
     except OSError:
-        return BY_SLURM
-    return (reason or SIGNALLED) if said == str(n) else BY_SLURM
+        return "", ""
+    return said, reason
 
 
 def pending(script_dir: str, rank: int, n: int) -> bool:
     """The batch script requeued the task after the run that counted ``n`` requeues, and the next
     run has not begun: the task waits in the queue (stopped as at a `stop`, but coming back)."""
-    try:
-        with open(note_path(script_dir, rank), encoding="utf-8") as f:
-            said = f.read().split(" ", 1)[0]
-    except OSError:
-        return False
+    said = _note(script_dir, rank)[0]
     return said.isdigit() and int(said) > n
 
 
