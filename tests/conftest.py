@@ -32,6 +32,27 @@ os.environ[timing.ENV] = "fast"  # short polls and backoffs, here and in every p
 pytest_plugins = ["tests.times"]  # --times=PATH: what each test costs, by lane and module
 
 
+class Patience:
+    """The status answer's wait lifted (``HSX_TIMING=patient``, here and in every process the test
+    starts), for a test of what an answer says rather than of its 4 s bound (test_status_answer's):
+    on a starved machine the first answer took past it and was the last record seen, none yet.
+    ``bounded()`` restores the product's bound for the reads after it."""
+
+    bound = timing.FAST
+
+    def __init__(self, monkeypatch):
+        self._mp = monkeypatch
+        monkeypatch.setenv(timing.ENV, "patient")
+
+    def bounded(self) -> None:
+        self._mp.setenv(timing.ENV, "fast")
+
+
+@pytest.fixture
+def patient(monkeypatch) -> Patience:
+    return Patience(monkeypatch)
+
+
 SLOW_FIXTURES = frozenset(
     {"pair", "shared_pair", "gpu_box", "hsx_wheel", "slurm", "slurm_two_nodes", "sglang_python", "specforge"}
 )

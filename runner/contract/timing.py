@@ -1,14 +1,16 @@
 """Every production poll and wait in one place, and one switch that shortens them for tests.
 
 ``HSX_TIMING=fast`` (tests/conftest.py sets it) selects ``FAST``: the same code on short
-clocks, so a test waits for the event itself rather than for a production cadence. Unset, hsx
-runs on ``PRODUCTION``. Read on every use (it is a dict lookup), so a test can switch profiles
+clocks, so a test waits for the event itself rather than for a production cadence;
+``HSX_TIMING=patient`` is ``FAST`` with the status answer's bound lifted, for a test of what an
+answer says rather than of when it comes (a starved machine's first read can take past 4 s), in
+its own process and every process it starts. Unset, hsx runs on ``PRODUCTION``. Read on every use (it is a dict lookup), so a test can switch profiles
 with monkeypatch. Stdlib only: the runner, the bot and remote/ all read it."""
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 ENV = "HSX_TIMING"
 
@@ -67,7 +69,8 @@ FAST = Timing(
     kill_grace_s=1, retry_first_wait_s=0.01, retry_max_wait_s=0.01, retry_jitter_s=0.0, headless_poll_s=1.0,
     answer_poll_s=0.02, stop_poll_s=0.02, cluster_stop_poll_s=0.1,
 )  # fmt: skip
-PROFILES = {"": PRODUCTION, "production": PRODUCTION, "fast": FAST}
+PATIENT = replace(FAST, status_answer_s=300.0)
+PROFILES = {"": PRODUCTION, "production": PRODUCTION, "fast": FAST, "patient": PATIENT}
 
 
 def current() -> Timing:
@@ -75,4 +78,4 @@ def current() -> Timing:
     try:
         return PROFILES[name]
     except KeyError:
-        raise ValueError(f"{ENV}={name!r}: want 'fast' (tests) or unset") from None
+        raise ValueError(f"{ENV}={name!r}: want 'fast' or 'patient' (tests) or unset") from None

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import stat
@@ -12,7 +11,6 @@ import pytest
 
 from remote.client import GpuBox
 from remote.transport import LocalTransport
-from runner.contract import timing
 from runner.contract.config import from_dict
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -93,26 +91,6 @@ class FakeBox:
 
     def box(self) -> GpuBox:
         return GpuBox(LocalTransport(), self.runner, self.config, timeout_s=20)
-
-
-class Patience:
-    """The status answer's wait, for a test of what an answer says rather than of its 4 s bound
-    (test_status_answer's): on a starved machine the fake box's first answer took past it, and
-    the answer was the last record seen, none yet. ``bounded()`` restores the product's bound for
-    the reads after it."""
-
-    def __init__(self, monkeypatch):
-        self.bound = timing.current()
-        self.now = dataclasses.replace(self.bound, status_answer_s=300.0)
-        monkeypatch.setattr(timing, "current", lambda: self.now)
-
-    def bounded(self) -> None:
-        self.now = self.bound
-
-
-@pytest.fixture
-def patient(monkeypatch) -> Patience:
-    return Patience(monkeypatch)
 
 
 @pytest.fixture

@@ -45,3 +45,10 @@ def test_the_remote_timeout_takes_its_grace_from_the_profile(monkeypatch):
     assert SSHTransport.command(["/bin/true"], 4.2) == "timeout -k 1 6 /bin/true"
     monkeypatch.setenv(timing.ENV, "production")
     assert SSHTransport.command(["/bin/true"], 4.2) == "timeout -k 2 6 /bin/true"
+
+
+def test_patient_is_fast_with_the_status_answer_unbounded(monkeypatch):
+    monkeypatch.setenv(timing.ENV, "patient")
+    t = timing.current()
+    assert t.status_answer_s == 300.0
+    assert dataclasses.replace(t, status_answer_s=timing.FAST.status_answer_s) == timing.FAST
