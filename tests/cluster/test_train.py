@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import signal
 import socket
 import subprocess
 import time
@@ -18,6 +19,7 @@ from runner.engines import slurm_train
 from runner.train import progress, runspec
 from tests.cluster.conftest import cluster_job
 from tests.conftest import read_config, runner, specforge_train_python, write_config, write_job
+from tests.runner.helpers import runner_json
 
 
 def _train_section(python: str, **more) -> dict:
@@ -262,29 +264,41 @@ def test_a_training_job_requeued_by_its_signal_and_by_a_node_failure_trains_to_t
     deadline = time.monotonic() + 420
 
     def training(launches: int, ckpt: int) -> dict:
+        """The launch's trainer as soon as it is seen past ``ckpt``, held there (SIGSTOP: on the
+        busy machine a 40-step launch ended between two polls): what ends this launch is the
+        signal or the node under test, never its last steps. In-process polls: a process per poll
+        cost more CPU than a step."""
         while True:
-            st = _train(conf, "status")
+            st = runner_json("train", conf, "status")[1]
             if (
                 st["phase"] == "training"
                 and st["launches"] == launches
                 and (st["checkpoint_step"] or 0) >= ckpt
             ):
+                os.killpg(st["pid"], signal.SIGSTOP)
+                held.append(st["pid"])
                 return st
             assert time.monotonic() < deadline and st["phase"] not in ("done", "failed"), st
-            time.sleep(0.2)
+            time.sleep(0.05)
 
-    first = training(1, 2)
-    subprocess.run(["scancel", "--signal=USR1", "--batch", rep["job_id"]], check=True)
-    again = training(2, first["checkpoint_step"] + 2)
-    assert again["requeues"] == 1 and again["requeued_for"] == requeue.SIGNALLED, again
-    node = ["scontrol", "update", "nodename=localhost"]
-    subprocess.run([*node, "state=down", "reason=hsx-test"], check=True)  # as a node that fails
+    held: list[int] = []
     try:
-        while slurm_io_state(rep["job_id"]) not in ("PENDING", "REQUEUED"):
-            assert time.monotonic() < deadline, slurm_io_state(rep["job_id"])
-            time.sleep(0.2)
-    finally:  # back (the test cluster's ReturnToService may have brought it back already)
-        subprocess.run([*node, "state=resume"], capture_output=True)
+        first = training(1, 2)
+        subprocess.run(["scancel", "--signal=USR1", "--batch", rep["job_id"]], check=True)
+        again = training(2, first["checkpoint_step"] + 2)  # the first ended by its supervisor's SIGKILL
+        assert again["requeues"] == 1 and again["requeued_for"] == requeue.SIGNALLED, again
+        node = ["scontrol", "update", "nodename=localhost"]
+        subprocess.run([*node, "state=down", "reason=hsx-test"], check=True)  # as a node that fails
+        try:
+            while slurm_io_state(rep["job_id"]) not in ("PENDING", "REQUEUED"):
+                assert time.monotonic() < deadline, slurm_io_state(rep["job_id"])
+                time.sleep(0.2)
+        finally:  # back (the test cluster's ReturnToService may have brought it back already)
+            subprocess.run([*node, "state=resume"], capture_output=True)
+    finally:
+        for pid in held:  # a trainer still alive (a failed assert) ends as its supervisor ends it
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pid, signal.SIGCONT)
     while (st := _train(conf, "status"))["phase"] != "done" or st["launches"] != 3:
         assert time.monotonic() < deadline and st["phase"] not in ("failed",), st
         time.sleep(0.5)
