@@ -213,40 +213,41 @@ TRAIN_VERBS = (
 )
 
 
+def _supervised(slash: str, noun: str, kept: str, status: str, start: str, chart: str) -> tuple[Verb, ...]:
+    """A supervised kind's verbs in its own words: ``noun`` (the measurement), ``kept`` (what a
+    stop keeps: finished requests)."""
+    return (
+        Verb("status", status, slash=slash, every_s=30.0),  # a read of the box's files
+        Verb("start", start, slash=slash, operator=True),
+        Verb("resume", f"continue after a crash or stop; {kept} are kept", slash=slash, operator=True),
+        Verb(
+            "stop",
+            f"stop the {noun} ({kept} are kept)",
+            slash=slash,
+            operator=True,
+            confirm=f"Stop the {noun}",
+            question=f"Stop the {noun}? {kept[0].upper() + kept[1:]} are kept; `{slash} resume` continues.",
+        ),
+        # the history from the box, and a drawing
+        Verb("chart", chart, slash=slash, terminal=False, json=False, every_s=30.0),
+        Verb("help", "this text", slash=slash, terminal=False, json=False),
+    )
+
+
 # `/measure VERB` and `hsx measure VERB`: each runs `hsx-runner measure VERB` (bot/verbs/measure.py).
 MEASURE_SLASH = "/measure"
 MEASURE_DESCRIPTION = "Start, resume, stop or query the measurement of the draft in SGLang"
 
 
-def _measure(name: str, help_: str, operator: bool = False, **kw) -> Verb:
-    return Verb(name, help_, operator=operator, slash=MEASURE_SLASH, **kw)
-
-
-MEASURE_VERBS = (
-    _measure(
-        "status",
-        "where the measurement is: the server loading, requests done, the measured accept length beside "
-        "the simulated one, tokens/s with and without the draft, whether the outputs are equal",
-        every_s=30.0,  # the box reads the results file
-    ),
-    _measure("start", "serve the exported draft in SGLang and measure it against the target alone", True),
-    _measure("resume", "continue after a crash or stop; finished requests are kept", True),
-    _measure(
-        "stop",
-        "stop the measurement (finished requests are kept)",
-        True,
-        confirm="Stop the measurement",
-        question="Stop the measurement? Finished requests are kept; `/measure resume` continues.",
-    ),
-    _measure(
-        "chart",
-        "accept length per setting beside the simulated one, the accept histograms, tokens/s with and without the draft",
-        terminal=False,
-        json=False,
-        every_s=30.0,  # a drawing
-    ),
-    _measure("help", "this text", terminal=False, json=False),
-)
+MEASURE_VERBS = _supervised(
+    MEASURE_SLASH,
+    "measurement",
+    "finished requests",
+    "where the measurement is: the server loading, requests done, the measured accept length beside "
+    "the simulated one, tokens/s with and without the draft, whether the outputs are equal",
+    "serve the exported draft in SGLang and measure it against the target alone",
+    "accept length per setting beside the simulated one, the accept histograms, tokens/s with and without the draft",
+)  # status: the box reads the results file
 
 
 # `/regenerate VERB` and `hsx regenerate VERB`: each runs `hsx-runner regenerate VERB`
@@ -255,35 +256,15 @@ REGENERATE_SLASH = "/regenerate"
 REGENERATE_DESCRIPTION = "Start, resume, stop or query the regeneration of the data by the target"
 
 
-def _regenerate(name: str, help_: str, operator: bool = False, **kw) -> Verb:
-    return Verb(name, help_, operator=operator, slash=REGENERATE_SLASH, **kw)
-
-
-REGENERATE_VERBS = (
-    _regenerate(
-        "status",
-        "where the regeneration is: rows done / total, rows not regenerated, tokens/s, ETA, the server "
-        "loading, restarts, disk",
-        every_s=30.0,  # the box reads the run's history
-    ),
-    _regenerate("start", "write the dataset's answers again with the target ([regenerate])", True),
-    _regenerate("resume", "continue after a crash or stop; committed rows are kept", True),
-    _regenerate(
-        "stop",
-        "stop the regeneration (committed rows are kept)",
-        True,
-        confirm="Stop the regeneration",
-        question="Stop the regeneration? Committed rows are kept; `/regenerate resume` continues.",
-    ),
-    _regenerate(
-        "chart",
-        "rows done and tokens/s over time",
-        terminal=False,
-        json=False,
-        every_s=30.0,  # the history from the box, and a drawing
-    ),
-    _regenerate("help", "this text", terminal=False, json=False),
-)
+REGENERATE_VERBS = _supervised(
+    REGENERATE_SLASH,
+    "regeneration",
+    "committed rows",
+    "where the regeneration is: rows done / total, rows not regenerated, tokens/s, ETA, the server "
+    "loading, restarts, disk",
+    "write the dataset's answers again with the target ([regenerate])",
+    "rows done and tokens/s over time",
+)  # status: the box reads the run's history
 
 
 # `/pipeline VERB` and `hsx pipeline VERB`: each runs `hsx-runner pipeline VERB`

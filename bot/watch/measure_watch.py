@@ -15,14 +15,12 @@ without the draft, and, for operators, the serve command that was run.
 
 from __future__ import annotations
 
-import copy
 import datetime as dt
 import functools
 
 from bot.verbs.table import MEASURING
 from bot.watch import supervised
 from bot.watch.action import Action
-from bot.watch.posted import MAX_KEYS, Posted
 from runner.contract.measure import MeasureRecord
 from runner.text.measure import render_measure, setting_line
 
@@ -45,10 +43,10 @@ def _stalled(rec: MeasureRecord, stall_s: float, now: dt.datetime) -> tuple[str,
 def judge(st, rec: MeasureRecord, now: dt.datetime | None = None, stall_s: float = 300.0):
     """Pure: the watcher's state (the measurement's part) and one record → what to post, next state."""
     now = now or dt.datetime.now(dt.timezone.utc)
-    st = copy.deepcopy(st)
-    if not rec.started_at:
-        return [], st
-    p = st.kinds.setdefault(MEASURING.name, Posted())
+    return supervised.judged(MEASURING, st, rec.started_at, lambda p: (_found(rec, now, stall_s), []))
+
+
+def _found(rec: MeasureRecord, now: dt.datetime, stall_s: float) -> list[Action]:
     run = rec.started_at
     found = supervised.alerts(
         MEASURING, rec, now, _post, _stalled(rec, stall_s, now), "finished requests are kept"
@@ -58,6 +56,4 @@ def judge(st, rec: MeasureRecord, now: dt.datetime | None = None, stall_s: float
         found.append(Action("milestone", head, key=f"{KEY}setting:{run}:{s.get('setting')}"))
     if rec.phase == "done":
         found.append(_post("done", ":white_check_mark: Measurement done", rec, now, f"{KEY}done:{run}"))
-    out = [a for a in found if a.key not in p.active]
-    p.active = (p.active + [a.key for a in out])[-MAX_KEYS:]
-    return out, st
+    return found

@@ -19,13 +19,12 @@ rows not regenerated.
 
 from __future__ import annotations
 
-import copy
 import datetime as dt
 import functools
 
 from bot.verbs.table import REGENERATING
 from bot.watch import supervised
-from bot.watch.posted import MAX_KEYS, Posted
+from bot.watch.posted import Posted
 from runner.contract.ranks import ALERTING
 from runner.contract.regenerate import RegenerateRecord
 from runner.text.regenerate import render_regenerate
@@ -44,13 +43,11 @@ def _stalled(rec: RegenerateRecord, stall_s: float, now: dt.datetime) -> tuple[s
 def judge(st, rec: RegenerateRecord, now: dt.datetime | None = None, stall_s: float = 300.0):
     """Pure: the watcher's state (the regeneration's part) and one record → what to post, next state."""
     now = now or dt.datetime.now(dt.timezone.utc)
-    st = copy.deepcopy(st)
-    if not rec.started_at:
-        return [], st
-    p = st.kinds.setdefault(REGENERATING.name, Posted())
-    run = rec.started_at  # kept by a resume: the run's milestones are said once
-    p.start(run)
-    found = []
+    return supervised.judged(REGENERATING, st, rec.started_at, lambda p: _found(rec, p, now, stall_s))
+
+
+def _found(rec: RegenerateRecord, p: Posted, now: dt.datetime, stall_s: float):
+    run, found = rec.started_at, []
     bad = [r for r in rec.ranks or [] if r.state in ALERTING]
     for r in bad:  # on Slurm: said when it happens, not when the last rank ends
         where = f" (node {r.node})" if r.node else ""
@@ -70,6 +67,4 @@ def judge(st, rec: RegenerateRecord, now: dt.datetime | None = None, stall_s: fl
             f"{rec.failed:,} not"
         )
         found.append(_post("done", head, rec, now, f"{KEY}done:{run}"))
-    out = [a for a in found if a.key not in p.active]
-    p.active = (p.active + [a.key for a in out])[-MAX_KEYS:]
-    return out + later, st
+    return found, later

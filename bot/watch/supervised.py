@@ -5,13 +5,31 @@ measurement's, the regeneration's), its stall and its alerts."""
 
 from __future__ import annotations
 
+import copy
 import datetime as dt
+from collections.abc import Callable
 
 from bot.verbs.table import Kind
 from bot.watch import standing
 from bot.watch.action import Action
+from bot.watch.posted import MAX_KEYS, Posted
 from runner.contract.status import age_s
 from runner.text.human import human_duration
+
+
+def judged(of: Kind, st, run: str, find: Callable[[Posted], tuple[list[Action], list[Action]]]):
+    """A judge's frame: the watcher's state copied, nothing before a ``run`` begins (its
+    ``started_at``), else ``find(posted)``'s actions for this run: the first list posted once
+    per key, the second (milestones ``posted.reached`` counts) as found."""
+    st = copy.deepcopy(st)
+    if not run:
+        return [], st
+    p = st.kinds.setdefault(of.name, Posted())
+    p.start(run)  # kept by a resume: the run's milestones are said once
+    found, later = find(p)
+    out = [a for a in found if a.key not in p.active]
+    p.active = (p.active + [a.key for a in out])[-MAX_KEYS:]
+    return out + later, st
 
 
 def post(render, kind: str, head: str, rec, now: dt.datetime | None, key: str, why: str = "", tail: str = "",

@@ -18,10 +18,12 @@ from . import measure, pipeline, regenerate, status, train
 class KindSpec:
     name: str
     actions: tuple[str, ...]
-    long: frozenset[str]  # the actions that wait for a supervisor's claim (or run the trainer)
-    long_s: float  # how long the ops side waits for one of them
     record: Callable[[Any], Any]  # the status reply, typed (with a to_dict); a StatusError says what is wrong
-    help: str = ""  # `hsx-runner KIND`'s line in --help
+    help: str  # `hsx-runner KIND`'s line in --help
+    # the actions that wait for a supervisor's claim (or run the trainer), and how long the ops
+    # side waits for one of them
+    long: frozenset[str] = frozenset({"start", "resume"})
+    long_s: float = 600.0
     stop_wait_s: float = 30.0  # `stop --wait`'s default: how long the box waits for it to end
     stage: bool = True  # a pipeline's stage (the pipeline is not one of its own)
     forced: frozenset[str] = frozenset()  # the actions `--force` may pass preflight's gates for
@@ -42,26 +44,23 @@ class KindSpec:
 EXTRACT = KindSpec(
     "extract",
     ("start", "resume", "stop", "status"),
-    frozenset({"start", "resume"}),  # preflight first: the server's interpreter asked
-    600.0,
     status.StatusRecord.from_dict,
     "the extraction's start, resume, stop and status (also unprefixed: hsx-runner start)",
-    forced=frozenset({"start", "resume"}),
+    forced=frozenset({"start", "resume"}),  # preflight first: the server's interpreter asked
 )
 TRAIN = KindSpec(
     "train",
     train.ACTIONS,
-    frozenset({"setup", "start", "resume", "export"}),
-    1800.0,
     train.TrainRecord.from_dict,
     "train the EAGLE-3 draft on the output with SpecForge ([train])",
+    # the start checks the trainer's interpreter; export runs SpecForge's exporter
+    long=frozenset({"setup", "start", "resume", "export"}),
+    long_s=1800.0,
     run_dir=lambda cfg: cfg.train.run_dir,
-)  # the start checks the trainer's interpreter; export runs SpecForge's exporter
+)
 MEASURE = KindSpec(
     "measure",
     measure.ACTIONS,
-    frozenset({"start", "resume"}),
-    600.0,
     measure.MeasureRecord.from_dict,
     "measure the exported draft in SGLang, against the target alone ([measure])",
     run_dir=lambda cfg: cfg.measure.run_dir,
@@ -69,8 +68,6 @@ MEASURE = KindSpec(
 REGENERATE = KindSpec(
     "regenerate",
     regenerate.ACTIONS,
-    frozenset({"start", "resume"}),
-    600.0,
     regenerate.RegenerateRecord.from_dict,
     "write the dataset's answers again with the target ([regenerate])",
     run_dir=lambda cfg: cfg.regenerate.run_dir,
@@ -78,10 +75,9 @@ REGENERATE = KindSpec(
 PIPELINE = KindSpec(
     "pipeline",
     pipeline.ACTIONS,
-    frozenset({"start"}),
-    600.0,
     pipeline.PipelineStatus.from_dict,
     "run [pipeline] stages as one, each handing on to the next; start again resumes",
+    long=frozenset({"start"}),
     stop_wait_s=60.0,  # its stage stops first
     stage=False,
     run_dir=lambda cfg: cfg.pipeline.run_dir,
