@@ -212,19 +212,9 @@ def install(dump_dir: str, writer_rank: bool, watchdog_s: float | None = None, t
     return _STATE
 
 
-def run_scheduler_process(
-    server_args,
-    port_args,
-    gpu_id,
-    tp_rank,
-    pp_rank,
-    dp_rank,
-    pipe_writer,
-    display_tp_rank=None,
-    display_dp_rank=None,
-    display_moe_ep_rank=None,
-):
-    """Same signature as SGLang's; passed to launch_server as run_scheduler_process_func."""
+def run_scheduler_process(server_args, port_args, gpu_id, tp_rank, *rest, **more):
+    """SGLang's, passed to launch_server as run_scheduler_process_func: the patch installed, then
+    the real one with every argument as given (its signature is checked by patches.hooks)."""
     from sglang.srt.managers import scheduler
 
     dump_dir = os.environ.get(dump.DUMP_DIR_ENV, "")
@@ -236,15 +226,4 @@ def run_scheduler_process(
         watchdog_s=getattr(server_args, "watchdog_timeout", None),
         tp_rank=tp_rank,
     )
-    return scheduler.run_scheduler_process(
-        server_args,
-        port_args,
-        gpu_id,
-        tp_rank,
-        pp_rank,
-        dp_rank,
-        pipe_writer,
-        display_tp_rank,
-        display_dp_rank,
-        display_moe_ep_rank,
-    )
+    return scheduler.run_scheduler_process(server_args, port_args, gpu_id, tp_rank, *rest, **more)

@@ -96,13 +96,13 @@ def progress(h, user: str, operator: bool | None = None) -> Reply:
     rec = reply.extra.get("record")
     if first and rec is not None and rec.phase.value == "stopped" and rec.reason == NOT_STARTED:
         texts, blocks = [], []  # a pipeline's extraction not reached yet: the pipeline says so
-    for (word, live, part_of), k in zip(first + parts, kicked, strict=True):
+    for i, ((word, live, part_of), k) in enumerate(zip(first + parts, kicked, strict=True)):
         r = live.read(max(0.0, timing.current().status_answer_s - (time.monotonic() - t0)), k)
         part = part_of(h, r, full, ask)
         if part is None:
             continue
         said_blocks = part[1] or plain(part[0], ask)[1]
-        if word == "pipeline":  # it begins the answer
+        if i < len(first):  # the pipeline's begins the answer
             texts.insert(0, part[0])
             blocks[:0] = said_blocks
         else:

@@ -174,8 +174,16 @@ TRAIN_SLASH = "/train"
 TRAIN_DESCRIPTION = "Train, resume, stop, query, chart or export the EAGLE-3 draft"
 
 
-def _train(name: str, help_: str, operator: bool = False, **kw) -> Verb:
-    return Verb(name, help_, operator=operator, slash=TRAIN_SLASH, **kw)
+def _on(slash: str):
+    """``slash``'s verbs: ``verb(name, help, operator=False, **more)``."""
+
+    def verb(name: str, help_: str, operator: bool = False, **kw) -> Verb:
+        return Verb(name, help_, operator=operator, slash=slash, **kw)
+
+    return verb
+
+
+_train = _on(TRAIN_SLASH)
 
 
 TRAIN_VERBS = (
@@ -273,8 +281,7 @@ PIPELINE_SLASH = "/pipeline"
 PIPELINE_DESCRIPTION = "Start, stop or query the stages run as one (regenerate, extract, train, measure)"
 
 
-def _pipeline(name: str, help_: str, operator: bool = False, **kw) -> Verb:
-    return Verb(name, help_, operator=operator, slash=PIPELINE_SLASH, **kw)
+_pipeline = _on(PIPELINE_SLASH)
 
 
 PIPELINE_VERBS = (

@@ -59,19 +59,14 @@ TRAIN = KindSpec(
     run_dir=lambda cfg: cfg.train.run_dir,
 )
 MEASURE = KindSpec(
-    "measure",
-    measure.ACTIONS,
-    measure.MeasureRecord.from_dict,
-    "measure the exported draft in SGLang, against the target alone ([measure])",
-    run_dir=lambda cfg: cfg.measure.run_dir,
-)
+    "measure", measure.ACTIONS, measure.MeasureRecord.from_dict, run_dir=lambda cfg: cfg.measure.run_dir,
+    help="measure the exported draft in SGLang, against the target alone ([measure])",
+)  # fmt: skip
 REGENERATE = KindSpec(
-    "regenerate",
-    regenerate.ACTIONS,
-    regenerate.RegenerateRecord.from_dict,
-    "write the dataset's answers again with the target ([regenerate])",
+    "regenerate", regenerate.ACTIONS, regenerate.RegenerateRecord.from_dict,
+    help="write the dataset's answers again with the target ([regenerate])",
     run_dir=lambda cfg: cfg.regenerate.run_dir,
-)
+)  # fmt: skip
 PIPELINE = KindSpec(
     "pipeline",
     pipeline.ACTIONS,

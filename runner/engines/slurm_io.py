@@ -203,14 +203,12 @@ def sbatch_argv(cfg: Config, todo: list[int], script: str, out: str = "", name: 
 def site_flags(c, gpus: int) -> list[str]:
     """The site's own sbatch flags ([cluster]), the same for the extraction's array and a
     training job; ``gpus`` per node where [cluster] asks for GPUs at all."""
-    out = []
-    if c.partition:
-        out.append(f"--partition={c.partition}")
-    if c.gpus_per_node:
-        out.append(f"--gpus-per-node={gpus}")
-    if c.time_limit:
-        out.append(f"--time={c.time_limit}")
-    return out + list(c.sbatch_args)
+    asked = (
+        (c.partition, f"--partition={c.partition}"),
+        (c.gpus_per_node, f"--gpus-per-node={gpus}"),
+        (c.time_limit, f"--time={c.time_limit}"),
+    )
+    return [flag for on, flag in asked if on] + list(c.sbatch_args)
 
 
 def sbatch(argv: list[str]) -> str:

@@ -44,6 +44,14 @@ class Kind:
     def kinds(self) -> dict[str, str]:
         return {f.name: str(f.type) for f in dataclasses.fields(self.record)}
 
+    def load(self, root: str, name: str = STATUS) -> Record:
+        """The writer's record (a Slurm rank's: ``name``, status.rankR.json)."""
+        return Record.load(self, root, name)
+
+    def read(self, root: str) -> Any:
+        """The record as a reader should see it (``read``)."""
+        return read(self, root)
+
 
 class Record:
     """The writer's side of a run's status.json (a Slurm rank's: ``name``, status.rankR.json)."""

@@ -14,7 +14,7 @@ from ..job import rundir, supervised
 from ..job.supervised import refused
 from ..train import guard, runspec
 from ..train import record as train_record
-from .record import KIND, read
+from .record import KIND
 
 
 def run_dir(cfg: Config) -> str:
@@ -72,7 +72,7 @@ def stop(cfg: Config, wait_s: float = 30.0) -> Reply:
 
 def status(cfg: Config) -> Reply:
     root = run_dir(cfg)
-    rec = read(root)
+    rec = KIND.read(root)
     trained = train_record.read(runspec.run_dir(cfg)).get("acc_len")  # the last eval: the exported draft's
     rec = dataclasses.replace(rec, run_dir=rec.run_dir or root, export_dir=rec.export_dir or draft(cfg),
                               results=rec.results or os.path.join(root, RESULTS), simulated=in_sglang_units(trained))  # fmt: skip

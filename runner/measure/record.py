@@ -10,13 +10,3 @@ from ..job import supervised
 KIND = supervised.Kind(
     "measurement", MeasureRecord, PHASES, "runner.measure.supervisor", "measure", "measuring"
 )
-
-
-def load(root: str) -> supervised.Record:
-    """The writer's record."""
-    return supervised.Record.load(KIND, root)
-
-
-def read(root: str) -> MeasureRecord:
-    """The record as a reader should see it (BrokenFileError naming a broken one)."""
-    return supervised.read(KIND, root)

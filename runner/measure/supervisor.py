@@ -75,7 +75,7 @@ FIGURES_S = 5.0  # the record's figures at most this often (and at each setting'
 
 class Measure(Served):
     def __init__(self, root: str, cfg: Config, draft: str):
-        super().__init__(cfg, record.load(root))
+        super().__init__(cfg, record.KIND.load(root))
         self.root, self.draft = root, draft
         self.results = os.path.join(root, RESULTS)
         self.settings = [NONE, *cfg.measure.settings]
@@ -211,7 +211,7 @@ class Measure(Served):
 
 def main(argv: list[str]) -> int:
     return served.main(
-        argv, lambda root, cfg: Measure(root, cfg, record.load(root).d.get("export_dir") or "")
+        argv, lambda root, cfg: Measure(root, cfg, record.KIND.load(root).d.get("export_dir") or "")
     )
 
 

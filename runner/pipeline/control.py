@@ -10,7 +10,7 @@ from ..contract.config import Config
 from ..contract.replies import OK, Reply
 from ..job import rundir, supervised
 from ..job.supervised import refused
-from .record import KIND, read
+from .record import KIND
 from .stages import STAGES
 
 
@@ -29,7 +29,7 @@ def start(cfg: Config) -> Reply:
     if why := rundir.refusal(cfg, "pipeline"):
         return refused(why)
     rundir.claim(cfg, "pipeline")
-    how = "resumed" if read(root).started_at else "started"
+    how = "resumed" if KIND.read(root).started_at else "started"
     return supervised.launch(KIND, root, cfg.path, how, stages=list(cfg.pipeline.stages))
 
 
@@ -40,7 +40,7 @@ def stop(cfg: Config, wait_s: float = 60.0) -> Reply:
 def status(cfg: Config) -> Reply:
     """The record, each stage's phase read live beside it, and the stage under way's status."""
     root = run_dir(cfg)
-    rec = read(root)
+    rec = KIND.read(root)
     rec = dataclasses.replace(
         rec, run_dir=rec.run_dir or root, stages=rec.stages or list(cfg.pipeline.stages)
     )

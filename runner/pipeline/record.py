@@ -9,12 +9,3 @@ from ..job import supervised
 KIND = supervised.Kind(
     "pipeline", PipelineRecord, PHASES, "runner.pipeline.supervisor", "pipeline", "pipeline's"
 )
-
-
-def load(root: str) -> supervised.Record:
-    """The writer's record."""
-    return supervised.Record.load(KIND, root)
-
-
-def read(root: str) -> PipelineRecord:
-    return supervised.read(KIND, root)

@@ -31,7 +31,7 @@ POLL_S = 2.0  # a stage's record read this often (the fast profile: its server p
 class Pipeline:
     def __init__(self, root: str, config: str, stages: list[str]):
         self.root, self.config, self.stages = root, config, stages
-        self.rec = record.load(root)
+        self.rec = record.KIND.load(root)
         self.stop_asked = False
         self.crashed_at: dict[str, str] = {}  # each stage's progress at its last crash
 

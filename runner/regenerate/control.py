@@ -14,7 +14,7 @@ from ..contract.replies import OK, Reply
 from ..contract.stages import regenerated_path
 from ..job import rundir, supervised
 from ..job.supervised import refused
-from .record import KIND, read
+from .record import KIND
 
 HISTORY = "history.jsonl"  # in the run dir: a progress point every few seconds, for the chart
 HISTORY_POINTS = 500  # the status reply carries this many of the last
@@ -105,7 +105,7 @@ def stop(cfg: Config, wait_s: float = 30.0) -> Reply:
 
 def status(cfg: Config) -> Reply:
     root = run_dir(cfg)
-    rec = read(root)
+    rec = KIND.read(root)
     rec = dataclasses.replace(rec, run_dir=rec.run_dir or root, source=rec.source or source(cfg),
                               output=rec.output or output(cfg), failures=rec.failures or failures(cfg))  # fmt: skip
     d = rec.to_dict()

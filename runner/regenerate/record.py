@@ -20,7 +20,7 @@ KIND = supervised.Kind(
 
 def load(root: str, rank: int | None = None) -> supervised.Record:
     """The writer's record (a Slurm rank's: status.rankR.json)."""
-    return supervised.Record.load(KIND, root, rank_file(STATUS, rank))
+    return KIND.load(root, rank_file(STATUS, rank))
 
 
 def of_rank(root: str, rank: int) -> RegenerateRecord | None:
@@ -36,8 +36,3 @@ def of_rank(root: str, rank: int) -> RegenerateRecord | None:
 def ranks_done(root: str, world: int) -> bool:
     """Every rank's record says done: each wrote it once all its rows were committed."""
     return all((rec := of_rank(root, r)) is not None and rec.phase == "done" for r in range(world))
-
-
-def read(root: str) -> RegenerateRecord:
-    """The record as a reader should see it (BrokenFileError naming a broken one)."""
-    return supervised.read(KIND, root)

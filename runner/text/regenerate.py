@@ -19,20 +19,16 @@ def _rate(x: float) -> str:
 
 def line(rec: RegenerateRecord) -> str:
     """One line: the phase, rows done of all, failed, tokens/s, ETA, the reason."""
-    bits = [rec.phase.replace("_", " ")]
-    if rec.total:
-        bits.append(f"{rec.done:,}/{rec.total:,} rows")
-    if rec.failed:
-        bits.append(f"{rec.failed:,} not regenerated")
-    if rec.cut:
-        bits.append(f"{rec.cut:,} cut at the token limit")
-    if rec.tokens_per_s is not None and rec.active:
-        bits.append(f"{_rate(rec.tokens_per_s)} tokens/s")
-    if rec.eta_s is not None and rec.active:
-        bits.append(f"ETA ~{human_duration(rec.eta_s)}")
-    if rec.phase == "done" and rec.output:
-        bits.append(f"output {rec.output}")
-    bits.append(rec.reason or "")
+    bits = (
+        rec.phase.replace("_", " "),
+        rec.total and f"{rec.done:,}/{rec.total:,} rows",
+        rec.failed and f"{rec.failed:,} not regenerated",
+        rec.cut and f"{rec.cut:,} cut at the token limit",
+        rec.active and rec.tokens_per_s is not None and f"{_rate(rec.tokens_per_s)} tokens/s",
+        rec.active and rec.eta_s is not None and f"ETA ~{human_duration(rec.eta_s)}",
+        rec.phase == "done" and rec.output and f"output {rec.output}",
+        rec.reason,
+    )
     return " · ".join(b for b in bits if b)
 
 

@@ -42,7 +42,7 @@ def _run(tmp_path, restarts: int = 2) -> Served:
     cfg = from_dict(
         {"job": {"name": "t", "model": "m", "dataset": "d", "out": "o"}, "server": {"max_restarts": restarts}}
     )
-    return Served(cfg, record.load(str(tmp_path)))
+    return Served(cfg, record.KIND.load(str(tmp_path)))
 
 
 def test_deaths_are_counted_and_named_until_the_cap(tmp_path):

@@ -106,7 +106,7 @@ def test_the_restart_cap_is_per_launch_so_a_resume_after_it_was_spent_gets_its_o
         def stop(self) -> None:
             pass
 
-    rec = record.load(str(tmp_path))
+    rec = record.KIND.load(str(tmp_path))
     rec.update(phase="measuring", restarts=2, last_death="an earlier launch's")  # its cap spent then
     launch = Served(from_dict({"job": {"model": str(tmp_path)}, "server": {"max_restarts": 2}}), rec)
     said = [asyncio.run(launch.again(Dead(), f"death {k}")) for k in range(3)]

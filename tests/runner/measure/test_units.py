@@ -106,7 +106,7 @@ def test_the_config_refuses_what_cannot_be_measured():
 
 
 def test_the_writer_is_typed_and_a_dead_supervisor_reads_as_crashed(tmp_path):
-    rec = record.load(str(tmp_path))
+    rec = record.KIND.load(str(tmp_path))
     with pytest.raises(KeyError):
         rec.update(accept_len=1.5)
     with pytest.raises(StatusError):
@@ -117,13 +117,13 @@ def test_the_writer_is_typed_and_a_dead_supervisor_reads_as_crashed(tmp_path):
         phase="measuring", pid=999999, done=3, total=8, setting="3/1/4", started_at="2026-12-04T10:00:00Z"
     )
     rec.write()
-    got = record.read(str(tmp_path))  # nobody holds the run's lock
+    got = record.KIND.read(str(tmp_path))  # nobody holds the run's lock
     assert got.phase == "crashed" and "measuring supervisor (pid 999999) is gone" in got.reason
     assert (got.done, got.total) == (3, 8)
     (tmp_path / "status.json").write_text("[1]")
     with pytest.raises(BrokenFileError):
-        record.read(str(tmp_path))
-    assert record.read(str(tmp_path / "none")).reason == "not started yet"
+        record.KIND.read(str(tmp_path))
+    assert record.KIND.read(str(tmp_path / "none")).reason == "not started yet"
 
 
 def test_the_record_as_json_reads_back_and_refuses_a_bad_setting():

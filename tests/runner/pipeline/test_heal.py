@@ -57,7 +57,7 @@ def _run(tmp_path, replies, max_resumes=3) -> tuple[str | None, Scripted, dict]:
     p.rec.update(phase="running", stage="extract")  # as its run() takes a stage
     end = p._stage(st)
     p.rec.write()  # the record as its writer keeps it (a reader would say this process is no supervisor)
-    return end, st, record.load(str(tmp_path / "run")).d
+    return end, st, record.KIND.load(str(tmp_path / "run")).d
 
 
 def test_a_crashed_stage_is_resumed_while_it_makes_progress_and_each_resume_is_said(tmp_path):

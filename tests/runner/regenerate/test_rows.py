@@ -135,13 +135,13 @@ def test_a_launch_under_way_is_not_a_crash_but_one_that_never_claimed_is(tmp_pat
     rec.update(phase="preflight", pid=None)
     rec.write()
     with supervised.one_launch(str(tmp_path)):
-        assert record.read(str(tmp_path)).phase == "preflight"
+        assert record.KIND.read(str(tmp_path)).phase == "preflight"
         assert supervised.launching(str(tmp_path))
     assert not supervised.launching(str(tmp_path))
-    assert record.read(str(tmp_path)).phase == "crashed"
+    assert record.KIND.read(str(tmp_path)).phase == "crashed"
     rec.update(pid=12345)  # claimed, then gone: a crash at once
     rec.write()
-    assert record.read(str(tmp_path)).phase == "crashed"
+    assert record.KIND.read(str(tmp_path)).phase == "crashed"
 
 
 def test_one_row_not_regenerated_is_said_in_the_singular():
