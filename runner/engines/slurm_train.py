@@ -190,9 +190,7 @@ def requeued(cfg: Config) -> int:
     last = record.Record.load(paths.root).d
     at = last.get("checkpoint_step") or 0  # what a resume starts from
     said = {"requeues": n, "requeued_for": requeue.why(paths.root, 0, n), "requeued_from": at}
-    if why := requeue.past_budget(n, requeue.budget(cfg)) or requeue.stalled(
-        n, at, last.get("requeued_from")
-    ):
+    if why := requeue.stop_reason(cfg, n, at, last.get("requeued_from")):
         return _ends(paths, why, said)
     interpreter.resolve_config(cfg)  # "auto": this node's venv, as the CLI resolves it
     reply = control.resume(cfg, lambda cfg, paths, launch: Reply({"started": True}, "requeued", OK))

@@ -248,7 +248,7 @@ class Job:
         last = rec.requeued_from
         rec.requeued_from = rec.done if n else None  # done: the last run's, carried
         rec.requeues, rec.requeued_for = n, requeue.why(os.path.join(self.out, ".slurm"), self.rank, n)
-        return requeue.past_budget(n, requeue.budget(self.cfg)) or requeue.stalled(n, rec.done, last)
+        return requeue.stop_reason(self.cfg, n, rec.done, last)
 
     def _done(self) -> None:
         """DONE; with [train] set, the record says first that this runner hands the features to

@@ -59,6 +59,11 @@ def budget(cfg) -> int:
     return cfg.cluster.max_requeues if cfg.cluster.requeue else 0
 
 
+def stop_reason(cfg, n: int, at: int, last: int | None) -> str | None:
+    """Why a task requeued ``n`` times is not run again (``past_budget``, ``stalled``), or None."""
+    return past_budget(n, budget(cfg)) or stalled(n, at, last)
+
+
 def stalled(n: int, at: int, last: int | None) -> str | None:
     """The reason a task requeued again stops when nothing was done since its last requeue
     (``last``: its progress then, ``at``: now): it fails the same way each time (a server that

@@ -215,18 +215,16 @@ class Regenerate(Served):
             self.rec.update(
                 requeues=n, requeued_for=requeue.why(os.path.join(self.root, ".slurm"), self.rank, n)
             )
-            if why := requeue.past_budget(n, requeue.budget(cfg)):
-                raise JobFailed(why)
         source = self.rec.d.get("source") or control.source(cfg)
         offsets = line_offsets(source)
         total = len(offsets) - 1
         lo, hi = (0, total) if self.rank is None else ranks.even_range(total, self.rank, self.world)
         share = hi - lo  # a rank's record counts its own rows
         done = committed.read(self.log, hi, lo)
-        if self.rank is not None:  # requeued again with nothing done between: not again
+        if self.rank is not None:  # past the budget, or requeued again with nothing done between
             last = self.rec.d.get("requeued_from")
             self.rec.update(requeued_from=len(done) if n else None)
-            if why := requeue.stalled(n, len(done), last):
+            if why := requeue.stop_reason(cfg, n, len(done), last):
                 raise JobFailed(why)
         self.rec.update(
             total=share, source=source, output=control.output(cfg), failures=control.failures(cfg)

@@ -19,7 +19,7 @@ from runner.engines import slurm_train
 from runner.train import progress, runspec
 from tests.cluster.conftest import cluster_job
 from tests.conftest import read_config, runner, specforge_train_python, write_config, write_job
-from tests.runner.helpers import runner_json
+from tests.runner.helpers import train_status
 
 
 def _train_section(python: str, **more) -> dict:
@@ -269,7 +269,7 @@ def test_a_training_job_requeued_by_its_signal_and_by_a_node_failure_trains_to_t
         signal or the node under test, never its last steps. In-process polls: a process per poll
         cost more CPU than a step."""
         while True:
-            st = runner_json("train", conf, "status")[1]
+            st = train_status(conf)
             if (
                 st["phase"] == "training"
                 and st["launches"] == launches

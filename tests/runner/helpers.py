@@ -33,6 +33,14 @@ def status(conf: str) -> dict:
     return rec
 
 
+def train_status(conf) -> dict:
+    """`train status` asked in this process: a process per poll took a third of a core beside the
+    trainer under test (the verbs that act still run as processes)."""
+    code, st = runner_json("train", str(conf), "status")
+    assert code == 0, st
+    return st
+
+
 def verify(conf: str, *extra) -> tuple[int, dict]:
     return runner_json("verify", conf, *extra)
 

@@ -19,9 +19,9 @@ from tests.runner.helpers import (
     assert_same_tensors,
     discovered,
     done_count,
-    runner_json,
     status,
     tensors,
+    train_status,
     verify,
     wait_for,
 )
@@ -201,7 +201,7 @@ def _trains_to_the_end_and_exports(conf: str, steps: int) -> None:
         return json.loads(runner("train", action, "--json", "--config", conf, check=True).stdout)
 
     assert train("start")["started"]
-    st = wait_for(lambda: (st := runner_json("train", conf, "status")[1])["phase"] not in ("preflight", "loading", "training") and st,
+    st = wait_for(lambda: (st := train_status(conf))["phase"] not in ("preflight", "loading", "training") and st,
                   timeout=300, every=0.5, what="the training's end")  # fmt: skip
     assert st["phase"] == "done" and st["step"] == st["checkpoint_step"] == steps, st
     with open(os.path.join(st["run_dir"], "target", "config.json")) as f:

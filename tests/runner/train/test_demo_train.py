@@ -17,7 +17,7 @@ from runner.output import verified
 from runner.text.training import render_train
 from runner.train import preflight, progress, split
 from tests.conftest import BIN, ROOT, runner, specforge_train_python
-from tests.runner.helpers import runner_json, until
+from tests.runner.helpers import train_status, until
 
 pytestmark = pytest.mark.slow
 SAMPLES, HELD = 12, 3
@@ -51,7 +51,7 @@ def test_the_demo_trains_its_draft_to_the_end_and_exports_it(tmp_path):
     assert _train(conf, "start")["started"]
     running = ("preflight", "loading", "training")
     st = until(
-        lambda: runner_json("train", str(conf), "status")[1],
+        lambda: train_status(conf),
         lambda st: st["phase"] not in running,
         300,
         0.5,

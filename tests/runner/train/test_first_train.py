@@ -17,7 +17,7 @@ from runner import lanes, specforge_cpu
 from runner.contract.config import load
 from runner.data import demo_assets
 from tests.conftest import runner, specforge_train_python, write_config
-from tests.runner.helpers import runner_json, status, until
+from tests.runner.helpers import status, train_status, until
 
 pytestmark = pytest.mark.slow
 
@@ -26,14 +26,6 @@ def _json(*args, code=0) -> dict:
     p = runner(*args, "--json", timeout=600)
     assert p.returncode == code, f"{args} -> {p.returncode}\n{p.stdout}\n{p.stderr}"
     return json.loads(p.stdout)
-
-
-def _train_status(conf) -> dict:
-    """`train status` asked in this process: these loops poll it (a process per poll, and none
-    of sleep in one of them, kept a core busy beside the job under test)."""
-    code, st = runner_json("train", str(conf), "status")
-    assert code == 0, st
-    return st
 
 
 def test_a_start_during_the_extraction_answers_at_once_and_can_start_at_its_end(tmp_path, monkeypatch):
@@ -103,7 +95,7 @@ def test_a_venv_build_says_its_step_and_index_to_a_status_read_meanwhile(tmp_pat
             assert build.is_alive(), st
             return "step 2/2" in (st.get("building") or "")
 
-        st = until(lambda: _train_status(conf), building, 120, what="the build's second step")
+        st = until(lambda: train_status(conf), building, 120, what="the build's second step")
         assert "SpecForge CPU venv, step 2/2: the dependencies (a stand-in) (from " in st["building"], st
         index = lanes.pip_index()  # the first line of progress names it, and so does the status
         assert said[0].endswith(f": building from {index}") and st["building"].endswith(f"(from {index})"), (

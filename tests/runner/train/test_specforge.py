@@ -18,7 +18,7 @@ from runner import procs, specforge_cpu
 from runner.contract.train import PACE_ENV
 from runner.train import progress
 from tests.conftest import ROOT, read_config, runner, specforge_train_python, write_config, write_job
-from tests.runner.helpers import runner_json, until, wait_for
+from tests.runner.helpers import train_status, until, wait_for
 
 pytestmark = pytest.mark.slow
 SAMPLES, EPOCHS, SAVE, LOG = 12, 6, 6, 2
@@ -63,16 +63,8 @@ def _train(cfg, action, *args, code=0) -> dict:
     return json.loads(p.stdout)
 
 
-def _status(cfg) -> dict:
-    """`train status` asked in this process: a process per 0.2 s poll took a third of a core
-    beside the trainer under test (the verbs that act still run as processes)."""
-    code, st = runner_json("train", cfg, "status")
-    assert code == 0, st
-    return st
-
-
 def _until(cfg, ok, what, timeout=240) -> dict:
-    return until(lambda: _status(cfg), ok, timeout, 0.2, what)
+    return until(lambda: train_status(cfg), ok, timeout, 0.2, what)
 
 
 def _losses(run_dir) -> dict[int, set]:
