@@ -13,14 +13,7 @@ from bot.verbs import kind
 from bot.verbs.commands import Command, Reply, failed
 from bot.verbs.table import MEASURING
 from remote.errors import RemoteError
-from runner.contract.config import Config
 from runner.text.measure import render_measure
-
-
-def wanted(cfg: Config) -> bool:
-    """A draft to measure: one trained here ([train]), or one named ([measure] draft)."""
-    return bool(cfg.train.python or cfg.measure.draft)
-
 
 VERBS = kind.Verbs(MEASURING, "measurement", "measure", render_measure)
 act, reading, status = VERBS.act, VERBS.reading, VERBS.status

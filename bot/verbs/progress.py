@@ -17,6 +17,7 @@ from bot.verbs.audit import ask_operators, for_member
 from bot.verbs.commands import Command, Reply
 from bot.verbs.table import EXTRACTION, MEASURING, PIPELINE, REGENERATING, TRAINING
 from runner.contract import timing
+from runner.contract.kinds import KINDS as SPECS
 from runner.contract.status import NOT_STARTED, STALE_S
 from runner.text.extraction import render_text
 from runner.text.measure import render_measure
@@ -67,11 +68,12 @@ def _started(name: str, reading):
     return part
 
 
-# each other kind: its word (its reader in Handlers.lives), whether its config asks for it, its part
+# each other kind: its word (its reader in Handlers.lives; whether its config asks for it:
+# runner.contract.kinds' followed), its part
 PARTS = (
-    ("train", lambda cfg: bool(cfg.train.python), _training),
-    ("measure", measure.wanted, _started(MEASURING.name, measure.reading)),
-    ("regenerate", regenerate.wanted, _started(REGENERATING.name, regenerate.reading)),
+    ("train", _training),
+    ("measure", _started(MEASURING.name, measure.reading)),
+    ("regenerate", _started(REGENERATING.name, regenerate.reading)),
 )
 
 
@@ -83,8 +85,8 @@ def _pipeline(h, r, full: bool, ask: str) -> tuple[str, list | None]:
 
 
 def progress(h, user: str, operator: bool | None = None) -> Reply:
-    parts = [(word, h.lives[word], part_of) for word, on, part_of in PARTS if on(h.cfg)]
-    first = [("pipeline", h.lives["pipeline"], _pipeline)] if h.cfg.pipeline.stages else []
+    parts = [(word, h.lives[word], part_of) for word, part_of in PARTS if SPECS[word].followed(h.cfg)]
+    first = [("pipeline", h.lives["pipeline"], _pipeline)] if SPECS["pipeline"].followed(h.cfg) else []
     if not parts and not first:
         return h.handle(Command("status"), user, operator)
     t0 = time.monotonic()

@@ -14,16 +14,7 @@ from bot.verbs import kind
 from bot.verbs.commands import Command, Reply, failed
 from bot.verbs.table import REGENERATING
 from remote.errors import RemoteError
-from runner.contract.config import Config
-from runner.contract.stages import RegenerateConfig
 from runner.text.regenerate import render_regenerate
-
-
-def wanted(cfg: Config) -> bool:
-    """A [regenerate] section in use: a key set to other than its default. "progress?" and the
-    watcher follow the regeneration then; `/regenerate` answers whatever the config says."""
-    return cfg.regenerate != RegenerateConfig()
-
 
 VERBS = kind.Verbs(REGENERATING, "regeneration", "regenerate", render_regenerate)
 act, reading, status = VERBS.act, VERBS.reading, VERBS.status

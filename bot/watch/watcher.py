@@ -23,7 +23,6 @@ from dataclasses import asdict, dataclass, field
 
 from bot.render import summary
 from bot.render.mrkdwn import escape
-from bot.verbs import regenerate
 from bot.verbs.audit import ask_operators
 from bot.verbs.table import EXTRACTION, MEASURING, PIPELINE, REGENERATING, TRAINING, kind_of_key
 from bot.watch import (
@@ -44,6 +43,7 @@ from remote.live import LiveStatus
 from runner.contract import status
 from runner.contract.atomic import write_atomic
 from runner.contract.config import Config
+from runner.contract.kinds import KINDS as SPECS
 from runner.contract.status import StatusRecord
 from runner.text import extraction, human
 from runner.text.training import WITHHELD
@@ -207,27 +207,20 @@ class Watcher:
     def __init__(self, box, cfg: Config, client, clock=None, live: LiveStatus | None = None):
         self.box, self.cfg, self.client = box, cfg, client
         self.lim = Limits.from_config(cfg)
-        # the other kinds' judges, each with the read of its own record: the training's when
-        # [train] is set, the measurement's when there is a draft to measure (one trained here, or
-        # [measure] draft), the regeneration's when a [regenerate] key is set, the pipeline's when
-        # it has stages
+        # the other kinds' judges, each with the read of its own record, where its config asks
+        # for it (runner.contract.kinds' followed)
         stall_s = cfg.watcher.stall_after_s
-        train = functools.partial(train_watch.judge, lim=TrainLimits.from_config(cfg))
-        self.judges = (
-            {TRAINING.name: (functools.partial(box.record, "train"), train)} if cfg.train.python else {}
-        )
-        if cfg.train.python or cfg.measure.draft:
-            self.judges[MEASURING.name] = (
-                functools.partial(box.record, "measure"),
-                functools.partial(measure_watch.judge, stall_s=stall_s),
-            )
-        if regenerate.wanted(cfg):
-            self.judges[REGENERATING.name] = (
-                functools.partial(box.record, "regenerate"),
-                functools.partial(regenerate_watch.judge, stall_s=stall_s),
-            )
-        if cfg.pipeline.stages:
-            self.judges[PIPELINE.name] = (functools.partial(box.record, "pipeline"), pipeline_watch.judge)
+        judges = {
+            TRAINING.name: ("train", functools.partial(train_watch.judge, lim=TrainLimits.from_config(cfg))),
+            MEASURING.name: ("measure", functools.partial(measure_watch.judge, stall_s=stall_s)),
+            REGENERATING.name: ("regenerate", functools.partial(regenerate_watch.judge, stall_s=stall_s)),
+            PIPELINE.name: ("pipeline", pipeline_watch.judge),
+        }
+        self.judges = {
+            name: (functools.partial(box.record, spec), judge)
+            for name, (spec, judge) in judges.items()
+            if SPECS[spec].followed(cfg)
+        }
         self.path = history.state_path(cfg)
         self.clock = clock or (lambda: dt.datetime.now(dt.timezone.utc))
         self.live = live if live is not None else LiveStatus(box, clock=self.clock)

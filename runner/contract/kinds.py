@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import measure, pipeline, regenerate, status, train
+from .stages import RegenerateConfig
 
 
 @dataclass(frozen=True)
@@ -29,6 +30,9 @@ class KindSpec:
     forced: frozenset[str] = frozenset()  # the actions `--force` may pass preflight's gates for
     # its section's run_dir as configured ("": beside [job] out); None: it writes into [job] out
     run_dir: Callable[[Any], str] | None = None
+    # whether a config asks for it, so that "progress?" and the watcher follow it (its verbs
+    # answer whatever the config says)
+    followed: Callable[[Any], bool] = lambda cfg: True
 
     def timeout_s(self, action: str, default: float) -> float:
         return max(default, self.long_s if action in self.long else 0.0)
@@ -57,15 +61,18 @@ TRAIN = KindSpec(
     long=frozenset({"setup", "start", "resume", "export"}),
     long_s=1800.0,
     run_dir=lambda cfg: cfg.train.run_dir,
+    followed=lambda cfg: bool(cfg.train.python),
 )
 MEASURE = KindSpec(
     "measure", measure.ACTIONS, measure.MeasureRecord.from_dict, run_dir=lambda cfg: cfg.measure.run_dir,
     help="measure the exported draft in SGLang, against the target alone ([measure])",
+    followed=lambda cfg: bool(cfg.train.python or cfg.measure.draft),  # one trained here, or one named
 )  # fmt: skip
 REGENERATE = KindSpec(
     "regenerate", regenerate.ACTIONS, regenerate.RegenerateRecord.from_dict,
     help="write the dataset's answers again with the target ([regenerate])",
     run_dir=lambda cfg: cfg.regenerate.run_dir,
+    followed=lambda cfg: cfg.regenerate != RegenerateConfig(),  # a key set to other than its default
 )  # fmt: skip
 PIPELINE = KindSpec(
     "pipeline",
@@ -76,5 +83,6 @@ PIPELINE = KindSpec(
     stop_wait_s=60.0,  # its stage stops first
     stage=False,
     run_dir=lambda cfg: cfg.pipeline.run_dir,
+    followed=lambda cfg: bool(cfg.pipeline.stages),
 )
 KINDS = {k.name: k for k in (EXTRACT, TRAIN, MEASURE, REGENERATE, PIPELINE)}

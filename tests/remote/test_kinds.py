@@ -101,3 +101,18 @@ def test_the_extraction_is_a_kind_and_its_unprefixed_verbs_stay_aliases(tmp_path
     )  # past preflight, as `start --force`
     with pytest.raises(SystemExit):
         cli.parser().parse_args(["train", "start", "--force"])  # a kind without gates to pass has no --force
+
+
+def test_a_kind_is_followed_where_its_config_asks_for_it():
+    """ "progress?" and the watcher read one answer (KindSpec.followed): a kind not asked for is
+    neither said nor watched; the extraction always is."""
+    from runner.contract.config import from_dict
+
+    base = {"job": {"model": "m", "dataset": "d.jsonl", "out": "o"}}
+    followed = lambda **more: {k for k, s in KINDS.items() if s.followed(from_dict({**base, **more}))}  # noqa: E731
+    assert followed() == {"extract"}
+    assert followed(train={"python": "/venv/bin/python"}) == {"extract", "train", "measure"}
+    assert followed(measure={"draft": "d"}) == {"extract", "measure"}
+    assert followed(regenerate={"max_new_tokens": 64}) == {"extract", "regenerate"}
+    # a pipeline that regenerates resolves its [regenerate] section (its run_dir, its output)
+    assert followed(pipeline={"stages": ["regenerate", "extract"]}) == {"extract", "regenerate", "pipeline"}
