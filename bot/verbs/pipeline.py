@@ -12,31 +12,17 @@ from __future__ import annotations
 
 import datetime as dt
 
+from bot.render import texts
 from bot.verbs import kind
-from bot.verbs.table import EXTRACTION, MEASURING, PIPELINE, REGENERATING, TRAINING
+from bot.verbs.table import KINDS, PIPELINE
 from runner.contract.errors import StatusError
-from runner.contract.measure import MeasureRecord
-from runner.contract.regenerate import RegenerateRecord
-from runner.contract.status import StatusRecord
-from runner.contract.train import TrainRecord
-from runner.text.extraction import render_text
-from runner.text.measure import render_measure
+from runner.contract.kinds import KINDS as SPECS
 from runner.text.pipeline import render_pipeline
-from runner.text.regenerate import render_regenerate
-from runner.text.training import render_train
 
-# each stage: its kind (a KINDS name), its record read from its own status reply, and that kind's
-# own text of it (the extraction's status is everyone's, as `/extract status` says it)
-STAGES = {
-    "regenerate": (
-        REGENERATING.name,
-        RegenerateRecord.from_dict,
-        lambda r, now, full: render_regenerate(r, now, full),
-    ),
-    "extract": (EXTRACTION.name, StatusRecord.from_dict, lambda r, now, full: render_text(r, now)),
-    "train": (TRAINING.name, TrainRecord.from_dict, lambda r, now, full: render_train(r, now, full)),
-    "measure": (MEASURING.name, MeasureRecord.from_dict, lambda r, now, full: render_measure(r, now, full)),
-}
+# each stage: its kind (a KINDS name), whose record its status reply is (runner.contract.kinds,
+# by the stage's name) and whose own text says it (the extraction's status is everyone's, as
+# `/extract status` says it)
+STAGES = {k.stage: k.name for k in KINDS.values() if k.stage}
 UNREAD = (StatusError, ValueError, TypeError, KeyError, AttributeError)  # a reply not its kind's record
 
 
@@ -46,7 +32,7 @@ def stage_record(d: dict):
     stage, current = d.get("stage"), d.get("current")
     if stage not in STAGES or current is None:
         return None
-    return STAGES[stage][1](current)
+    return SPECS[stage].record(current)
 
 
 def stage_text(d: dict, now: dt.datetime | None = None, full: bool = True) -> str:
@@ -54,7 +40,7 @@ def stage_text(d: dict, now: dt.datetime | None = None, full: bool = True) -> st
     when its reply is not that kind's record (the box could not read it)."""
     try:
         rec = stage_record(d)
-        return "" if rec is None else STAGES[d["stage"]][2](rec, now, full)
+        return "" if rec is None else texts.text(STAGES[d["stage"]], rec, now, full)
     except UNREAD:
         stage, current = d.get("stage"), d.get("current") or {}
         phase = (d.get("phases") or {}).get(stage) or current.get("phase") or "?"

@@ -9,9 +9,10 @@ message (bot/watch/pinned.py) says the same of what runs."""
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import time
 
-from bot.render import summary
+from bot.render import summary, texts
 from bot.verbs import measure, pipeline, regenerate
 from bot.verbs.audit import ask_operators, for_member
 from bot.verbs.commands import Command, Reply
@@ -20,8 +21,6 @@ from runner.contract import timing
 from runner.contract.kinds import KINDS as SPECS
 from runner.contract.status import NOT_STARTED, STALE_S
 from runner.text.extraction import render_text
-from runner.text.measure import render_measure
-from runner.text.regenerate import render_regenerate
 from runner.text.training import render_train
 
 
@@ -39,12 +38,8 @@ def said(name: str, rec, now: dt.datetime | None = None, full: bool = True, ask:
         return render_text(rec, now, stale_s), summary.render_blocks(rec, now, stale_s)
     if name == TRAINING.name:
         return render_train(rec, now, full), summary.train_blocks(rec, now, full, ask)
-    render = {
-        MEASURING.name: render_measure,
-        REGENERATING.name: render_regenerate,
-        PIPELINE.name: pipeline.brief,
-    }
-    return plain(render[name](rec, now, full), ask)
+    render = pipeline.brief if name == PIPELINE.name else functools.partial(texts.text, name)
+    return plain(render(rec, now, full), ask)
 
 
 def _training(h, r, full: bool, ask: str) -> tuple[str, list | None] | None:

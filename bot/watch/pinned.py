@@ -48,7 +48,7 @@ def shown(last: list[str], seen: dict) -> list[str]:
     """The kinds the message shows now, by KINDS name; ``last``: what it showed before."""
     d = seen.get(PIPELINE.name)
     runs = [PIPELINE.name] if d is not None and _runs(PIPELINE.name, d) else []
-    stage = pipeline.STAGES.get(d.get("stage"), ("",))[0] if runs else ""  # said within the pipeline's
+    stage = pipeline.STAGES.get(d.get("stage"), "") if runs else ""  # said within the pipeline's
     runs += [n for n in ORDER if n in seen and n != stage and _runs(n, seen[n])]
     if runs:
         return runs
@@ -64,7 +64,7 @@ def _parts(name: str, rec, now: dt.datetime, stale_s: float, ask: str) -> list[t
         try:
             own = pipeline.stage_record(rec)
             if own is not None:
-                out.append(said(pipeline.STAGES[rec["stage"]][0], own, now, False, ask, stale_s))
+                out.append(said(pipeline.STAGES[rec["stage"]], own, now, False, ask, stale_s))
         except pipeline.UNREAD:  # its phase alone, as `/pipeline status` says it
             out.append(plain(pipeline.stage_text(rec, now, False), ask))
     return out
