@@ -68,7 +68,7 @@ class GpuBox:
         res: Result = self.transport.run(argv, timeout_s or self.timeout_s, once=changes(verb, args))
         if res.code == BROKEN:
             raise _broken(verb, res)
-        if res.code not in ANSWER_CODES[verb]:
+        if res.code not in (ANSWER_CODES.get(verb) or KINDS[verb].codes):
             raise CommandFailed(argv, res.code, res.stderr or res.stdout)
         try:
             reply = json.loads(res.stdout)

@@ -23,12 +23,12 @@ import datetime as dt
 
 from bot.verbs import pipeline
 from bot.verbs.progress import plain, said
-from bot.verbs.table import EXTRACTION, MEASURING, PIPELINE, REGENERATING, TRAINING
+from bot.verbs.table import EXTRACTION, KINDS, PIPELINE
 from bot.watch.action import Action
 from runner.contract.pipeline import ACTIVE
 from runner.contract.status import StatusRecord, now_iso, parse_iso
 
-ORDER = (EXTRACTION.name, TRAINING.name, MEASURING.name, REGENERATING.name)  # "progress?"'s
+ORDER = tuple(name for name in KINDS if name != PIPELINE.name)  # the table's, as "progress?"'s
 
 
 def _runs(name: str, rec) -> bool:

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import measure, pipeline, regenerate, status, train
+from .replies import NOT_OK, OK, REFUSED
 from .stages import RegenerateConfig
 
 
@@ -33,6 +34,9 @@ class KindSpec:
     # whether a config asks for it, so that "progress?" and the watcher follow it (its verbs
     # answer whatever the config says)
     followed: Callable[[Any], bool] = lambda cfg: True
+    # its exit codes that are answers: refused, the reply says why (running, not running, nothing
+    # to work on)
+    codes: tuple[int, ...] = (OK, REFUSED)
 
     def timeout_s(self, action: str, default: float) -> float:
         return max(default, self.long_s if action in self.long else 0.0)
@@ -62,6 +66,7 @@ TRAIN = KindSpec(
     long_s=1800.0,
     run_dir=lambda cfg: cfg.train.run_dir,
     followed=lambda cfg: bool(cfg.train.python),
+    codes=(OK, NOT_OK, REFUSED),  # export or setup failed
 )
 MEASURE = KindSpec(
     "measure", measure.ACTIONS, measure.MeasureRecord.from_dict, run_dir=lambda cfg: cfg.measure.run_dir,

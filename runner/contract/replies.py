@@ -26,7 +26,8 @@ MAX_LOG_LINES = 500
 # a systemd service's name, as free-gpus names and stops it (hsx-runner preflight --units=a,b)
 UNIT_NAME_RE = re.compile(r"[A-Za-z0-9@._:-]+\.service")
 
-# hsx-runner exits with these for answers that are not failures of the command itself.
+# hsx-runner exits with these for answers that are not failures of the command itself; a kind's
+# (hsx-runner KIND ACTION): its KindSpec.codes (runner.contract.kinds)
 ANSWER_CODES = {
     "status": (OK,),
     "start": (OK, REFUSED),  # refused (already running), reply says why
@@ -38,12 +39,6 @@ ANSWER_CODES = {
     "logs": (OK,),
     "events": (OK,),
     "preflight": (OK, NOT_OK),  # some check failed, reply lists them
-    "train": (OK, NOT_OK, REFUSED),  # export/setup failed; start/resume/stop refused, reply says why
-    "measure": (OK, REFUSED),  # start/resume/stop refused (running, no draft, not running), reply says why
-    # start/resume/stop refused (running, no dataset, not running), reply says why
-    "regenerate": (OK, REFUSED),
-    "extract": (OK, REFUSED),  # the extraction's start/resume/stop, as their unprefixed verbs
-    "pipeline": (OK, REFUSED),  # start/stop refused (no stages, running, not running), reply says why
 }
 
 

@@ -50,6 +50,10 @@ def test_exit_codes_are_one_table():
     assert client.ANSWER_CODES is replies.ANSWER_CODES
     assert replies.ANSWER_CODES["start"] == (0, 3) and replies.ANSWER_CODES["verify"] == (0, 1, 3)
     assert replies.ANSWER_CODES["preflight"] == (0, 1) and replies.ANSWER_CODES["status"] == (0,)
+    from runner.contract.kinds import KINDS  # a kind's own, where GpuBox.call reads them
+
+    assert KINDS["train"].codes == (0, 1, 3) and KINDS["measure"].codes == KINDS["extract"].codes == (0, 3)
+    assert not set(KINDS) & set(replies.ANSWER_CODES)
 
 
 def test_slurm_status_before_any_submit_is_stopped_with_the_total(tmp_path):
