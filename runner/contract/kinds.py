@@ -37,6 +37,7 @@ class KindSpec:
     # its exit codes that are answers: refused, the reply says why (running, not running, nothing
     # to work on)
     codes: tuple[int, ...] = (OK, REFUSED)
+    unit: str = ""  # what its record's done / total count (a training's counts steps)
 
     def timeout_s(self, action: str, default: float) -> float:
         return max(default, self.long_s if action in self.long else 0.0)
@@ -55,6 +56,7 @@ EXTRACT = KindSpec(
     status.StatusRecord.from_dict,
     "the extraction's start, resume, stop and status (also unprefixed: hsx-runner start)",
     forced=frozenset({"start", "resume"}),  # preflight first: the server's interpreter asked
+    unit="samples",
 )
 TRAIN = KindSpec(
     "train",
@@ -72,12 +74,14 @@ MEASURE = KindSpec(
     "measure", measure.ACTIONS, measure.MeasureRecord.from_dict, run_dir=lambda cfg: cfg.measure.run_dir,
     help="measure the exported draft in SGLang, against the target alone ([measure])",
     followed=lambda cfg: bool(cfg.train.python or cfg.measure.draft),  # one trained here, or one named
+    unit="requests",
 )  # fmt: skip
 REGENERATE = KindSpec(
     "regenerate", regenerate.ACTIONS, regenerate.RegenerateRecord.from_dict,
     help="write the dataset's answers again with the target ([regenerate])",
     run_dir=lambda cfg: cfg.regenerate.run_dir,
     followed=lambda cfg: cfg.regenerate != RegenerateConfig(),  # a key set to other than its default
+    unit="rows",
 )  # fmt: skip
 PIPELINE = KindSpec(
     "pipeline",

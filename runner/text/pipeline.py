@@ -4,10 +4,9 @@ done stage handed on."""
 
 from __future__ import annotations
 
+from ..contract.kinds import KINDS
 from ..contract.status import NOT_STARTED
 from .training import WITHHELD
-
-UNITS = {"regenerate": "rows", "extract": "samples", "measure": "requests"}
 
 
 def progress(name: str, s: dict | None) -> str:
@@ -23,7 +22,9 @@ def progress(name: str, s: dict | None) -> str:
         )
     done, total = s.get("done"), s.get("total")
     if isinstance(done, int) and isinstance(total, int) and total:
-        return f"{done:,} / {total:,} {UNITS.get(name, '')} ({100.0 * done / total:.1f}%)"
+        return (
+            f"{done:,} / {total:,} {KINDS[name].unit if name in KINDS else ''} ({100.0 * done / total:.1f}%)"
+        )
     return ""
 
 
