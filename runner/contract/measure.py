@@ -90,14 +90,38 @@ class MeasureRecord(RunHead):
     last_error: str | None = None  # "request 3 at 3/1/4: the server refused it: ..."
     passed_over: int = 0  # the dataset's rows the plan passed over (not JSON, no prompt, too long)
     passed_over_first: str | None = None  # "row 7: its prompt is 9,000 tokens: ..."
+    reference: str | None = None  # [measure] reference: the target whose published figures follow
+    published: list = field(
+        default_factory=list
+    )  # its figures at these settings (runner/measure/published.py)
 
     @classmethod
     def from_dict(cls, d: Any) -> MeasureRecord:
-        kw = cls.opened(d, WHERE, PHASES, ("server_since",), skip=("settings",))
-        settings = d.get("settings") or []
-        check(WHERE, "settings", settings, "list")
-        kw["settings"] = [figures_of(s, i) for i, s in enumerate(settings)]
+        kw = cls.opened(d, WHERE, PHASES, ("server_since",), skip=("settings", "published"))
+        for key in ("settings", "published"):
+            check(WHERE, key, d.get(key) or [], "list")
+        kw["settings"] = [figures_of(s, i) for i, s in enumerate(d.get("settings") or [])]
+        kw["published"] = [published_of(p, i) for i, p in enumerate(d.get("published") or [])]
         return cls(**kw)
+
+
+@dataclass(frozen=True)
+class Published:
+    """A published figure at one of this run's settings (runner/assets/published.json)."""
+
+    benchmark: str
+    setting: str
+    batch: int
+    accept_length: float
+    speedup: float | None = None  # output tokens/s over the target alone's, as published
+    draft: str = ""  # the draft they measured
+
+
+def published_of(d: Any, i: int) -> dict[str, Any]:
+    where = f"{WHERE} published {i}"
+    if not isinstance(d, dict):
+        raise StatusError(f"{where} is not a JSON object")
+    return plain(Published, d, where)
 
 
 def figures_of(d: Any, i: int) -> dict[str, Any]:

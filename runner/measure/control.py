@@ -14,6 +14,7 @@ from ..job import rundir, supervised
 from ..job.supervised import refused
 from ..train import guard, runspec
 from ..train import record as train_record
+from . import published
 from .record import KIND
 
 
@@ -41,6 +42,8 @@ def _cheap(cfg: Config, root: str) -> Reply | None:
         )
     if cfg.measure.draft and (why := guard.trusted(draft(cfg), "[measure] draft")):
         return refused(why)  # root's SGLang loads it (its code too, where the config names some)
+    if why := published.refusal(cfg.measure.reference):
+        return refused(why)
     return None
 
 
@@ -75,7 +78,9 @@ def status(cfg: Config) -> Reply:
     rec = KIND.read(root)
     trained = train_record.read(runspec.run_dir(cfg)).get("acc_len")  # the last eval: the exported draft's
     rec = dataclasses.replace(rec, run_dir=rec.run_dir or root, export_dir=rec.export_dir or draft(cfg),
-                              results=rec.results or os.path.join(root, RESULTS), simulated=in_sglang_units(trained))  # fmt: skip
+                              results=rec.results or os.path.join(root, RESULTS), simulated=in_sglang_units(trained),
+                              reference=cfg.measure.reference or None,
+                              published=published.beside(cfg.measure.reference, cfg.measure.settings))  # fmt: skip
     d = rec.to_dict()
     return Reply(d, text(rec), OK)
 

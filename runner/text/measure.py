@@ -20,6 +20,36 @@ def _rate(x: float) -> str:
     return f"{x:,.0f}" if x >= 100 else f"{x:.3g}"
 
 
+BENCHMARKS = {"mtbench": "MT-Bench", "gsm8k": "GSM8K", "math500": "Math500", "humaneval": "HumanEval",
+              "livecodebench": "LiveCodeBench", "financeqa": "FinanceQA", "gpqa": "GPQA"}  # fmt: skip
+
+
+def published_lines(rec: MeasureRecord) -> list[str]:
+    """The published figures of ``[measure] reference`` beside this run's, a line per setting and
+    batch size, and what differs: the published are other prompts (each benchmark's), served
+    several at a time; this run's are its own prompts, one request at a time."""
+    groups: dict[tuple[str, int], list[dict]] = {}
+    for p in rec.published:
+        groups.setdefault((p.get("setting", "?"), p.get("batch", 0)), []).append(p)
+    lines = []
+    for (setting, batch), figs in groups.items():
+        here = _figures(rec, setting)
+        mine = here.get("accept_length") if here else None
+        said = " · ".join(
+            f"{BENCHMARKS.get(p.get('benchmark'), p.get('benchmark'))} {p.get('accept_length', 0):.2f}"
+            + (f" ({p['speedup']:.2f}×)" if p.get("speedup") is not None else "")
+            for p in figs
+        )
+        ours = f"{mine:.2f} here" if mine is not None else "not measured here yet"
+        lines.append(f"published for {rec.reference} at {setting}, batch {batch}: {said} — {ours}")
+    if lines:
+        lines.append(
+            "(published: each benchmark's prompts, several requests at a time; here: this run's "
+            "prompts, one at a time, so set beside, not the same test)"
+        )
+    return lines
+
+
 def _name(setting: str | None) -> str:
     return "the target alone" if setting == NONE else f"the draft at {setting or '?'}"
 
@@ -135,6 +165,7 @@ def render_measure(rec: MeasureRecord, now: dt.datetime | None = None, full: boo
     lines += [a] if (a := accept_line(rec)) else []
     lines += [s] if (s := speed_line(rec)) else []
     lines += [setting_line(s) for s in rec.settings]
+    lines += published_lines(rec)
     if rec.failed:
         asked = "request" if rec.failed == 1 else "requests"
         last = f" (the last: {rec.last_error})" if full and rec.last_error else ""
