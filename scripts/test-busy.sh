@@ -5,7 +5,7 @@
 #   bash scripts/test-busy.sh [--runs N] [--sglang] [PYTEST ARGS...]
 #   bash scripts/test-busy.sh --runs 10 -m "not slow" -x     # the fast lane, ten times
 #   bash scripts/test-busy.sh --runs 2 --sglang              # the whole suite, twice
-# Run as scripts/test.sh runs the suite (scripts/suite.sh: the lanes required, two workers).
+# Run as scripts/test.sh runs the suite (scripts/suite.sh: the lanes required, three workers).
 # Needs the machine set up by scripts/test.sh first (its venv, .cache's lanes).
 set -euo pipefail
 cd "$(dirname "$0")/.."
