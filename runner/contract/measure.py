@@ -115,6 +115,7 @@ class Published:
     accept_length: float
     speedup: float | None = None  # output tokens/s over the target alone's, as published
     draft: str = ""  # the draft they measured
+    source: str = ""  # who published it ("SpecForge's SpecBundle")
 
 
 def published_of(d: Any, i: int) -> dict[str, Any]:

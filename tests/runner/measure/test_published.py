@@ -22,6 +22,7 @@ def test_the_table_names_its_source_and_holds_the_figures_the_issue_quotes():
     # Kimi-K2-Instruct at 3/1/4, batch 8, as SpecBundle publishes it
     assert (kimi["mtbench", 8]["accept_length"], kimi["gsm8k", 8]["accept_length"]) == (2.39, 3.27)
     assert kimi["math500", 8]["accept_length"] == 3.47 and kimi["mtbench", 8]["speedup"] > 1
+    assert kimi["mtbench", 8]["source"] == "SpecForge's SpecBundle"
     assert {p["setting"] for p in published.beside("Kimi-K2-Instruct", ["3/1/4", "7/4/8"])} == {
         "3/1/4",
         "7/4/8",
