@@ -117,7 +117,8 @@ def ends(values: list[float | None], n: int = 1) -> tuple[float | None, float | 
 
 
 def rolling(values: list[float | None], n: int = ACC_WINDOW) -> list[float]:
-    """Each point's mean over the known values of the last n points (one batch's acc is noise)."""
+    """Each point's mean over the known values of the last n points (one batch's loss or acc is
+    noise)."""
     out = []
     for i in range(len(values)):
         known = [v for v in values[max(0, i - n + 1) : i + 1] if v is not None]
@@ -128,11 +129,11 @@ def rolling(values: list[float | None], n: int = ACC_WINDOW) -> list[float]:
 def caption(s: TrainStory) -> str:
     pts = s.points
     parts = [title(s)]
-    l0, l1 = ends([p.loss for p in pts])
+    l0, l1 = ends([p.loss for p in pts], ACC_WINDOW)  # one batch's loss is noise, as its acc is
     a0, a1 = ends([p.acc for p in pts], ACC_WINDOW)
     parts.append(
-        f"loss {_fmt(l0)} → {_fmt(l1)}, acc {_fmt(a0, '.3f')} → {_fmt(a1, '.3f')} (mean of the first and "
-        f"the last {ACC_WINDOW} logged) over steps {pts[0].step:,} → {pts[-1].step:,}"
+        f"loss {_fmt(l0)} → {_fmt(l1)}, acc {_fmt(a0, '.3f')} → {_fmt(a1, '.3f')} (each the mean of the first "
+        f"and the last {ACC_WINDOW} logged) over steps {pts[0].step:,} → {pts[-1].step:,}"
     )
     if s.evals:
         last = s.evals[-1]
@@ -167,8 +168,11 @@ def figure(s: TrainStory):
     ax, ax_acc = fig.subplots(2, 1, sharex=True)
     for i, run in enumerate(s.launches):
         steps = [p.step for p in run]
-        ax.plot(steps, [_nan(p.loss) for p in run], color="tab:blue", lw=1.6,
-                marker="." if len(run) == 1 else None, label="loss" if i == 0 else "_loss", gid=f"loss:{i}")  # fmt: skip
+        ax.plot(steps, [_nan(p.loss) for p in run], color="tab:blue", lw=0.8, alpha=0.45,
+                marker="." if len(run) == 1 else None, label="loss (logged batch)" if i == 0 else "_loss",
+                gid=f"loss:{i}")  # fmt: skip
+        ax.plot(steps, rolling([p.loss for p in run]), color="tab:blue", lw=1.8,
+                label=f"loss (mean of the last {ACC_WINDOW})" if i == 0 else "_loss_mean", gid=f"loss_mean:{i}")  # fmt: skip
         ax_acc.plot(steps, [_nan(p.acc) for p in run], color="tab:orange", lw=0.8, alpha=0.45,
                     marker="." if len(run) == 1 else None, label="acc (logged batch)" if i == 0 else "_acc",
                     gid=f"acc:{i}")  # fmt: skip

@@ -6,7 +6,7 @@ from __future__ import annotations
 import datetime as dt
 
 from ..contract.status import parse_iso
-from ..contract.train import ACC_WINDOW, EXPORT_PENDING, TrainRecord, done_fraction, in_sglang_units
+from ..contract.train import EXPORT_PENDING, TrainRecord, done_fraction, in_sglang_units
 from .human import human_bytes, human_duration, now_utc
 
 # A member's text says this where an operator's has a path or the trainer's own words (the chat
@@ -18,15 +18,14 @@ def _number(v: float | None, fmt: str) -> str:
     return "?" if v is None else format(v, fmt)
 
 
-def eval_line(rec: TrainRecord, news: bool = False, explain: bool = False) -> str:
+def eval_line(rec: TrainRecord, news: bool = False) -> str:
     """The last eval as the job behind hsx said its 74.7% / ~2.95, and the best so far ('' before
-    the first); ``news``: a last eval that is the best says "new best"; ``explain``: what each
-    number is (SpecForge's eval/avg_acc and eval/simulated_acc_len)."""
+    the first); ``news``: a last eval that is the best says "new best"."""
     bits = []
     if rec.val_acc is not None:
-        bits.append(f"val acc {100 * rec.val_acc:.1f}%" + (" (first draft token)" if explain else ""))
+        bits.append(f"val acc {100 * rec.val_acc:.1f}%")
     if rec.acc_len is not None:
-        bits.append(f"{simulated(rec.acc_len)}" + (f" ({ACC_LEN_IS})" if explain else ""))
+        bits.append(simulated(rec.acc_len))
     if rec.best_acc_len is not None and rec.best_step is not None:
         new = news and rec.best_step == rec.eval_step
         best = in_sglang_units(rec.best_acc_len)
@@ -34,14 +33,15 @@ def eval_line(rec: TrainRecord, news: bool = False, explain: bool = False) -> st
     return " · ".join(bits)
 
 
-# What SpecForge's numbers are (specforge/training/controller.py, eval/evaluator.py): acc is the
-# draft's top-1 match of the target's token over the logged step's batch, every draft position
-# pooled; acceptance_rate is sum(min(p_target, p_draft)), the chance a sampled draft token is
-# accepted, so it can be high while top-1 acc is low.
-RATE_IS = "acceptance rate: SpecForge's Σmin(p_target, p_draft), the chance a sampled draft token is accepted"
-ACC_LEN_IS = (
-    "SpecForge's estimate on the held-out answers, in SGLang's units: tokens per verify step with "
-    "the bonus token, SpecForge's own figure + 1"
+# What SpecForge's numbers are (specforge/training/controller.py, eval/evaluator.py), said once
+# under them (docs/training.md says it at length): acc is the draft's top-1 match of the target's
+# token over a logged batch, every draft position pooled; acceptance_rate is sum(min(p_target,
+# p_draft)), the chance a sampled draft token is accepted, so it can be high while top-1 acc is
+# low; the simulated accept length is SpecForge's eval/simulated_acc_len + 1 (SGLang's units).
+MEANS = (
+    "acc: the draft's top-1 match, a running mean of the logged batches (val acc: on held-out "
+    "answers, the first draft token) · acceptance rate: Σmin(p_target, p_draft) · simulated: "
+    "SpecForge's estimate, in SGLang's units"
 )
 
 
@@ -52,34 +52,20 @@ def simulated(acc_len: float) -> str:
 
 
 def metrics_line(rec: TrainRecord) -> str:
-    """The logged step's loss, acc and acceptance rate, each named ('' before the first)."""
+    """The loss, the draft's acc (a running mean, from where it started) and the acceptance rate,
+    short ('' before the first step); ``MEANS`` says what each is."""
     bits = []
     if rec.nan_loss:
-        bits.append("train loss NaN")
+        bits.append("loss NaN")
     elif rec.loss is not None:
-        bits.append(f"train loss {_number(rec.loss, '.4g')}")
-    if rec.acc is not None and rec.acc_mean is None:
-        bits.append(f"draft top-1 acc {100 * rec.acc:.1f}%")
+        bits.append(f"loss {_number(rec.loss, '.4g')}")
+    acc = rec.acc_mean if rec.acc_mean is not None else rec.acc
+    if acc is not None:
+        start = f" (from {100 * rec.acc_start:.1f}%)" if rec.acc_start is not None else ""
+        bits.append(f"acc {100 * acc:.1f}%{start}")
     if rec.acceptance_rate is not None:
         bits.append(f"acceptance rate {_number(rec.acceptance_rate, '.3f')}")
-    why = f"; {RATE_IS}" if rec.acceptance_rate is not None else ""
-    said = " · ".join(bits) + f" (last logged batch{why})" if bits else ""
-    return " · ".join(x for x in (said, acc_line(rec)) if x)
-
-
-def acc_line(rec: TrainRecord) -> str:
-    """The draft's top-1 acc as a mean over logged batches (one batch's is noise), and once
-    ACC_WINDOW batches are in, where it started: whether the draft learns, in one line."""
-    if rec.acc_mean is None:
-        return ""
-    n = rec.acc_logged or 0
-    acc = f"draft top-1 acc {100 * rec.acc_mean:.1f}%"
-    if rec.acc_start is None:
-        return f"{acc} (mean of the {n} logged {'batch' if n == 1 else 'batches'} so far)"
-    return (
-        f"{acc} (running mean of the last ~{ACC_WINDOW} logged batches; "
-        f"{100 * rec.acc_start:.1f}% over the first {ACC_WINDOW})"
-    )
+    return " · ".join(bits)
 
 
 def render_train(rec: TrainRecord, now: dt.datetime | None = None, full: bool = True) -> str:
@@ -109,11 +95,12 @@ def render_train(rec: TrainRecord, now: dt.datetime | None = None, full: bool = 
             bits.append(f"ETA {human_duration(max(0, rec.total_steps - rec.step) / rate)}")
     lines += [" · ".join(bits)] if bits else []
     lines += [m] if (m := metrics_line(rec)) else []
-    if evals := eval_line(rec, explain=True):
+    if evals := eval_line(rec):
         at = f" at step {rec.eval_step:,}" if rec.eval_step is not None else ""
         lines.append(f"held-out eval{at}: {evals}")
     elif rec.eval_samples:
         lines.append(f"eval on {rec.eval_samples:,} held-out samples: none yet")
+    lines += [f"({MEANS})"] if m or evals else []
     if rec.bad_lines:
         word = "line" if rec.bad_lines == 1 else "lines"
         lines.append(f"{rec.bad_lines:,} train.log {word} not read as steps; the last: {rec.bad_line or '?'}")

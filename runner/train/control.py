@@ -19,7 +19,6 @@ from ..contract.checks import refusal
 from ..contract.config import Config
 from ..contract.errors import BrokenFileError, ConfigError
 from ..contract.replies import NOT_OK, OK, REFUSED, Reply
-from ..contract.train import ACC_WINDOW
 from ..job import detach, rundir, supervised
 from ..lanes import BuildError, building
 from ..output.lock import is_held_at
@@ -387,13 +386,13 @@ def disk(root: str) -> dict:
 
 
 def _acc(d: dict) -> str:
-    """The draft's top-1 acc: the running mean and where it started once logged, else the last
-    batch's (a record from before the mean was kept)."""
-    if d.get("acc_mean") is None:
-        return f"acc {d['acc']:.3f}" if d.get("acc") is not None else ""
-    if d.get("acc_start") is None:
-        return f"acc {d['acc_mean']:.3f} (running mean)"
-    return f"acc {d['acc_mean']:.3f} (running mean; {d['acc_start']:.3f} over the first {ACC_WINDOW})"
+    """The draft's top-1 acc as render_train says it: the running mean, from where it started once
+    logged, else the last batch's (a record from before the mean was kept)."""
+    acc = d["acc_mean"] if d.get("acc_mean") is not None else d.get("acc")
+    if acc is None:
+        return ""
+    start = f" (from {100 * d['acc_start']:.1f}%)" if d.get("acc_start") is not None else ""
+    return f"acc {100 * acc:.1f}%{start}"
 
 
 def status(cfg: Config, rec: dict | None = None) -> Reply:

@@ -27,6 +27,11 @@ def _mean(steps) -> float:
     return sum(acc_at(s) for s in steps) / len(steps)
 
 
+def _loss(steps) -> float:
+    steps = list(steps)
+    return sum(loss_at(s) for s in steps) / len(steps)
+
+
 def a_history() -> dict:
     """As the box prints it for a 120-step run, log_interval 5, eval every 20, save every 20: the
     first launch is killed after its step-65 log (last checkpoint: 60), the second resumes from
@@ -85,8 +90,9 @@ def test_a_realistic_history_tells_its_story():
     assert s.best == train_chart.Eval(100, None, 2.99)  # SpecForge's 1.99 in SGLang's units
     assert train_chart.title(s) == "hsx: step 120 / 120 (100.0%) — done"
     assert train_chart.caption(s) == (
-        f"hsx: step 120 / 120 (100.0%) — done · loss 4.95 → 1.97, acc {_mean(range(5, 55, 5)):.3f} → "
-        f"{_mean(range(75, 125, 5)):.3f} (mean of the first and the last 10 logged) over steps 5 → 120"
+        f"hsx: step 120 / 120 (100.0%) — done · loss {_loss((5, 10, 15, 20, 25, 35, 40, 45, 50, 55)):.3g} → "
+        f"{_loss(range(75, 125, 5)):.3g}, acc {_mean(range(5, 55, 5)):.3f} → {_mean(range(75, 125, 5)):.3f} "
+        "(each the mean of the first and the last 10 logged) over steps 5 → 120"
         " · eval at step 120: val acc 42.0%, simulated accept length ~2.97 (best ~2.99 at step 100)"
         " · 1 crash, 1 resume"
     )
@@ -105,6 +111,9 @@ def test_the_figure_draws_loss_acc_evals_and_marks():
     mean = lines["acc_mean:1"].get_ydata()
     assert mean[-1] == pytest.approx(_mean(range(75, 125, 5))) and mean[0] == acc_at(65)
     assert lines["acc_mean:0"].get_ydata()[1] == pytest.approx(_mean((5, 10)))
+    # the loss too: its logged batches faint, their mean of the last 10 bold (the nan step left out)
+    assert lines["loss_mean:1"].get_ydata()[-1] == pytest.approx(_loss(range(75, 125, 5)))
+    assert lines["loss_mean:0"].get_ydata()[6] == pytest.approx(_loss((5, 10, 15, 20, 25, 35)))
     assert list(lines["val_acc"].get_ydata()) == [0.21, 0.33, 0.38, 0.41, 0.43, 0.42]
     assert list(lines["acc_len"].get_xdata()) == [20, 40, 60, 80, 100, 120]
     assert (list(lines["best"].get_xdata()), list(lines["best"].get_ydata())) == ([100], [2.99])
@@ -112,7 +121,8 @@ def test_the_figure_draws_loss_acc_evals_and_marks():
     assert marks == [("mark:crashed", 65), ("mark:resumed", 65), ("mark:done", 120)]
     assert [t.get_text() for t in ax.texts] == ["crash", "resume", "done"]
     labels = [ln.get_label() for ln in ax.get_lines()]
-    assert labels[:2] == ["loss", "_loss"] and "total 120 steps" in labels
+    assert labels[:3] == ["loss (logged batch)", "loss (mean of the last 10)", "_loss"]
+    assert "total 120 steps" in labels
     assert [ln.get_label() for ln in ax_len.get_lines()] == [
         "accept length (simulated)",
         "best ~2.99 at step 100",
@@ -133,7 +143,8 @@ def test_a_crash_the_box_could_not_write_is_marked_from_the_record_and_no_eval_d
     gids = [ln.get_gid() for a in fig.axes for ln in a.get_lines()]
     assert "val_acc" not in gids and "mark:crashed" in gids
     assert train_chart.caption(s) == (
-        f"hsx: step 15 / 120 (12.5%) — crashed · loss 4.95 → 4.08, acc {_mean((5, 10, 15)):.3f} → "
-        f"{_mean((5, 10, 15)):.3f} (mean of the first and the last 10 logged) over steps 5 → 15"
+        f"hsx: step 15 / 120 (12.5%) — crashed · loss {_loss((5, 10, 15)):.3g} → {_loss((5, 10, 15)):.3g}, "
+        f"acc {_mean((5, 10, 15)):.3f} → {_mean((5, 10, 15)):.3f} (each the mean of the first and the last 10 "
+        "logged) over steps 5 → 15"
         " · 1 crash"
     )

@@ -45,10 +45,13 @@ def test_the_record_is_checked_by_name_and_rendered():
     with pytest.raises(StatusError, match="unknown phase"):
         TrainRecord.from_dict({**TRAINING, "phase": "exploding"})
     text = render_train(TrainRecord.from_dict(TRAINING), now=NOW)
-    assert text.splitlines()[:4] == [
+    assert text.splitlines()[:5] == [
         "training — step 60 / 120 (50.0%)",
         "epoch 1/2 · 1 steps/s · ETA 1m00s",
-        "train loss 2.5 · draft top-1 acc 41.2% (last logged batch)",
+        "loss 2.5 · acc 41.2%",
+        "(acc: the draft's top-1 match, a running mean of the logged batches (val acc: on held-out answers, "
+        "the first draft token) · acceptance rate: Σmin(p_target, p_draft) · simulated: SpecForge's estimate, "
+        "in SGLang's units)",
         "last durable checkpoint: step 50",
     ]
     nan = render_train(TrainRecord.from_dict({**TRAINING, "loss": "nan", "nan_loss": True}), now=NOW)
@@ -83,7 +86,7 @@ def test_train_chart_uploads_the_historys_png(fake, train_cfg):
         (again,) = bot.rec.wait_for("response")
     assert upload["_head"].startswith(b"\x89PNG") and upload["_bytes"] > 10000
     assert done["channel_id"] == "C0PROGRESS" and "hsx-train-chart" in json.dumps(done["files"])
-    assert done["initial_comment"].startswith("hsx: step 120 / 120 (100.0%) — done · loss 4.95 → 1.97")
+    assert done["initial_comment"].startswith("hsx: step 120 / 120 (100.0%) — done · loss 3.44 → 2.06")
     assert (
         "simulated accept length ~2.97 (best ~2.99 at step 100) · 1 crash, 1 resume"
         in done["initial_comment"]
