@@ -31,7 +31,8 @@ class Timing:
     # runner/job/background.py: a detached verb rewrites its progress record at most this often
     background_write_s: float = 1.0
     # remote/keepalive.py: a held connection is probed every keepalive_s (and as each command
-    # starts); a hop that does not answer a probe within probe_s is gone. remote/ssh.py: the
+    # starts); a hop that does not answer a probe within probe_s is gone (a bound on an answer,
+    # the same in both profiles: at 1 s a starved machine's sshd missed it and a start failed). remote/ssh.py: the
     # remote `timeout -k` kills kill_grace_s after TERM; ACK nudges (see SSHTransport._collect)
     keepalive_s: float = 5.0
     probe_s: float = 2.0
@@ -65,7 +66,7 @@ PRODUCTION = Timing()
 # The nudges are a latency fix, not a wait, and the status answer is a promise: the same in both.
 FAST = Timing(
     server_poll_s=0.05, monitor_s=0.05, backoff_initial_s=0.05, backoff_max_s=0.2, sweep_s=0.5,
-    progress_event_s=1.0, rate_sample_s=1.0, background_write_s=0.1, keepalive_s=0.5, probe_s=1.0,
+    progress_event_s=1.0, rate_sample_s=1.0, background_write_s=0.1, keepalive_s=0.5,
     kill_grace_s=1, retry_first_wait_s=0.01, retry_max_wait_s=0.01, retry_jitter_s=0.0, headless_poll_s=1.0,
     answer_poll_s=0.02, stop_poll_s=0.02, cluster_stop_poll_s=0.1,
 )  # fmt: skip

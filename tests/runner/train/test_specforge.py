@@ -150,8 +150,12 @@ def test_after_extraction_starts_the_training_when_the_extraction_ends_done(
             rec["phase"] in ("preflight", "loading", "training") and rec["launch"] == "start" and rec["pid"]
         )
         assert json.load(open(os.path.join(run_dir, "command.json")))["argv"][0] == train_python
-    finally:
-        assert _train(cfg, "stop")["done"]
+    finally:  # stopped, or (its few steps outran the stop on the busy machine) ended done by itself
+        stop = runner("train", "stop", "--json", "--config", cfg, timeout=300)
+        said = json.loads(stop.stdout)
+        assert (stop.returncode, said.get("done")) == (0, True) or (
+            stop.returncode == 3 and _train(cfg, "status")["phase"] == "done"
+        ), said
 
 
 def test_a_second_start_into_the_run_is_refused_and_deletes_nothing(uninterrupted):
