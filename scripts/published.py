@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import sys
 
+NAME = "SpecForge's SpecBundle"  # each row's source, as the status names it
 URL = "https://github.com/sgl-project/SpecForge/blob/{commit}/docs/spec_bundle/public/raw_data/data.json"
 
 
@@ -38,11 +39,12 @@ def main(path: str, commit: str) -> None:
     with open(path, encoding="utf-8") as f:
         figures = rows(json.load(f))
     source = (
-        f"SpecForge's SpecBundle, {URL.format(commit=commit)}: SGLang, each target with and "
+        f"{NAME}, {URL.format(commit=commit)}: SGLang, each target with and "
         "without its EAGLE-3 draft; accept length in SGLang's units, speedup in output tokens/s"
     )
     lines = ",\n".join("    " + json.dumps(r) for r in figures)
-    sys.stdout.write(f'{{\n  "source": {json.dumps(source)},\n  "figures": [\n{lines}\n  ]\n}}\n')
+    head = f'  "name": {json.dumps(NAME)},\n  "source": {json.dumps(source)},\n'
+    sys.stdout.write(f'{{\n{head}  "figures": [\n{lines}\n  ]\n}}\n')
 
 
 if __name__ == "__main__":

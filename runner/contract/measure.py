@@ -91,9 +91,8 @@ class MeasureRecord(RunHead):
     passed_over: int = 0  # the dataset's rows the plan passed over (not JSON, no prompt, too long)
     passed_over_first: str | None = None  # "row 7: its prompt is 9,000 tokens: ..."
     reference: str | None = None  # [measure] reference: the target whose published figures follow
-    published: list = field(
-        default_factory=list
-    )  # its figures at these settings (runner/measure/published.py)
+    # its figures at these settings (runner/measure/published.py)
+    published: list = field(default_factory=list)
 
     @classmethod
     def from_dict(cls, d: Any) -> MeasureRecord:

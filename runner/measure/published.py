@@ -31,10 +31,10 @@ def refusal(reference: str) -> str | None:
 
 def beside(reference: str, settings: list[str]) -> list[dict]:
     """The published figures of ``reference`` at ``settings``, every benchmark and batch size,
-    each naming its source (the table's, shortened: the file names it in full)."""
+    each naming its source (the table's name: the file says where in full)."""
     want = reference.lower()
     return [
-        {**{k: f[k] for k in SHOWN}, "source": table()["source"].split(",")[0]}
+        {**{k: f[k] for k in SHOWN}, "source": table()["name"]}
         for f in table()["figures"]
         if want and f["target"].lower() == want and f["setting"] in settings
     ]
